@@ -1,0 +1,34 @@
+"""``ceiling``: an infinite cache. A block hits when any earlier request looked it up.
+
+It bounds every policy from above; vectorized, no per-block loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from prefixscope.analysis.trace import Trace
+
+
+def leading_run(hit: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per request, how many of its first blocks are all ``hit`` (``hit`` is per lookup)."""
+    n_blocks = np.diff(offsets)
+    request = np.repeat(np.arange(len(n_blocks)), n_blocks)
+    position = np.arange(len(hit)) - offsets[request]
+    first_miss = np.where(hit, np.iinfo(np.int64).max, position)
+    return np.minimum(np.minimum.reduceat(first_miss, offsets[:-1]), n_blocks).astype(np.int32)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    name: str = "ceiling"
+    bounded: bool = False
+
+    def hit_blocks(self, trace: Trace, capacity_blocks: int | None = None) -> np.ndarray:
+        request = np.repeat(np.arange(trace.n_requests), trace.blocks_per_request)
+        _, first_lookup = np.unique(trace.blocks, return_index=True)
+        first_request = request[first_lookup]  # dense ids are sorted, so this indexes by id
+        seen_before = first_request[trace.blocks] < request
+        return leading_run(seen_before, trace.offsets)

@@ -1,0 +1,198 @@
+"""The ``prefixscope`` command line. Each subcommand is a thin shell over the same library
+functions the Prefect tasks call; every command that writes records itself in ``runs``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from prefixscope import __version__
+
+DEFAULT_WAREHOUSE = "prefixscope.duckdb"
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _name_list(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give a time zone, e.g. {text}Z for UTC")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from prefixscope.analysis.policies import POLICIES
+    from prefixscope.analysis.windows import WINDOWS
+    from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
+
+    parser = argparse.ArgumentParser(
+        prog="prefixscope", description="What a prefix (KV) cache is really worth."
+    )
+    parser.add_argument("--version", action="version", version=f"prefixscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def warehouse_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, help="DuckDB file (%(default)s)")
+
+    p = sub.add_parser("ingest", help="read request logs into the requests table")
+    p.add_argument("--format", required=True, choices=sorted(FORMATS))
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain or .gz")
+    warehouse_arg(p)
+    p.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant of every request (%(default)s)")
+    p.add_argument("--block-size", type=int, help="tokens per block (mooncake: 512)")
+    p.add_argument(
+        "--start",
+        type=_timestamp,
+        default=DEFAULT_START,
+        help="instant that relative timestamps count from (default: the Unix epoch)",
+    )
+
+    p = sub.add_parser("simulate", help="replay requests through a simulated prefix cache")
+    warehouse_arg(p)
+    p.add_argument("--policy", type=_name_list, required=True, help=f"{', '.join(POLICIES)}")
+    cap = p.add_mutually_exclusive_group()
+    cap.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
+    cap.add_argument("--capacity-tokens", type=_int_list, metavar="N[,N...]")
+    p.add_argument("--window", type=_name_list, default=["all"], help=f"{', '.join(WINDOWS)}")
+
+    p = sub.add_parser("report", help="write the self-contained report page")
+    warehouse_arg(p)
+    p.add_argument("--out", default="report.html")
+
+    p = sub.add_parser("fleet-report", help="run the fleet_report flow: ingest, simulate, report")
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE")
+    p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
+    warehouse_arg(p)
+    p.add_argument("--out", default="report.html")
+    p.add_argument("--tenant", default=DEFAULT_TENANT)
+    p.add_argument("--policy", type=_name_list, default=["ceiling", "lru"])
+    p.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
+    p.add_argument("--window", type=_name_list, default=["all", "last-half"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"prefixscope {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from prefixscope import warehouse
+    from prefixscope.ingest import IngestOptions, ingest_files
+
+    options = IngestOptions(tenant=args.tenant, block_size=args.block_size, start=args.start)
+    with warehouse.connect(args.warehouse) as con:
+        with warehouse.recorded_run(con, "ingest", vars(args)) as run_id:
+            result = ingest_files(con, args.input, args.format, options, run_id)
+    for f in result.files:
+        note = " (replaced an earlier ingest of the same content)" if f.replaced else ""
+        cut = "" if f.complete else " — the file ends early"
+        print(f"{f.path}: {f.lines:,} lines, {f.accepted:,} accepted, {f.rejected:,} rejected{cut}{note}")
+    print(f"total: {result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected")
+    if result.rejected:
+        print(f"see the rejects table for reasons: {args.warehouse}")
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from prefixscope import warehouse
+    from prefixscope.analysis.simulate import run_simulation
+
+    with warehouse.connect(args.warehouse) as con:
+        table = run_simulation(
+            con,
+            policies=args.policy,
+            capacity_blocks=args.capacity_blocks,
+            capacity_tokens=args.capacity_tokens,
+            windows=args.window,
+            parameters=vars(args),
+        )
+    print(format_hit_rates(table))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from prefixscope import warehouse
+    from prefixscope.dashboards import build_report
+
+    with warehouse.connect(args.warehouse) as con:
+        with warehouse.recorded_run(con, "report", vars(args)):
+            out = build_report(con, args.out, Path(args.warehouse).name)
+    print(f"report: {out}")
+    return 0
+
+
+def _fleet_report(args: argparse.Namespace) -> int:
+    from prefixscope.pipelines.fleet_report import DEFAULT_CAPACITIES, fleet_report
+
+    outcome = fleet_report(
+        inputs=[str(p) for p in args.input],
+        warehouse_path=args.warehouse,
+        report_path=args.out,
+        format_name=args.format,
+        tenant=args.tenant,
+        policies=args.policy,
+        capacities_blocks=args.capacity_blocks or list(DEFAULT_CAPACITIES),
+        windows=args.window,
+    )
+    print(f"warehouse: {Path(outcome.warehouse).resolve()}")
+    print(f"report:    {Path(outcome.report).resolve()}")
+    print(
+        f"ingested:  {outcome.lines:,} lines = {outcome.accepted:,} accepted"
+        f" + {outcome.rejected:,} rejected"
+    )
+    print(outcome.table)
+    return 0
+
+
+def format_hit_rates(table) -> str:  # type: ignore[no-untyped-def]
+    """A short text table of hit-rate rows (fleet rows only when there are many tenants)."""
+    import polars as pl
+
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    if df["tenant"].n_unique() > 6:
+        df = df.filter(pl.col("tenant") == "*")
+    lines = [f"{'window':<10} {'tenant':<12} {'policy':<8} {'capacity':>12} {'requests':>9} "
+             f"{'token hit':>9} {'req hit':>8}"]
+    for r in df.iter_rows(named=True):
+        cap = "inf" if r["capacity_blocks"] is None else f"{r['capacity_blocks']:,} blk"
+        lines.append(
+            f"{r['measure_window']:<10} {('fleet' if r['tenant'] == '*' else r['tenant'])[:12]:<12} "
+            f"{r['policy']:<8} {cap:>12} {r['requests']:>9,} "
+            f"{r['token_hit_rate']:>9.4f} {r['request_hit_rate']:>8.4f}"
+        )
+    return "\n".join(lines)
+
+
+_COMMANDS = {
+    "ingest": _ingest,
+    "simulate": _simulate,
+    "report": _report,
+    "fleet-report": _fleet_report,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The fleet report page: trace summary, hit-rate curves per policy, fleet and tenant tables.
+
+The page embeds plotly.js itself, so it opens from disk with no server and no network.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+from importlib.resources import files
+from pathlib import Path
+from string import Template
+
+import duckdb
+import plotly.graph_objects as go
+import plotly.offline
+import polars as pl
+
+from prefixscope import __version__, sql
+
+FLEET = "*"
+_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
+MISS_COST_NOTE = (
+    "A hit rate alone does not say what the cache saves: a miss is a full prefill, whose "
+    "attention work grows with the square of the prompt, while a hit computes only the new "
+    "tokens. This warehouse holds no measured miss cost yet, so this page reports hit rates "
+    "only; read them as the share of prefill tokens a cache can skip, not as a speedup."
+)
+
+
+def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name: str) -> Path:
+    """Write the report page for the warehouse behind ``con`` to ``out`` and return its path."""
+    summary = con.sql(sql.load("marts/trace_summary")).pl()
+    rates = con.sql(sql.load("marts/latest_hit_rates")).pl()
+    page = Template(
+        (files("prefixscope.dashboards") / "templates" / "report.html").read_text("utf-8")
+    ).substitute(
+        plotlyjs=plotly.offline.get_plotlyjs(),
+        generated=f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
+        version=html.escape(__version__),
+        warehouse=html.escape(warehouse_name),
+        summary=_summary_html(summary),
+        charts=_charts_html(rates),
+        table=_table_html(rates),
+        miss_cost=html.escape(MISS_COST_NOTE),
+    )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def _summary_html(summary: pl.DataFrame) -> str:
+    row = summary.row(0, named=True)
+    span = "—"
+    if row["first_arrival"] is not None:
+        minutes = (row["last_arrival"] - row["first_arrival"]).total_seconds() / 60
+        span = f"{row['first_arrival']:%Y-%m-%d %H:%M:%S} UTC, {minutes:,.1f} min"
+    items = [
+        ("Requests", f"{row['requests']:,}"),
+        ("Rejected input lines", f"{row['rejected_lines']:,}"),
+        ("Files", f"{row['files']:,}"),
+        ("Tenants", f"{row['tenants']:,}"),
+        ("Input tokens", f"{row['input_tokens']:,}"),
+        ("Output tokens", f"{row['output_tokens']:,}"),
+        ("Block lookups", f"{row['block_lookups']:,}"),
+        ("Distinct blocks", f"{row['unique_blocks']:,}"),
+        ("Block size (tokens)", html.escape(str(row["block_sizes"] or "—"))),
+        ("First arrival, span", span),
+    ]
+    cells = "".join(f"<tr><th class='text'>{k}</th><td>{v}</td></tr>" for k, v in items)
+    return f"<table>{cells}</table>"
+
+
+def _charts_html(rates: pl.DataFrame) -> str:
+    if rates.is_empty():
+        return "<p>No simulation results yet: run <code>prefixscope simulate</code>.</p>"
+    parts = []
+    for window in rates["measure_window"].unique(maintain_order=True):
+        in_window = rates.filter(pl.col("measure_window") == window)
+        tenants = in_window["tenant"].unique(maintain_order=True).to_list()
+        groups = [FLEET] + ([t for t in tenants if t != FLEET] if len(tenants) > 2 else [])
+        for tenant in groups:
+            fig = _curve_figure(in_window.filter(pl.col("tenant") == tenant), window, tenant)
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
+    return "\n".join(parts)
+
+
+def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
+    fig = go.Figure()
+    bounded = rows.filter(pl.col("capacity_blocks").is_not_null()).sort("capacity_blocks")
+    for i, policy in enumerate(bounded["policy"].unique(maintain_order=True)):
+        curve = bounded.filter(pl.col("policy") == policy)
+        fig.add_trace(
+            go.Scatter(
+                x=curve["capacity_tokens"].to_list(),
+                y=curve["token_hit_rate"].to_list(),
+                customdata=curve["capacity_blocks"].to_list(),
+                mode="lines+markers",
+                name=policy,
+                line={"color": _PALETTE[i % len(_PALETTE)]},
+                hovertemplate="%{x:,} tokens (%{customdata:,} blocks): %{y:.2%}<extra>"
+                + policy
+                + "</extra>",
+            )
+        )
+    for row in rows.filter(pl.col("capacity_blocks").is_null()).iter_rows(named=True):
+        fig.add_hline(
+            y=row["token_hit_rate"],
+            line_dash="dash",
+            line_color="#555",
+            annotation_text=f"{row['policy']} {row['token_hit_rate']:.2%}",
+            annotation_position="top left",
+        )
+    who = "fleet" if tenant == FLEET else f"tenant {tenant}"
+    fig.update_layout(
+        title=f"Token hit rate over capacity — {who}, window: {window}",
+        xaxis={"title": "cache capacity (tokens)", "type": "log"},
+        yaxis={"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
+        height=420,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        legend={"title": "policy"},
+    )
+    return fig
+
+
+def _table_html(rates: pl.DataFrame) -> str:
+    if rates.is_empty():
+        return "<p>No simulation results yet.</p>"
+    head = (
+        "<tr><th class='text'>window</th><th class='text'>tenant</th><th class='text'>policy</th>"
+        "<th>capacity (blocks)</th><th>capacity (tokens)</th><th>requests</th>"
+        "<th>input tokens</th><th>hit tokens</th><th>token hit rate</th>"
+        "<th>request hit rate</th></tr>"
+    )
+    if rates.filter(pl.col("tenant") != FLEET)["tenant"].n_unique() <= 1:
+        rates = rates.filter(pl.col("tenant") == FLEET)  # one tenant: its rows repeat the fleet's
+    body = []
+    for r in rates.iter_rows(named=True):
+        cls = " class='fleet'" if r["tenant"] == FLEET else ""
+        cap_b = "∞" if r["capacity_blocks"] is None else f"{r['capacity_blocks']:,}"
+        cap_t = "∞" if r["capacity_tokens"] is None else f"{r['capacity_tokens']:,}"
+        tenant = "fleet" if r["tenant"] == FLEET else html.escape(r["tenant"])
+        body.append(
+            f"<tr{cls}><td class='text'>{html.escape(r['measure_window'])}</td>"
+            f"<td class='text'>{tenant}</td><td class='text'>{html.escape(r['policy'])}</td>"
+            f"<td>{cap_b}</td><td>{cap_t}</td><td>{r['requests']:,}</td>"
+            f"<td>{r['input_tokens']:,}</td><td>{r['hit_tokens']:,}</td>"
+            f"<td>{_pct(r['token_hit_rate'])}</td><td>{_pct(r['request_hit_rate'])}</td></tr>"
+        )
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2%}"

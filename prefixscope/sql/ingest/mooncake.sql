@@ -1,0 +1,95 @@
+-- Parse one batch of Mooncake JSONL lines.
+-- In:  view `batch(line BIGINT, raw BLOB)`; parameters $block_size, $max_line_bytes.
+-- Out: one row per input line: `reason` is NULL for an accepted line, else the first rule it
+--      breaks (`detail` says how, without quoting the line). Rules, in order:
+--      blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
+--      wrong_type, out_of_range, block_count_mismatch.
+WITH decoded AS (
+    SELECT line,
+           octet_length(raw) AS nbytes,
+           CASE WHEN octet_length(raw) <= $max_line_bytes THEN try(decode(raw)) END AS text
+    FROM batch
+),
+parsed AS (
+    SELECT line, nbytes, text, try(json(text)) AS j
+    FROM decoded
+),
+typed AS (
+    SELECT line, nbytes, text, j,
+           json_type(j)                   AS t_root,
+           json_type(j, '$.timestamp')     AS t_ts,
+           json_type(j, '$.input_length')  AS t_in,
+           json_type(j, '$.output_length') AS t_out,
+           json_type(j, '$.hash_ids')      AS t_ids,
+           json_type(j, '$.hash_ids[*]')   AS t_id_items
+    FROM parsed
+),
+valued AS (
+    SELECT *,
+           CASE WHEN t_ts IN ('UBIGINT', 'BIGINT', 'DOUBLE')
+                THEN CAST(j ->> '$.timestamp' AS DOUBLE) END                         AS ts_ms,
+           CASE WHEN t_in IN ('UBIGINT', 'BIGINT')
+                THEN CAST(j ->> '$.input_length' AS BIGINT) END                      AS input_tokens,
+           CASE WHEN t_out IN ('UBIGINT', 'BIGINT')
+                THEN CAST(j ->> '$.output_length' AS BIGINT) END                     AS output_tokens,
+           list_bool_and(list_transform(t_id_items, lambda t: t = 'UBIGINT'))             AS ids_ok,
+           len(t_id_items)                                                           AS n_ids
+    FROM typed
+),
+judged AS (
+    SELECT *,
+        CASE
+            WHEN nbytes <= $max_line_bytes AND text IS NOT NULL
+                 AND trim(text, E' \t\r\n') = ''                 THEN 'blank_line'
+            WHEN nbytes > $max_line_bytes                        THEN 'line_too_long'
+            WHEN text IS NULL                                    THEN 'invalid_utf8'
+            WHEN j IS NULL                                       THEN 'invalid_json'
+            WHEN t_root <> 'OBJECT'                              THEN 'not_an_object'
+            WHEN coalesce(t_ts, 'NULL') = 'NULL'
+              OR coalesce(t_in, 'NULL') = 'NULL'
+              OR coalesce(t_out, 'NULL') = 'NULL'
+              OR coalesce(t_ids, 'NULL') = 'NULL'                THEN 'missing_field'
+            WHEN ts_ms IS NULL OR input_tokens IS NULL OR output_tokens IS NULL
+              OR t_ids <> 'ARRAY' OR NOT coalesce(ids_ok, true)  THEN 'wrong_type'
+            WHEN ts_ms < 0 OR input_tokens <= 0 OR output_tokens < 0
+              OR NOT isfinite(ts_ms)                             THEN 'out_of_range'
+            WHEN n_ids <> (input_tokens + $block_size - 1) // $block_size
+                                                                 THEN 'block_count_mismatch'
+        END AS reason
+    FROM valued
+)
+SELECT
+    line,
+    reason,
+    CASE reason
+        WHEN 'blank_line' THEN 'the line holds only whitespace'
+        WHEN 'line_too_long' THEN format('{} bytes, limit {}', nbytes, $max_line_bytes)
+        WHEN 'invalid_utf8' THEN 'the line is not valid UTF-8'
+        WHEN 'invalid_json' THEN 'the line is not valid JSON'
+        WHEN 'not_an_object' THEN format('a JSON {}, expected an object', lower(t_root))
+        WHEN 'missing_field' THEN 'missing or null: ' || array_to_string(list_filter(
+            [CASE WHEN coalesce(t_ts, 'NULL') = 'NULL' THEN 'timestamp' END,
+             CASE WHEN coalesce(t_in, 'NULL') = 'NULL' THEN 'input_length' END,
+             CASE WHEN coalesce(t_out, 'NULL') = 'NULL' THEN 'output_length' END,
+             CASE WHEN coalesce(t_ids, 'NULL') = 'NULL' THEN 'hash_ids' END], lambda x: x IS NOT NULL), ', ')
+        WHEN 'wrong_type' THEN array_to_string(list_filter(
+            [CASE WHEN ts_ms IS NULL THEN format('timestamp is {}, expected a number', t_ts) END,
+             CASE WHEN input_tokens IS NULL THEN format('input_length is {}, expected an integer', t_in) END,
+             CASE WHEN output_tokens IS NULL THEN format('output_length is {}, expected an integer', t_out) END,
+             CASE WHEN t_ids <> 'ARRAY' THEN format('hash_ids is {}, expected an array', t_ids)
+                  WHEN NOT coalesce(ids_ok, true) THEN 'hash_ids holds an item that is not a non-negative integer' END],
+            lambda x: x IS NOT NULL), '; ')
+        WHEN 'out_of_range' THEN array_to_string(list_filter(
+            [CASE WHEN ts_ms < 0 OR NOT isfinite(ts_ms) THEN 'timestamp < 0' END,
+             CASE WHEN input_tokens <= 0 THEN format('input_length = {} <= 0', input_tokens) END,
+             CASE WHEN output_tokens < 0 THEN format('output_length = {} < 0', output_tokens) END],
+            lambda x: x IS NOT NULL), '; ')
+        WHEN 'block_count_mismatch' THEN format(
+            'hash_ids has {} blocks; input_length {} at block size {} needs {}',
+            n_ids, input_tokens, $block_size, (input_tokens + $block_size - 1) // $block_size)
+    END AS detail,
+    ts_ms,
+    input_tokens,
+    output_tokens,
+    CASE WHEN reason IS NULL THEN CAST(j -> '$.hash_ids' AS UBIGINT[]) END AS block_hashes
+FROM judged
