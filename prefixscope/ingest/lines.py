@@ -10,7 +10,6 @@ read before the cut; the unreadable tail is reported as one more line (see :clas
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import zlib
 from collections.abc import Iterator
@@ -23,6 +22,8 @@ import pyarrow as pa
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_CHUNK_BYTES = 32 << 20
+#: Compressed bytes fed to zlib per call: small, so a corrupt block loses little that came before.
+GZIP_READ_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,40 @@ class FileReadState:
         return self.sha256.hexdigest()
 
 
-def open_maybe_gzip(path: Path) -> BinaryIO:
-    """Open ``path`` for reading bytes, decompressing when it starts with the gzip magic."""
-    raw = path.open("rb")
-    magic = raw.read(2)
-    raw.seek(0)
-    if magic == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
+def _inflate(raw: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
+    """Decompress a gzip stream (one or more members) in bounded chunks. Everything that can be
+    decompressed is yielded before an ``EOFError`` says the stream ended early."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pending = b""
+    while True:
+        if not pending:
+            pending = raw.read(min(chunk_bytes, GZIP_READ_BYTES))
+            if not pending:
+                if d.eof:
+                    return
+                rest = d.flush()
+                if rest:
+                    yield rest
+                raise EOFError("the gzip stream ends before its end-of-stream marker")
+        if d.eof:  # the previous member is complete: what follows is another member or padding
+            if not pending.strip(b"\x00"):
+                pending = b""
+                continue
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = d.decompress(pending, chunk_bytes)
+        pending = d.unused_data if d.eof else d.unconsumed_tail
+        if out:
+            yield out
+
+
+def _chunks(raw: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
+    """The file's bytes in chunks, decompressed when it starts with the gzip magic."""
+    if raw.read(2) == GZIP_MAGIC:
+        raw.seek(0)
+        yield from _inflate(raw, chunk_bytes)
+    else:
+        raw.seek(0)
+        yield from iter(lambda: raw.read(chunk_bytes), b"")
 
 
 def _split(buf: bytes, first_line: int) -> LineBatch:
@@ -87,12 +114,13 @@ def read_line_batches(
     """
     carry = b""
     next_line = 1
-    with open_maybe_gzip(path) as stream:
+    with path.open("rb") as raw:
+        chunks = _chunks(raw, chunk_bytes)
         while True:
             try:
-                chunk = stream.read(chunk_bytes)
-            except (EOFError, OSError, zlib.error) as exc:
-                state.truncated = (next_line + carry.count(b"\n"), f"{type(exc).__name__}: {exc}")
+                chunk = next(chunks, b"")
+            except (EOFError, zlib.error) as exc:
+                state.truncated = (next_line, f"{type(exc).__name__}: {exc}")
                 break
             if not chunk:
                 break

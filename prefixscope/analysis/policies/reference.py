@@ -1,10 +1,13 @@
-"""Brute-force reference policies: the test oracle for the compiled and vectorized ones.
+"""Reference policies in plain Python: the test oracle for the compiled and vectorized ones.
 
-Written for obviousness, not speed: plain dicts, the eviction rule read straight off the docs.
+Written for obviousness, not speed. LRU's eviction key is (last request, -position): touching a
+request's blocks deepest first inserts them in increasing key order, so an ``OrderedDict`` kept
+in touch order is in key order, and its first item is always the victim.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 
@@ -12,20 +15,20 @@ def reference_hit_blocks(
     policy: str, requests: Sequence[Sequence[int]], capacity: int | None
 ) -> list[int]:
     """Per request, the leading run of its blocks cached on arrival, under ``policy``."""
-    cache: dict[int, tuple[int, int]] = {}  # block -> (last request, -position): evict the min
+    if policy not in ("ceiling", "lru"):
+        raise ValueError(f"no reference for policy {policy!r}")
+    if policy == "lru" and (capacity is None or capacity < 1):
+        raise ValueError("lru needs a capacity of at least one block")
+    cache: OrderedDict[int, None] = OrderedDict()  # least recent first
     hits = []
-    for r, blocks in enumerate(requests):
+    for blocks in requests:
         k = 0
         while k < len(blocks) and blocks[k] in cache:
             k += 1
         hits.append(k)
-        for position in reversed(range(len(blocks))):  # a repeated block keeps its shallowest use
-            cache[blocks[position]] = (r, -position)
-        if policy == "ceiling":
-            continue
-        if policy != "lru":
-            raise ValueError(f"no reference for policy {policy!r}")
-        assert capacity is not None
-        while len(cache) > capacity:
-            del cache[min(cache, key=cache.__getitem__)]
+        for block in reversed(blocks):  # a repeated block ends at its shallowest use
+            cache[block] = None
+            cache.move_to_end(block)
+        while policy == "lru" and len(cache) > capacity:  # type: ignore[operator]
+            cache.popitem(last=False)
     return hits

@@ -1,0 +1,87 @@
+"""Shared fixtures. Prefect settings are set here, before anything imports Prefect, so tests
+run offline, quietly, and against a throw-away home."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+_PREFECT_HOME = tempfile.mkdtemp(prefix="prefixscope-prefect-")
+os.environ.update(
+    {
+        "PREFECT_HOME": _PREFECT_HOME,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
+        "PREFECT_LOGGING_TO_API_ENABLED": "false",
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED": "false",
+    }
+)
+os.environ.pop("PREFECT_API_URL", None)
+
+import duckdb  # noqa: E402
+
+from prefixscope import warehouse  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample" / "mooncake" / "conversation_trace.jsonl.gz"
+
+
+@pytest.fixture
+def sample_path() -> Path:
+    return SAMPLE
+
+
+@pytest.fixture
+def wh(tmp_path: Path) -> Iterator[tuple[Path, duckdb.DuckDBPyConnection]]:
+    """A fresh warehouse file and an open connection to it."""
+    path = tmp_path / "wh.duckdb"
+    con = warehouse.connect(path)
+    yield path, con
+    con.close()
+
+
+def mooncake_line(
+    timestamp: int = 0,
+    input_length: int = 600,
+    output_length: int = 10,
+    hash_ids: Sequence[int] | None = None,
+    block_size: int = 512,
+) -> str:
+    """A well-formed Mooncake line; ``hash_ids`` defaults to a fresh chain of the right length."""
+    if hash_ids is None:
+        n = -(-input_length // block_size)
+        hash_ids = list(range(n))
+    return json.dumps(
+        {
+            "timestamp": timestamp,
+            "input_length": input_length,
+            "output_length": output_length,
+            "hash_ids": list(hash_ids),
+        }
+    )
+
+
+@pytest.fixture
+def write_lines(tmp_path: Path) -> Callable[..., Path]:
+    """Write raw lines (str or bytes) to a file, gzipped when ``gz``; returns its path."""
+    counter = iter(range(10**6))
+
+    def write(lines: Sequence[str | bytes], gz: bool = False, newline_at_end: bool = True) -> Path:
+        raw = b"\n".join(x.encode() if isinstance(x, str) else x for x in lines)
+        if newline_at_end and lines:
+            raw += b"\n"
+        path = tmp_path / f"input{next(counter)}.jsonl{'.gz' if gz else ''}"
+        path.write_bytes(gzip.compress(raw) if gz else raw)
+        return path
+
+    return write
