@@ -18,7 +18,9 @@ def _int_list(text: str) -> list[int]:
     try:
         values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
@@ -103,14 +105,18 @@ def _ingest(args: argparse.Namespace) -> int:
     from prefixscope.ingest import IngestOptions, ingest_files
 
     options = IngestOptions(tenant=args.tenant, block_size=args.block_size, start=args.start)
-    with warehouse.connect(args.warehouse) as con:
-        with warehouse.recorded_run(con, "ingest", vars(args)) as run_id:
-            result = ingest_files(con, args.input, args.format, options, run_id)
+    with (
+        warehouse.connect(args.warehouse) as con,
+        warehouse.recorded_run(con, "ingest", vars(args)) as run_id,
+    ):
+        result = ingest_files(con, args.input, args.format, options, run_id)
     for f in result.files:
         note = " (replaced an earlier ingest of the same content)" if f.replaced else ""
         cut = "" if f.complete else " — the file ends early"
-        print(f"{f.path}: {f.lines:,} lines, {f.accepted:,} accepted, {f.rejected:,} rejected{cut}{note}")
-    print(f"total: {result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected")
+        counts = f"{f.lines:,} lines, {f.accepted:,} accepted, {f.rejected:,} rejected"
+        print(f"{f.path}: {counts}{cut}{note}")
+    total = f"{result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected"
+    print(f"total: {total}")
     if result.rejected:
         print(f"see the rejects table for reasons: {args.warehouse}")
     return 0
@@ -137,9 +143,11 @@ def _report(args: argparse.Namespace) -> int:
     from prefixscope import warehouse
     from prefixscope.dashboards import build_report
 
-    with warehouse.connect(args.warehouse) as con:
-        with warehouse.recorded_run(con, "report", vars(args)):
-            out = build_report(con, args.out, Path(args.warehouse).name)
+    with (
+        warehouse.connect(args.warehouse) as con,
+        warehouse.recorded_run(con, "report", vars(args)),
+    ):
+        out = build_report(con, args.out, Path(args.warehouse).name)
     print(f"report: {out}")
     return 0
 
@@ -175,12 +183,15 @@ def format_hit_rates(table) -> str:  # type: ignore[no-untyped-def]
     assert isinstance(df, pl.DataFrame)
     if df["tenant"].n_unique() > 6:
         df = df.filter(pl.col("tenant") == "*")
-    lines = [f"{'window':<10} {'tenant':<12} {'policy':<8} {'capacity':>12} {'requests':>9} "
-             f"{'token hit':>9} {'req hit':>8}"]
+    lines = [
+        f"{'window':<10} {'tenant':<12} {'policy':<8} {'capacity':>12} {'requests':>9} "
+        f"{'token hit':>9} {'req hit':>8}"
+    ]
     for r in df.iter_rows(named=True):
         cap = "inf" if r["capacity_blocks"] is None else f"{r['capacity_blocks']:,} blk"
+        tenant = "fleet" if r["tenant"] == "*" else r["tenant"][:12]
         lines.append(
-            f"{r['measure_window']:<10} {('fleet' if r['tenant'] == '*' else r['tenant'])[:12]:<12} "
+            f"{r['measure_window']:<10} {tenant:<12} "
             f"{r['policy']:<8} {cap:>12} {r['requests']:>9,} "
             f"{r['token_hit_rate']:>9.4f} {r['request_hit_rate']:>8.4f}"
         )

@@ -47,22 +47,56 @@ BROKEN = [
     ("invalid_json", b'{"timestamp": 0, "input_length": 600'),
     ("not_an_object", b"[1, 2, 3]"),
     ("missing_field", b'{"timestamp": 0, "input_length": 600, "output_length": 1}'),
-    ("missing_field", b'{"timestamp": null, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'),
-    ("wrong_type", b'{"timestamp": "soon", "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'),
-    ("wrong_type", b'{"timestamp": 0, "input_length": 600.5, "output_length": 1, "hash_ids": [1, 2]}'),
-    ("wrong_type", b'{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, "2"]}'),
-    ("wrong_type", b'{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, -2]}'),
-    ("wrong_type", b'{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": {"a": 1}}'),
-    ("out_of_range", b'{"timestamp": -5, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'),
+    (
+        "missing_field",
+        b'{"timestamp": null, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}',
+    ),
+    (
+        "wrong_type",
+        b'{"timestamp": "soon", "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}',
+    ),
+    (
+        "wrong_type",
+        b'{"timestamp": 0, "input_length": 600.5, "output_length": 1, "hash_ids": [1, 2]}',
+    ),
+    (
+        "wrong_type",
+        b'{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, "2"]}',
+    ),
+    (
+        "wrong_type",
+        b'{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, -2]}',
+    ),
+    (
+        "wrong_type",
+        b'{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": {"a": 1}}',
+    ),
+    (
+        "out_of_range",
+        b'{"timestamp": -5, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}',
+    ),
     ("out_of_range", b'{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}'),
-    ("out_of_range", b'{"timestamp": 0, "input_length": 600, "output_length": -1, "hash_ids": [1, 2]}'),
-    ("block_count_mismatch", b'{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1]}'),
-    ("block_count_mismatch", b'{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1, 2]}'),
+    (
+        "out_of_range",
+        b'{"timestamp": 0, "input_length": 600, "output_length": -1, "hash_ids": [1, 2]}',
+    ),
+    (
+        "block_count_mismatch",
+        b'{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1]}',
+    ),
+    (
+        "block_count_mismatch",
+        b'{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1, 2]}',
+    ),
 ]
 
 
-@pytest.mark.parametrize(("reason", "raw"), BROKEN, ids=[f"{r}-{i}" for i, (r, _) in enumerate(BROKEN)])
-def test_each_broken_line_is_rejected_with_its_reason(wh, write_lines, reason: str, raw: bytes) -> None:
+@pytest.mark.parametrize(
+    ("reason", "raw"), BROKEN, ids=[f"{r}-{i}" for i, (r, _) in enumerate(BROKEN)]
+)
+def test_each_broken_line_is_rejected_with_its_reason(
+    wh, write_lines, reason: str, raw: bytes
+) -> None:
     _, con = wh
     path = write_lines([mooncake_line(), raw, mooncake_line(timestamp=5)])
     result = ingest(con, [path])
@@ -100,7 +134,8 @@ def test_rejects_never_quote_the_line(wh, write_lines) -> None:
     path = write_lines(
         [
             f'{{"timestamp": 0, "input_length": 600, "prompt": "{secret}"',
-            f'{{"timestamp": "{secret}", "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}}',
+            f'{{"timestamp": "{secret}", "input_length": 600, "output_length": 1, '
+            '"hash_ids": [1, 2]}',
             f'["{secret}"]',
         ]
     )
@@ -138,14 +173,19 @@ def test_truncated_gzip_keeps_what_was_read_and_rejects_the_tail(wh, tmp_path: P
     result = ingest(con, [path])
     assert (result.lines, result.accepted, result.rejected) == (4, 3, 1)
     assert not result.files[0].complete
-    assert con.execute("SELECT source.line, reason FROM rejects").fetchall() == [(4, "truncated_file")]
+    assert con.execute("SELECT source.line, reason FROM rejects").fetchall() == [
+        (4, "truncated_file")
+    ]
     assert con.execute("SELECT complete FROM sources").fetchone() == (False,)
 
 
 def test_corrupt_gzip_never_crashes(wh, tmp_path: Path) -> None:
     _, con = wh
     rng = random.Random(7)  # random ids: the stream is much longer than one zlib read
-    lines = (mooncake_line(timestamp=i, hash_ids=[rng.getrandbits(63) for _ in range(2)]) for i in range(4000))
+    lines = (
+        mooncake_line(timestamp=i, hash_ids=[rng.getrandbits(63) for _ in range(2)])
+        for i in range(4000)
+    )
     data = bytearray(gzip.compress("\n".join(lines).encode()))
     data[len(data) // 2 : len(data) // 2 + 16] = b"\x00" * 16
     path = tmp_path / "corrupt.jsonl.gz"
@@ -153,7 +193,10 @@ def test_corrupt_gzip_never_crashes(wh, tmp_path: Path) -> None:
     result = ingest(con, [path])
     assert result.lines == result.accepted + result.rejected
     assert 0 < result.accepted < 4000
-    assert con.execute("SELECT count(*) FROM rejects WHERE reason = 'truncated_file'").fetchone()[0] == 1
+    assert (
+        con.execute("SELECT count(*) FROM rejects WHERE reason = 'truncated_file'").fetchone()[0]
+        == 1
+    )
 
 
 @pytest.mark.parametrize(

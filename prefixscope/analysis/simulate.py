@@ -63,6 +63,12 @@ def scenarios(policies: Iterable[str], capacities_blocks: Sequence[int]) -> list
     return out
 
 
+def check_windows(windows: Sequence[str]) -> None:
+    unknown = [w for w in windows if w not in WINDOWS]
+    if unknown:
+        raise ValueError(f"unknown window {unknown[0]!r}; known: {', '.join(WINDOWS)}")
+
+
 def hit_tokens(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
     """Tokens served from cache per request: full blocks count ``block_size``; when every block
     hits, the partial last block counts its own tokens, so the total is ``input_tokens``."""
@@ -114,13 +120,9 @@ def summarize(
     ]
 
 
-def simulate_grid(
-    trace: Trace, scenarios_: Sequence[Scenario], windows: Sequence[str]
-) -> pa.Table:
+def simulate_grid(trace: Trace, scenarios_: Sequence[Scenario], windows: Sequence[str]) -> pa.Table:
     """Replay ``trace`` once per scenario and measure it over every window."""
-    unknown = [w for w in windows if w not in WINDOWS]
-    if unknown:
-        raise ValueError(f"unknown window {unknown[0]!r}; known: {', '.join(WINDOWS)}")
+    check_windows(windows)
     rows: list[dict[str, object]] = []
     for scenario in scenarios_:
         hits = POLICIES[scenario.policy].hit_blocks(trace, scenario.capacity_blocks)
@@ -150,7 +152,9 @@ def capacities_in_blocks(
     if capacity_tokens:
         too_small = [t for t in capacity_tokens if t < block_size]
         if too_small:
-            raise ValueError(f"capacity {too_small[0]} tokens is less than one block ({block_size})")
+            raise ValueError(
+                f"capacity {too_small[0]} tokens is less than one block ({block_size})"
+            )
         return [t // block_size for t in capacity_tokens]
     return list(capacity_blocks or [])
 
@@ -174,6 +178,8 @@ def run_simulation(
         "windows": list(windows),
     }
     with recorded_run(con, "simulate", params) as run_id:
+        scenarios(policies, [1] if capacity_blocks or capacity_tokens else [])  # names first
+        check_windows(windows)
         trace = load_trace(con)
         caps = capacities_in_blocks(trace.block_size, capacity_blocks, capacity_tokens)
         table = simulate_grid(trace, scenarios(policies, caps), windows)

@@ -89,9 +89,10 @@ def _ingest_one(
     params = {"file_id": file_id, "path": str(path), "format": format_name, "run_id": run_id}
     con.begin()
     try:
-        replaced = con.execute(
-            "SELECT count(*) FROM sources WHERE file_id = ?", [file_id]
-        ).fetchone()[0] > 0
+        replaced = (
+            con.execute("SELECT count(*) FROM sources WHERE file_id = ?", [file_id]).fetchone()[0]
+            > 0
+        )
         for table in ("requests", "rejects", "sources"):
             con.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
         con.execute(sql.load("ingest/swap_in_requests"), params)
@@ -102,8 +103,17 @@ def _ingest_one(
         ).fetchone()
         con.execute(
             "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
-            [file_id, str(path), format_name, state.bytes_read, state.lines, accepted,
-             rejected, state.truncated is None, run_id],
+            [
+                file_id,
+                str(path),
+                format_name,
+                state.bytes_read,
+                state.lines,
+                accepted,
+                rejected,
+                state.truncated is None,
+                run_id,
+            ],
         )
         con.commit()
     except BaseException:
@@ -124,9 +134,7 @@ def _mark_truncated(con: duckdb.DuckDBPyConnection, state: FileReadState) -> Non
     assert state.truncated is not None
     line, why = state.truncated
     detail = f"the file ends early ({why[:200]}); the lines before were kept"
-    con.execute(
-        "DELETE FROM ingest_stage WHERE line = ? AND reason IS NOT NULL", [line]
-    )
+    con.execute("DELETE FROM ingest_stage WHERE line = ? AND reason IS NOT NULL", [line])
     if not con.execute("SELECT count(*) FROM ingest_stage WHERE line = ?", [line]).fetchone()[0]:
         con.execute(
             "INSERT INTO ingest_stage (line, reason, detail) VALUES (?, 'truncated_file', ?)",

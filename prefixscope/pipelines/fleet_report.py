@@ -43,11 +43,15 @@ def ingest(
     inputs: Sequence[str], warehouse_path: str, format_name: str, options: IngestOptions
 ) -> IngestResult:
     params = {"inputs": list(inputs), "format": format_name, "options": options}
-    with warehouse.connect(warehouse_path) as con:
-        with warehouse.recorded_run(con, "ingest", params) as run_id:
-            result = ingest_files(con, inputs, format_name, options, run_id)
+    with (
+        warehouse.connect(warehouse_path) as con,
+        warehouse.recorded_run(con, "ingest", params) as run_id,
+    ):
+        result = ingest_files(con, inputs, format_name, options, run_id)
     get_run_logger().info(
-        "ingested %d lines: %d accepted, %d rejected", result.lines, result.accepted,
+        "ingested %d lines: %d accepted, %d rejected",
+        result.lines,
+        result.accepted,
         result.rejected,
     )
     return result
@@ -66,17 +70,21 @@ def simulate(trace: Trace, scenario: Scenario, windows: Sequence[str]) -> pa.Tab
 
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
 def store(warehouse_path: str, tables: Sequence[pa.Table], parameters: dict[str, object]) -> str:
-    with warehouse.connect(warehouse_path) as con:
-        with warehouse.recorded_run(con, "simulate", parameters) as run_id:
-            write_hit_rates(con, pa.concat_tables(tables), run_id)
+    with (
+        warehouse.connect(warehouse_path) as con,
+        warehouse.recorded_run(con, "simulate", parameters) as run_id,
+    ):
+        write_hit_rates(con, pa.concat_tables(tables), run_id)
     return run_id
 
 
 @task(cache_policy=NO_CACHE)
 def report(warehouse_path: str, report_path: str) -> str:
-    with warehouse.connect(warehouse_path) as con:
-        with warehouse.recorded_run(con, "report", {"out": report_path}):
-            return str(build_report(con, report_path, Path(warehouse_path).name))
+    with (
+        warehouse.connect(warehouse_path) as con,
+        warehouse.recorded_run(con, "report", {"out": report_path}),
+    ):
+        return str(build_report(con, report_path, Path(warehouse_path).name))
 
 
 @flow(name="fleet_report", log_prints=True)
@@ -109,8 +117,13 @@ def fleet_report(
     fleet = (
         pa.concat_tables(tables.result())
         .filter(pc.field("tenant") == "*")
-        .sort_by([("measure_window", "ascending"), ("policy", "ascending"),
-                  ("capacity_blocks", "ascending")])
+        .sort_by(
+            [
+                ("measure_window", "ascending"),
+                ("policy", "ascending"),
+                ("capacity_blocks", "ascending"),
+            ]
+        )
     )
     return FleetReportOutcome(
         warehouse=warehouse_path,

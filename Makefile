@@ -1,0 +1,46 @@
+# The two commands of the README:
+#   make demo   set everything up, then run the fleet_report flow on the bundled trace
+#   make test   set everything up, then run the test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
+BUILD := build
+
+.PHONY: setup demo test browser bench lint clean
+
+setup: $(STAMP)
+
+# Reinstall whenever the dependency list changes.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: setup
+	@rm -f $(BUILD)/demo.duckdb $(BUILD)/demo.duckdb.wal
+	$(BIN)/prefixscope fleet-report --input $(SAMPLE) \
+		--warehouse $(BUILD)/demo.duckdb --out $(BUILD)/report.html
+
+# The page test drives a real headless Chromium; install Debian's when it is missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Chromium for the page test"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+test: setup browser
+	$(BIN)/ruff check prefixscope tests benchmarks
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python benchmarks/simulate_bundled.py
+
+lint: setup
+	$(BIN)/ruff check prefixscope tests benchmarks
+
+clean:
+	rm -rf $(BUILD) .pytest_cache .hypothesis

@@ -1,0 +1,63 @@
+"""The fleet_report flow, run for real on Prefect's local server, on the bundled trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def prefect_server():  # type: ignore[no-untyped-def]
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_fleet_report_flow_ingests_simulates_and_reports(
+    prefect_server, sample_path, tmp_path
+) -> None:
+    from prefect.client.orchestration import get_client
+
+    from prefixscope.pipelines.fleet_report import fleet_report
+
+    wh, page = tmp_path / "wh.duckdb", tmp_path / "report.html"
+    state = fleet_report(
+        inputs=[str(sample_path)],
+        warehouse_path=str(wh),
+        report_path=str(page),
+        capacities_blocks=[4_000, 64_000],
+        return_state=True,
+    )
+    assert state.is_completed()
+    outcome = state.result()
+    assert (outcome.lines, outcome.accepted, outcome.rejected) == (12_031, 12_031, 0)
+    assert Path(outcome.report).stat().st_size > 1_000_000 and "Plotly.newPlot" in page.read_text()
+
+    con = duckdb.connect(str(wh), read_only=True)
+    commands = con.execute("SELECT command, status FROM runs ORDER BY started_at").fetchall()
+    assert commands == [("ingest", "succeeded"), ("simulate", "succeeded"), ("report", "succeeded")]
+    rates = dict(
+        con.execute(
+            "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "
+            "WHERE tenant = '*' AND measure_window = 'all'"
+        ).fetchall()
+    )
+    assert set(rates) == {-1, 4_000, 64_000}
+    assert rates[4_000] < rates[64_000] < rates[-1] == pytest.approx(0.3736, abs=5e-4)
+    con.close()
+
+    # The run is on the server's record, under the flow's name, completed.
+    import anyio
+
+    async def recorded() -> tuple[str, str]:
+        async with get_client() as client:
+            run = await client.read_flow_run(state.state_details.flow_run_id)
+            flow = await client.read_flow(run.flow_id)
+            return flow.name, run.state.type.value
+
+    assert anyio.run(recorded) == ("fleet_report", "COMPLETED")

@@ -1,0 +1,160 @@
+"""Eviction policies: one conformance suite for all, and agreement with the references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.policies.reference import reference_hit_blocks
+from prefixscope.analysis.trace import Trace, build_trace
+
+
+def make_trace(requests: list[list[int]], tenants: list[str] | None = None, bs: int = 4) -> Trace:
+    return build_trace(
+        requests,
+        [len(r) * bs for r in requests],
+        tenants or ["t"] * len(requests),
+        bs,
+    )
+
+
+def brute_force_lru(requests: list[list[int]], capacity: int) -> list[int]:
+    """LRU read straight off its definition: after each request the cache is the `capacity`
+    blocks with the largest key (last request, -position of that use)."""
+    key: dict[int, tuple[int, int]] = {}
+    cache: set[int] = set()
+    hits = []
+    for r, blocks in enumerate(requests):
+        k = 0
+        while k < len(blocks) and blocks[k] in cache:
+            k += 1
+        hits.append(k)
+        for pos in reversed(range(len(blocks))):
+            key[blocks[pos]] = (r, -pos)
+        cache |= set(blocks)
+        cache = set(sorted(cache, key=key.__getitem__)[-capacity:])
+    return hits
+
+
+def prefix_chains(n_roots: int = 3, depth: int = 6, max_requests: int = 40):  # type: ignore[no-untyped-def]
+    """Requests that are prefix-chained, as real block hashes are: a request is a path in a
+    random tree, so equal ids always sit after equal prefixes."""
+
+    @st.composite
+    def build(draw):  # type: ignore[no-untyped-def]
+        paths = draw(
+            st.lists(
+                st.lists(st.integers(0, 2), min_size=1, max_size=depth),
+                min_size=1,
+                max_size=max_requests,
+            )
+        )
+        roots = draw(
+            st.lists(st.integers(0, n_roots - 1), min_size=len(paths), max_size=len(paths))
+        )
+        ids: dict[tuple[int, ...], int] = {}
+        out = []
+        for root, path in zip(roots, paths, strict=True):
+            prefix: tuple[int, ...] = (root,)
+            chain = []
+            for step in path:
+                prefix = (*prefix, step)
+                chain.append(ids.setdefault(prefix, len(ids)))
+            out.append(chain)
+        return out
+
+    return build()
+
+
+# Any block lists at all, including ones a chained hash cannot produce (repeats, reorders).
+arbitrary = st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=6), min_size=1, max_size=30)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+class TestConformance:
+    """What every policy must satisfy, whatever its eviction rule."""
+
+    @settings(max_examples=60, deadline=None)
+    @given(requests=prefix_chains(), capacity=st.integers(1, 12))
+    def test_hits_are_a_leading_run_no_longer_than_the_request(self, name, requests, capacity):
+        trace = make_trace(requests)
+        hits = POLICIES[name].hit_blocks(trace, capacity if POLICIES[name].bounded else None)
+        assert hits.dtype == np.int32 and hits.shape == (len(requests),)
+        assert np.all((hits >= 0) & (hits <= trace.blocks_per_request))
+        assert hits[0] == 0  # nothing is cached before the first request
+
+    @settings(max_examples=60, deadline=None)
+    @given(requests=prefix_chains(), capacity=st.integers(1, 12))
+    def test_never_beats_the_ceiling_and_is_deterministic(self, name, requests, capacity):
+        trace = make_trace(requests)
+        cap = capacity if POLICIES[name].bounded else None
+        hits = POLICIES[name].hit_blocks(trace, cap)
+        ceiling = POLICIES["ceiling"].hit_blocks(trace, None)
+        assert np.all(hits <= ceiling)
+        assert np.array_equal(hits, POLICIES[name].hit_blocks(trace, cap))
+
+    def test_a_cache_that_holds_everything_is_the_ceiling(self, name):
+        requests = [[0, 1, 2], [0, 1, 3], [4], [0, 1, 2, 5], [4, 6], [0, 7]]
+        trace = make_trace(requests)
+        hits = POLICIES[name].hit_blocks(trace, trace.n_unique if POLICIES[name].bounded else None)
+        assert hits.tolist() == [0, 2, 0, 3, 1, 1]
+
+    def test_bounded_policies_refuse_a_missing_capacity(self, name):
+        trace = make_trace([[0, 1]])
+        if POLICIES[name].bounded:
+            with pytest.raises(ValueError):
+                POLICIES[name].hit_blocks(trace, None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests=st.one_of(prefix_chains(), arbitrary), capacity=st.integers(1, 15))
+def test_compiled_lru_matches_both_references(requests, capacity) -> None:
+    trace = make_trace(requests)
+    hits = POLICIES["lru"].hit_blocks(trace, capacity).tolist()
+    assert hits == reference_hit_blocks("lru", requests, capacity)
+    assert hits == brute_force_lru(requests, capacity)
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests=st.one_of(prefix_chains(), arbitrary))
+def test_vectorized_ceiling_matches_the_reference(requests) -> None:
+    trace = make_trace(requests)
+    assert POLICIES["ceiling"].hit_blocks(trace, None).tolist() == reference_hit_blocks(
+        "ceiling", requests, None
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(requests=prefix_chains(), capacity=st.integers(1, 14))
+def test_lru_never_loses_hits_when_capacity_grows(requests, capacity) -> None:
+    trace = make_trace(requests)
+    smaller = POLICIES["lru"].hit_blocks(trace, capacity)
+    larger = POLICIES["lru"].hit_blocks(trace, capacity + 1)
+    assert np.all(larger >= smaller)
+
+
+# Small cases with the state drawn out: recency list, least recent (next victim) on the left.
+@pytest.mark.parametrize(
+    ("requests", "capacity", "hits"),
+    [
+        # [a b c]          -> c b a          (deepest first, so c is the next victim)
+        # [a b d] cap 3    -> a b hit; evict c; -> d b a
+        ([[0, 1, 2], [0, 1, 3]], 3, [0, 2]),
+        # cap 2: after [a b c] only a b stay (c, the deepest, goes); [a b c] again: a b hit
+        ([[0, 1, 2], [0, 1, 2]], 2, [0, 2]),
+        # cap 1: only the root survives; a request longer than the cache still hits its root
+        ([[0, 1, 2], [0, 1, 2]], 1, [0, 1]),
+        # cap 2: [a b c] leaves b a; x comes in and the older chain loses its tail: a x
+        ([[0, 1, 2], [9], [0, 1, 2]], 2, [0, 0, 1]),
+        # cap 3: [a b c] -> c b a; x evicts only c: b a x; then a b hit again
+        ([[0, 1, 2], [9], [0, 1, 2]], 3, [0, 0, 2]),
+        # a block after the first miss never counts, even if it is cached
+        ([[0, 1], [5, 1]], 4, [0, 0]),
+    ],
+)
+def test_lru_worked_examples(requests, capacity, hits) -> None:
+    assert POLICIES["lru"].hit_blocks(make_trace(requests), capacity).tolist() == hits
+    assert reference_hit_blocks("lru", requests, capacity) == hits

@@ -1,0 +1,95 @@
+"""The report page: self-contained, correct figures, and it renders in a real browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from prefixscope import warehouse
+from prefixscope.analysis.simulate import run_simulation
+from prefixscope.dashboards import build_report
+from prefixscope.ingest import IngestOptions, ingest_files
+from tests.conftest import mooncake_line
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def page(wh, write_lines, tmp_path: Path) -> Path:
+    """A report over two tenants, two policies and three capacities."""
+    _, con = wh
+    for tenant, root in (("alpha", 1_000), ("beta", 2_000)):
+        lines = [
+            mooncake_line(timestamp=i * 100, hash_ids=[root, root + 1 + i % 5]) for i in range(30)
+        ]
+        with warehouse.recorded_run(con, "ingest", {}) as run_id:
+            ingest_files(
+                con, [write_lines(lines)], "mooncake", IngestOptions(tenant=tenant), run_id
+            )
+    run_simulation(con, ["ceiling", "lru"], capacity_blocks=[2, 4, 8], windows=["all", "last-half"])
+    return build_report(con, tmp_path / "out" / "report.html", "wh.duckdb")
+
+
+def test_the_page_is_self_contained_and_holds_the_figures(page: Path) -> None:
+    html = page.read_text()
+    # No resource is fetched from anywhere: every <script> is inline.
+    assert not re.search(r"<script[^>]+src=", html)
+    assert not re.search(r"<link[^>]+href=", html)
+    assert "Plotly.newPlot" in html
+    assert "tenant alpha" in html and "tenant beta" in html  # per-tenant curves
+    assert html.count("<tr class='fleet'>") == 2 * (1 + 3)  # fleet rows: 2 windows × 4 configs
+    assert "<td>60</td>" in html  # the fleet's request count
+
+
+def test_a_stale_simulation_is_left_out_after_a_new_ingest(wh, write_lines, tmp_path: Path) -> None:
+    _, con = wh
+    with warehouse.recorded_run(con, "ingest", {}) as run_id:
+        ingest_files(con, [write_lines([mooncake_line()])], "mooncake", IngestOptions(), run_id)
+    run_simulation(con, ["ceiling"])
+    with warehouse.recorded_run(con, "ingest", {}) as run_id:
+        ingest_files(
+            con, [write_lines([mooncake_line(timestamp=5)])], "mooncake", IngestOptions(), run_id
+        )
+    html = build_report(con, tmp_path / "r.html", "wh").read_text()
+    assert "No simulation results yet" in html
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make test installs it)")
+def test_the_page_renders_its_charts_in_headless_chromium_without_errors(page: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        try:
+            tab = browser.new_page()
+            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            tab.on("pageerror", lambda e: errors.append(str(e)))
+            requests: list[str] = []
+            tab.on("request", lambda r: requests.append(r.url))
+            tab.goto(page.as_uri(), wait_until="load")
+            tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=20_000)
+            charts = tab.locator(".js-plotly-plot").count()
+            curves = tab.locator(".js-plotly-plot .scatterlayer .trace").count()
+            title = tab.locator(".js-plotly-plot .gtitle").first.text_content()
+        finally:
+            browser.close()
+    assert errors == []
+    assert all(u.startswith("file://") for u in requests), requests
+    assert charts == 2 * 3  # two windows × (fleet, alpha, beta)
+    assert curves == charts  # one lru curve per chart; the ceiling is a shape
+    assert title is not None and "fleet" in title

@@ -1,0 +1,147 @@
+"""Simulation on the bundled trace and on small traces: figures, windows, tenants, storage."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from prefixscope import warehouse
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.policies.reference import reference_hit_blocks
+from prefixscope.analysis.simulate import (
+    Scenario,
+    capacities_in_blocks,
+    hit_tokens,
+    run_simulation,
+    scenarios,
+    simulate_grid,
+)
+from prefixscope.analysis.trace import REPLAY_ORDER, build_trace, load_trace
+from prefixscope.ingest import IngestOptions, ingest_files
+from tests.conftest import SAMPLE, mooncake_line
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The bundled trace, ingested once for the module."""
+    path = tmp_path_factory.mktemp("bundled") / "wh.duckdb"
+
+    con = warehouse.connect(path)
+    with warehouse.recorded_run(con, "ingest", {}) as run_id:
+        ingest_files(con, [SAMPLE], "mooncake", IngestOptions(), run_id)
+    yield path, con, load_trace(con)
+    con.close()
+
+
+def test_bundled_ceiling_matches_the_published_prefix_hit_rate(bundled) -> None:
+    _, _, trace = bundled
+    table = simulate_grid(trace, [Scenario("ceiling", None)], ["all"]).to_pylist()
+    fleet = next(r for r in table if r["tenant"] == "*")
+    assert fleet["requests"] == 12_031 and fleet["input_tokens"] == 144_793_823
+    assert fleet["token_hit_rate"] == pytest.approx(0.3736, abs=5e-4)
+
+
+@pytest.mark.parametrize("capacity", [1_000, 20_000, 100_000])
+def test_bundled_lru_matches_the_python_reference(bundled, capacity: int) -> None:
+    _, con, trace = bundled
+    rows = con.execute(f"SELECT block_hashes FROM requests ORDER BY {REPLAY_ORDER}").fetchall()
+    requests = [r[0] for r in rows]
+    want = reference_hit_blocks("lru", requests, capacity)
+    assert POLICIES["lru"].hit_blocks(trace, capacity).tolist() == want
+
+
+def test_bundled_lru_rises_with_capacity_towards_the_ceiling(bundled) -> None:
+    _, _, trace = bundled
+    caps = [500, 2_000, 8_000, 32_000, 128_000, trace.n_unique]
+    table = simulate_grid(trace, scenarios(["ceiling", "lru"], caps), ["all"]).to_pylist()
+    fleet = [r for r in table if r["tenant"] == "*"]
+    ceiling = next(r["token_hit_rate"] for r in fleet if r["policy"] == "ceiling")
+    lru = [r["token_hit_rate"] for r in fleet if r["policy"] == "lru"]
+    assert lru == sorted(lru) and lru[0] < 0.1
+    assert lru[-1] == pytest.approx(ceiling, abs=1e-12)
+
+
+def test_partial_last_block_counts_its_own_tokens() -> None:
+    # Block size 4: a request of 10 tokens has blocks of 4, 4, 2 tokens.
+    trace = build_trace([[1, 2, 3], [1, 2, 3], [1, 2, 4]], [10, 10, 11], ["t"] * 3, 4)
+    hits = POLICIES["ceiling"].hit_blocks(trace, None)
+    assert hits.tolist() == [0, 3, 2]
+    assert hit_tokens(trace, hits).tolist() == [0, 10, 8]
+
+
+def test_windows_tenants_and_the_fleet_add_up() -> None:
+    requests = [[0, 1], [0, 2], [5, 6], [0, 1], [5, 6], [0, 2], [5, 7], [0, 1]]
+    tenants = ["a", "a", "b", "a", "b", "a", "b", "a"]
+    trace = build_trace(requests, [8] * 8, tenants, 4)
+    table = simulate_grid(trace, [Scenario("ceiling", None)], ["all", "last-half"]).to_pylist()
+    for window, n in (("all", 8), ("last-half", 4)):
+        rows = [r for r in table if r["measure_window"] == window]
+        fleet = next(r for r in rows if r["tenant"] == "*")
+        parts = [r for r in rows if r["tenant"] != "*"]
+        assert fleet["requests"] == n
+        for col in ("requests", "input_tokens", "hit_tokens", "hit_requests"):
+            assert fleet[col] == sum(r[col] for r in parts)
+    last_half = {r["tenant"]: r for r in table if r["measure_window"] == "last-half"}
+    # Positions 4..7: b [5,6] full hit, a [0,2] full, b [5,7] one block, a [0,1] full.
+    assert last_half["a"]["hit_tokens"] == 16 and last_half["b"]["hit_tokens"] == 12
+    assert last_half["*"]["token_hit_rate"] == pytest.approx(28 / 32)
+
+
+@pytest.mark.parametrize(
+    ("blocks", "tokens", "want"),
+    [([10, 20], None, [10, 20]), (None, [512, 1_000, 5_120], [1, 1, 10])],
+)
+def test_capacity_in_tokens_holds_whole_blocks(blocks, tokens, want) -> None:
+    assert capacities_in_blocks(512, blocks, tokens) == want
+
+
+@pytest.mark.parametrize(
+    ("policies", "caps", "error"),
+    [
+        (["nope"], [1], "unknown policy"),
+        (["lru"], [], "needs at least one capacity"),
+        (["lru"], [0], "at least one block"),
+    ],
+)
+def test_bad_scenarios_fail_with_a_message(policies, caps, error) -> None:
+    with pytest.raises(ValueError, match=error):
+        scenarios(policies, caps)
+
+
+def test_run_simulation_records_its_run_and_rows(wh, write_lines) -> None:
+    _, con = wh
+    path = write_lines([mooncake_line(timestamp=i, hash_ids=[100, i % 3]) for i in range(9)])
+    with warehouse.recorded_run(con, "ingest", {}) as run_id:
+        ingest_files(con, [path], "mooncake", IngestOptions(tenant="acme"), run_id)
+    run_simulation(con, ["ceiling", "lru"], capacity_tokens=[1024, 4096], windows=["all"])
+    rows = con.execute(
+        "SELECT tenant, policy, capacity_blocks, capacity_tokens, requests, hit_tokens "
+        "FROM hit_rates ORDER BY policy, capacity_blocks, tenant"
+    ).fetchall()
+    assert rows == [
+        # ceiling: the 2nd and 3rd requests hit their root block, the last six hit whole
+        ("*", "ceiling", None, None, 9, 2 * 512 + 6 * 600),
+        ("acme", "ceiling", None, None, 9, 2 * 512 + 6 * 600),
+        # two blocks: the root stays, each leaf evicts the previous one
+        ("*", "lru", 2, 1024, 9, 8 * 512),
+        ("acme", "lru", 2, 1024, 9, 8 * 512),
+        ("*", "lru", 8, 4096, 9, 2 * 512 + 6 * 600),
+        ("acme", "lru", 8, 4096, 9, 2 * 512 + 6 * 600),
+    ]
+    ((command, params, status),) = con.execute(
+        "SELECT command, parameters, status FROM runs WHERE command = 'simulate'"
+    ).fetchall()
+    assert status == "succeeded" and json.loads(params)["capacity_tokens"] == [1024, 4096]
+    assert con.execute(
+        "SELECT count(DISTINCT run_id) FROM hit_rates WHERE run_id IN (SELECT run_id FROM runs)"
+    ).fetchone() == (1,)
+
+
+def test_a_warehouse_without_requests_says_so(wh) -> None:
+    _, con = wh
+    with pytest.raises(ValueError, match="no requests"):
+        run_simulation(con, ["ceiling"])
+    assert con.execute("SELECT status FROM runs").fetchone() == ("failed",)
+    assert np.int64(0) == con.execute("SELECT count(*) FROM hit_rates").fetchone()[0]
