@@ -125,6 +125,7 @@ def _ingest(args: argparse.Namespace) -> int:
 def _simulate(args: argparse.Namespace) -> int:
     from prefixscope import warehouse
     from prefixscope.analysis.simulate import run_simulation
+    from prefixscope.dashboards.text import format_hit_rates
 
     with warehouse.connect(args.warehouse) as con:
         table = run_simulation(
@@ -173,29 +174,6 @@ def _fleet_report(args: argparse.Namespace) -> int:
     )
     print(outcome.table)
     return 0
-
-
-def format_hit_rates(table) -> str:  # type: ignore[no-untyped-def]
-    """A short text table of hit-rate rows (fleet rows only when there are many tenants)."""
-    import polars as pl
-
-    df = pl.from_arrow(table)
-    assert isinstance(df, pl.DataFrame)
-    if df["tenant"].n_unique() > 6:
-        df = df.filter(pl.col("tenant") == "*")
-    lines = [
-        f"{'window':<10} {'tenant':<12} {'policy':<8} {'capacity':>12} {'requests':>9} "
-        f"{'token hit':>9} {'req hit':>8}"
-    ]
-    for r in df.iter_rows(named=True):
-        cap = "inf" if r["capacity_blocks"] is None else f"{r['capacity_blocks']:,} blk"
-        tenant = "fleet" if r["tenant"] == "*" else r["tenant"][:12]
-        lines.append(
-            f"{r['measure_window']:<10} {tenant:<12} "
-            f"{r['policy']:<8} {cap:>12} {r['requests']:>9,} "
-            f"{r['token_hit_rate']:>9.4f} {r['request_hit_rate']:>8.4f}"
-        )
-    return "\n".join(lines)
 
 
 _COMMANDS = {

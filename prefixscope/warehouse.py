@@ -19,6 +19,9 @@ import duckdb
 
 from prefixscope import __version__, sql
 
+#: The ``tenant`` value of rows that cover the whole fleet (all tenants together).
+FLEET = "*"
+
 
 def connect(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the warehouse at ``path`` with every table in place.

@@ -14,10 +14,9 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.trace import Trace
+from prefixscope.analysis.trace import Trace, load_trace
 from prefixscope.analysis.windows import WINDOWS
-
-FLEET = "*"
+from prefixscope.warehouse import FLEET, recorded_run
 
 HIT_RATES_SCHEMA = pa.schema(
     [
@@ -168,9 +167,6 @@ def run_simulation(
     parameters: dict[str, object] | None = None,
 ) -> pa.Table:
     """Load the warehouse's trace, simulate every policy × capacity, store and return the rows."""
-    from prefixscope.analysis.trace import load_trace
-    from prefixscope.warehouse import recorded_run
-
     params = parameters or {
         "policies": list(policies),
         "capacity_blocks": capacity_blocks,

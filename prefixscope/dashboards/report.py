@@ -17,8 +17,8 @@ import plotly.offline
 import polars as pl
 
 from prefixscope import __version__, sql
+from prefixscope.warehouse import FLEET
 
-FLEET = "*"
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 MISS_COST_NOTE = (
     "A hit rate alone does not say what the cache saves: a miss is a full prefill, whose "

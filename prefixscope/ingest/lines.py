@@ -5,7 +5,7 @@ No per-line Python: each chunk is split at its newlines with numpy and handed ov
 validation happen in the format's SQL, so bad bytes become a reject, never an exception.
 
 A gzip stream that ends early (a log copied while it was written) keeps every complete line
-read before the cut; the unreadable tail is reported as one more line (see :class:`LineBatch`).
+read before the cut; the unreadable tail is reported as one more line (:class:`FileReadState`).
 """
 
 from __future__ import annotations
@@ -78,11 +78,31 @@ def _inflate(raw: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
             yield out
 
 
+def _coalesce(pieces: Iterator[bytes], chunk_bytes: int) -> Iterator[bytes]:
+    """Join small pieces into chunks of about ``chunk_bytes``; on a read error, what was
+    joined so far still comes out before the error does."""
+    buffer: list[bytes] = []
+    size = 0
+    try:
+        for piece in pieces:
+            buffer.append(piece)
+            size += len(piece)
+            if size >= chunk_bytes:
+                yield b"".join(buffer)
+                buffer, size = [], 0
+    except (EOFError, zlib.error):
+        if buffer:
+            yield b"".join(buffer)
+        raise
+    if buffer:
+        yield b"".join(buffer)
+
+
 def _chunks(raw: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
     """The file's bytes in chunks, decompressed when it starts with the gzip magic."""
     if raw.read(2) == GZIP_MAGIC:
         raw.seek(0)
-        yield from _inflate(raw, chunk_bytes)
+        yield from _coalesce(_inflate(raw, chunk_bytes), chunk_bytes)
     else:
         raw.seek(0)
         yield from iter(lambda: raw.read(chunk_bytes), b"")

@@ -21,6 +21,7 @@ from prefixscope import warehouse
 from prefixscope.analysis.simulate import Scenario, scenarios, simulate_grid, write_hit_rates
 from prefixscope.analysis.trace import Trace, load_trace
 from prefixscope.dashboards import build_report
+from prefixscope.dashboards.text import format_hit_rates
 from prefixscope.ingest import IngestOptions, IngestResult, ingest_files
 
 #: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
@@ -98,8 +99,6 @@ def fleet_report(
     capacities_blocks: list[int] | None = None,
     windows: list[str] | None = None,
 ) -> FleetReportOutcome:
-    from prefixscope.cli import format_hit_rates
-
     policies = policies or ["ceiling", "lru"]
     capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
     windows = windows or ["all", "last-half"]
@@ -114,17 +113,7 @@ def fleet_report(
         {"policies": policies, "capacity_blocks": capacities_blocks, "windows": windows},
     )
     page = report(warehouse_path, report_path)
-    fleet = (
-        pa.concat_tables(tables.result())
-        .filter(pc.field("tenant") == "*")
-        .sort_by(
-            [
-                ("measure_window", "ascending"),
-                ("policy", "ascending"),
-                ("capacity_blocks", "ascending"),
-            ]
-        )
-    )
+    fleet = pa.concat_tables(tables.result()).filter(pc.field("tenant") == FLEET)
     return FleetReportOutcome(
         warehouse=warehouse_path,
         report=page,
