@@ -23,6 +23,7 @@ from prefixscope.analysis.trace import Trace, load_trace
 from prefixscope.dashboards import build_report
 from prefixscope.dashboards.text import format_hit_rates
 from prefixscope.ingest import IngestOptions, IngestResult, ingest_files
+from prefixscope.warehouse import FLEET
 
 #: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
 #: working set is 182,790 blocks, so the curve reaches the ceiling's neighbourhood).
