@@ -24,6 +24,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_CHUNK_BYTES = 32 << 20
 #: Compressed bytes fed to zlib per call: small, so a corrupt block loses little that came before.
 GZIP_READ_BYTES = 64 << 10
+#: Lines per Arrow record batch: several batches per chunk let DuckDB parse them in parallel.
+ROWS_PER_RECORD_BATCH = 8192
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,13 @@ def _split(buf: bytes, first_line: int) -> LineBatch:
         pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)]
     )
     line = pa.array(np.arange(first_line, first_line + n, dtype=np.int64))
-    return LineBatch(pa.table({"line": line, "raw": raw}))
+    whole = pa.RecordBatch.from_arrays([line, raw], names=["line", "raw"])
+    return LineBatch(
+        pa.Table.from_batches(
+            [whole.slice(i, ROWS_PER_RECORD_BATCH) for i in range(0, n, ROWS_PER_RECORD_BATCH)],
+            schema=whole.schema,
+        )
+    )
 
 
 def read_line_batches(

@@ -13,10 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
 
 from prefixscope import sql
-from prefixscope.ingest.formats import FORMATS, IngestOptions
-from prefixscope.ingest.lines import FileReadState, read_line_batches
+from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
+from prefixscope.ingest.formats.base import conform
+from prefixscope.ingest.lines import FileReadState
 
 
 @dataclass(frozen=True)
@@ -75,18 +79,24 @@ def _ingest_one(
 ) -> FileResult:
     fmt = FORMATS[format_name]
     state = FileReadState()
-    con.execute(sql.load("ingest/stage"))
-    for batch in read_line_batches(path, state):
-        con.register("batch", batch.table)
-        try:
-            fmt.parse(con, options).insert_into("ingest_stage")
-        finally:
-            con.unregister("batch")
+    # The file's rows wait in memory (hashes and counts only, never text) until its identity is
+    # known at the end of the stream; then one transaction swaps them in.
+    staged: list[pa.Table] = []
+    for batch in fmt.batches(path, state):
+        rows = fmt.parse(con, batch, options)
+        assert rows.num_rows == batch.num_rows, "a format must return one row per input row"
+        staged.append(rows)
     if state.truncated is not None:
-        _mark_truncated(con, state)
+        staged = _mark_truncated(staged, *state.truncated)
+    stage = pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table()
+    rejected = stage.num_rows - stage["reason"].null_count
+    accepted = stage.num_rows - rejected
+    # Every line read is staged exactly once: the identity that means "nothing vanishes".
+    assert accepted + rejected == state.lines, (accepted, rejected, state.lines)
 
     file_id = state.file_id
     params = {"file_id": file_id, "path": str(path), "format": format_name, "run_id": run_id}
+    con.register("ingest_stage", stage)
     con.begin()
     try:
         replaced = (
@@ -97,46 +107,31 @@ def _ingest_one(
             con.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
         con.execute(sql.load("ingest/swap_in_requests"), params)
         con.execute(sql.load("ingest/swap_in_rejects"), params)
-        accepted, rejected = con.execute(
-            "SELECT count(*) FILTER (reason IS NULL), count(*) FILTER (reason IS NOT NULL) "
-            "FROM ingest_stage"
-        ).fetchone()
         con.execute(
             "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
-            [
-                file_id,
-                str(path),
-                format_name,
-                state.bytes_read,
-                state.lines,
-                accepted,
-                rejected,
-                state.truncated is None,
-                run_id,
-            ],
+            [file_id, str(path), format_name, state.bytes_read, state.lines, accepted,
+             rejected, state.truncated is None, run_id],
         )
         con.commit()
     except BaseException:
         con.rollback()
         raise
     finally:
-        con.execute("DROP TABLE IF EXISTS ingest_stage")
-    # Every line read is staged exactly once; the identity below is what "nothing vanishes" means.
-    assert accepted + rejected == state.lines, (accepted, rejected, state.lines)
+        con.unregister("ingest_stage")
     return FileResult(
         str(path), file_id, state.lines, accepted, rejected, state.truncated is None, replaced
     )
 
 
-def _mark_truncated(con: duckdb.DuckDBPyConnection, state: FileReadState) -> None:
-    """The tail of a cut-short stream is one rejected line, unless it is a whole valid line
-    that only lost its newline (a JSON object cut short never parses)."""
-    assert state.truncated is not None
-    line, why = state.truncated
+def _mark_truncated(staged: list[pa.Table], line: int, why: str) -> list[pa.Table]:
+    """The tail of a cut-short stream is one rejected line (``truncated_file``), unless it is a
+    whole valid line that only lost its newline (a JSON object cut short never parses)."""
     detail = f"the file ends early ({why[:200]}); the lines before were kept"
-    con.execute("DELETE FROM ingest_stage WHERE line = ? AND reason IS NOT NULL", [line])
-    if not con.execute("SELECT count(*) FROM ingest_stage WHERE line = ?", [line]).fetchone()[0]:
-        con.execute(
-            "INSERT INTO ingest_stage (line, reason, detail) VALUES (?, 'truncated_file', ?)",
-            [line, detail],
-        )
+    tail = [t.filter(pc.equal(t["line"], line)) for t in staged]
+    if any(t.num_rows and t["reason"][0].as_py() is None for t in tail):
+        return staged  # the tail parsed: nothing was lost but its newline
+    kept = [t.filter(pc.not_equal(t["line"], line)) for t in staged]
+    marker = pa.table(
+        {"line": [line], "reason": ["truncated_file"], "detail": [detail]}
+    )
+    return [*kept, conform(marker)]

@@ -1,5 +1,6 @@
 -- Parse one batch of Mooncake JSONL lines.
--- In:  view `batch(line BIGINT, raw BLOB)`; parameters $block_size, $max_line_bytes.
+-- In:  view `batch(line BIGINT, raw BLOB)`; parameters $block_size, $max_line_bytes, $start,
+--      $tenant.
 -- Out: one row per input line: `reason` is NULL for an accepted line, else the first rule it
 --      breaks (`detail` says how, without quoting the line). Rules, in order:
 --      blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
@@ -88,8 +89,11 @@ SELECT
             'hash_ids has {} blocks; input_length {} at block size {} needs {}',
             n_ids, input_tokens, $block_size, (input_tokens + $block_size - 1) // $block_size)
     END AS detail,
-    ts_ms,
-    input_tokens,
-    output_tokens,
+    CASE WHEN reason IS NULL THEN $start::TIMESTAMPTZ
+        + to_microseconds(CAST(round(ts_ms * 1000) AS BIGINT)) END AS arrival_ts,
+    CASE WHEN reason IS NULL THEN $tenant::VARCHAR END AS tenant,
+    CASE WHEN reason IS NULL THEN input_tokens END AS input_tokens,
+    CASE WHEN reason IS NULL THEN output_tokens END AS output_tokens,
+    $block_size::INTEGER AS block_size,
     CASE WHEN reason IS NULL THEN CAST(j -> '$.hash_ids' AS UBIGINT[]) END AS block_hashes
 FROM judged

@@ -3,5 +3,4 @@
 INSERT INTO rejects
 SELECT $file_id, {'file': $path, 'line': line}, $format, reason, detail, $run_id
 FROM ingest_stage
-WHERE reason IS NOT NULL
-ORDER BY line;
+WHERE reason IS NOT NULL;

@@ -1,0 +1,99 @@
+"""What all formats share: options, the stage schema and the protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+import duckdb
+import pyarrow as pa
+
+from prefixscope.ingest.lines import FileReadState, read_line_batches
+
+#: Relative timestamps are placed after this instant unless ``--start`` says otherwise. The Unix
+#: epoch means a log whose timestamps are already absolute epoch times keeps its real times.
+DEFAULT_START = datetime(1970, 1, 1, tzinfo=UTC)
+DEFAULT_TENANT = "default"
+#: Longest line accepted (bytes): stops a runaway line (a file without newlines) from being parsed.
+DEFAULT_MAX_LINE_BYTES = 16 << 20
+
+#: What a format yields per input row; the loader moves accepted rows to ``requests`` and the
+#: others (``reason`` set) to ``rejects``.
+STAGE_SCHEMA = pa.schema(
+    [
+        ("line", pa.int64()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("arrival_ts", pa.timestamp("us", tz="UTC")),
+        ("tenant", pa.string()),
+        ("session_id", pa.string()),
+        ("log_request_id", pa.string()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("block_size", pa.int32()),
+        ("block_hashes", pa.list_(pa.uint64())),
+        ("chat_id", pa.int64()),
+        ("parent_chat_id", pa.int64()),
+        ("turn", pa.int32()),
+        ("request_type", pa.string()),
+        ("reported_cached_tokens", pa.int64()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """Settings of one ingest. ``block_size=None`` means the format's own default; options a
+    format does not use are ignored by it (each format's docs list the ones it reads)."""
+
+    tenant: str = DEFAULT_TENANT
+    block_size: int | None = None
+    start: datetime = DEFAULT_START
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    tenant_from: str | None = None  # bailian: take the tenant from this field ("type")
+
+    def __post_init__(self) -> None:
+        if self.block_size is not None and self.block_size <= 0:
+            raise ValueError(f"block size must be positive, got {self.block_size}")
+        if self.start.tzinfo is None:
+            raise ValueError("start must carry a time zone (e.g. 2026-01-01T00:00:00Z)")
+        if not self.tenant:
+            raise ValueError("tenant must not be empty")
+
+
+class LogFormat(Protocol):
+    """One log format: how its files are read in batches, and how a batch is parsed."""
+
+    name: str
+    default_block_size: int
+
+    def batches(self, path: Path, state: FileReadState) -> Iterator[pa.Table]:
+        """Numbered input rows (``line``, then the format's raw columns), in file order."""
+        ...
+
+    def parse(
+        self, con: duckdb.DuckDBPyConnection, batch: pa.Table, options: IngestOptions
+    ) -> pa.Table:
+        """One :data:`STAGE_SCHEMA` row per row of ``batch``."""
+        ...
+
+
+class JsonLines:
+    """Formats with one JSON object per line (plain or gzip)."""
+
+    def batches(self, path: Path, state: FileReadState) -> Iterator[pa.Table]:
+        for batch in read_line_batches(path, state):
+            yield batch.table
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """``table`` with the columns of :data:`STAGE_SCHEMA` in order; absent ones are NULL."""
+    n = table.num_rows
+    columns = [
+        table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(n, f.type)
+        for f in STAGE_SCHEMA
+    ]
+    return pa.Table.from_arrays(columns, schema=STAGE_SCHEMA)
