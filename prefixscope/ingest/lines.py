@@ -11,14 +11,18 @@ read before the cut; the unreadable tail is reported as one more line (:class:`F
 from __future__ import annotations
 
 import hashlib
+import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from queue import Empty, Queue
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 import pyarrow as pa
+
+T = TypeVar("T")
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_CHUNK_BYTES = 32 << 20
@@ -108,6 +112,45 @@ def _chunks(raw: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
     else:
         raw.seek(0)
         yield from iter(lambda: raw.read(chunk_bytes), b"")
+
+
+def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
+    """Yield ``items`` while a background thread already produces the next ``depth`` of them.
+
+    Reading (decompression, newline search, hashing) releases the GIL, so it overlaps with the
+    caller's parsing on another core. An exception in the producer is raised to the caller.
+    """
+    queue: Queue[tuple[bool, object]] = Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                queue.put((True, item))
+        except BaseException as exc:  # handed to the consumer, never lost
+            queue.put((False, exc))
+            return
+        queue.put((False, None))
+
+    worker = threading.Thread(target=produce, name="prefixscope-read", daemon=True)
+    worker.start()
+    try:
+        while True:
+            ok, item = queue.get()
+            if not ok:
+                if item is not None:
+                    raise item  # type: ignore[misc]
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                queue.get_nowait()
+            except Empty:
+                worker.join(0.01)
 
 
 def _split(buf: bytes, first_line: int) -> LineBatch:

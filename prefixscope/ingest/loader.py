@@ -16,11 +16,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-
 from prefixscope import sql
 from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
 from prefixscope.ingest.formats.base import conform
-from prefixscope.ingest.lines import FileReadState
+from prefixscope.ingest.lines import FileReadState, prefetch
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def _ingest_one(
     # The file's rows wait in memory (hashes and counts only, never text) until its identity is
     # known at the end of the stream; then one transaction swaps them in.
     staged: list[pa.Table] = []
-    for batch in fmt.batches(path, state):
+    for batch in prefetch(fmt.batches(path, state)):
         rows = fmt.parse(con, batch, options)
         assert rows.num_rows == batch.num_rows, "a format must return one row per input row"
         staged.append(rows)
@@ -109,8 +108,17 @@ def _ingest_one(
         con.execute(sql.load("ingest/swap_in_rejects"), params)
         con.execute(
             "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
-            [file_id, str(path), format_name, state.bytes_read, state.lines, accepted,
-             rejected, state.truncated is None, run_id],
+            [
+                file_id,
+                str(path),
+                format_name,
+                state.bytes_read,
+                state.lines,
+                accepted,
+                rejected,
+                state.truncated is None,
+                run_id,
+            ],
         )
         con.commit()
     except BaseException:
@@ -131,7 +139,5 @@ def _mark_truncated(staged: list[pa.Table], line: int, why: str) -> list[pa.Tabl
     if any(t.num_rows and t["reason"][0].as_py() is None for t in tail):
         return staged  # the tail parsed: nothing was lost but its newline
     kept = [t.filter(pc.not_equal(t["line"], line)) for t in staged]
-    marker = pa.table(
-        {"line": [line], "reason": ["truncated_file"], "detail": [detail]}
-    )
+    marker = pa.table({"line": [line], "reason": ["truncated_file"], "detail": [detail]})
     return [*kept, conform(marker)]

@@ -18,4 +18,11 @@ from prefixscope.ingest.formats.mooncake import Mooncake
 
 FORMATS: dict[str, LogFormat] = {f.name: f for f in (Mooncake(),)}
 
-__all__ = ["DEFAULT_START", "DEFAULT_TENANT", "FORMATS", "STAGE_SCHEMA", "IngestOptions", "LogFormat"]
+__all__ = [
+    "DEFAULT_START",
+    "DEFAULT_TENANT",
+    "FORMATS",
+    "STAGE_SCHEMA",
+    "IngestOptions",
+    "LogFormat",
+]
