@@ -39,6 +39,7 @@ test: setup browser
 bench: setup
 	$(BIN)/python benchmarks/simulate_bundled.py
 	$(BIN)/python benchmarks/ingest_scale.py
+	$(BIN)/python benchmarks/hashing.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks

@@ -71,6 +71,15 @@ def test_partial_last_block_counts_its_own_tokens() -> None:
     assert hit_tokens(trace, hits).tolist() == [0, 10, 8]
 
 
+def test_token_sources_never_serve_the_unhashed_tail() -> None:
+    # Block size 4, floor-hashed: 10 tokens have two hashed blocks and a 2-token tail; a 3-token
+    # prompt has no block at all.
+    trace = build_trace([[1, 2], [1, 2], [], [1]], [10, 10, 3, 7], ["t"] * 4, 4)
+    hits = POLICIES["ceiling"].hit_blocks(trace, None)
+    assert hits.tolist() == [0, 2, 0, 1]
+    assert hit_tokens(trace, hits).tolist() == [0, 8, 0, 4]
+
+
 def test_windows_tenants_and_the_fleet_add_up() -> None:
     requests = [[0, 1], [0, 2], [5, 6], [0, 1], [5, 6], [0, 2], [5, 7], [0, 1]]
     tenants = ["a", "a", "b", "a", "b", "a", "b", "a"]

@@ -69,10 +69,10 @@ def check_windows(windows: Sequence[str]) -> None:
 
 
 def hit_tokens(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
-    """Tokens served from cache per request: full blocks count ``block_size``; when every block
-    hits, the partial last block counts its own tokens, so the total is ``input_tokens``."""
-    full = hit_blocks.astype(np.int64) * trace.block_size
-    return np.where(hit_blocks == trace.blocks_per_request, trace.input_tokens, full)
+    """Tokens served from cache per request: ``block_size`` per hit block, capped at
+    ``input_tokens``. When a hash-id trace's partial last block hits, it so counts its own
+    tokens; token sources never hash a partial tail, so it is never served from cache."""
+    return np.minimum(hit_blocks.astype(np.int64) * trace.block_size, trace.input_tokens)
 
 
 def summarize(

@@ -20,7 +20,7 @@ REPLAY_ORDER = "arrival_ts, source.file, source.line"
 @dataclass(frozen=True, eq=False)
 class Trace:
     """Requests in replay order. Request ``i`` looks up ``blocks[offsets[i]:offsets[i+1]]``,
-    shallowest block first; every request has at least one block."""
+    shallowest block first (none, for a prompt shorter than one full block of a token source)."""
 
     block_size: int
     offsets: np.ndarray  # int64, n_requests + 1
@@ -55,8 +55,6 @@ def build_trace(
     offsets = np.asarray(block_hashes.offsets, dtype=np.int64)
     offsets = offsets - offsets[0]
     values = np.asarray(block_hashes.flatten(), dtype=np.uint64)
-    if np.any(np.diff(offsets) == 0):
-        raise ValueError("every request needs at least one block")
     unique, dense = np.unique(values, return_inverse=True)
     names, codes = np.unique(np.asarray(tenants, dtype=object).astype(str), return_inverse=True)
     return Trace(
