@@ -7,6 +7,7 @@ A format is a small object behind the :class:`LogFormat` protocol, registered by
 
 from __future__ import annotations
 
+from prefixscope.ingest.formats.bailian import Bailian
 from prefixscope.ingest.formats.base import (
     DEFAULT_START,
     DEFAULT_TENANT,
@@ -15,8 +16,9 @@ from prefixscope.ingest.formats.base import (
     LogFormat,
 )
 from prefixscope.ingest.formats.mooncake import Mooncake
+from prefixscope.ingest.formats.tokens import Tokens
 
-FORMATS: dict[str, LogFormat] = {f.name: f for f in (Mooncake(),)}
+FORMATS: dict[str, LogFormat] = {f.name: f for f in (Mooncake(), Bailian(), Tokens())}
 
 __all__ = [
     "DEFAULT_START",

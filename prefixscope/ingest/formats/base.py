@@ -54,6 +54,24 @@ class IngestOptions:
     start: datetime = DEFAULT_START
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     tenant_from: str | None = None  # bailian: take the tenant from this field ("type")
+    salt_tenants: bool = False  # token sources: a per-tenant salt in the first block
+    timestamp_unit: str = "s"  # token sources: unit of numeric timestamps (s, ms, us)
+    # Where token sources find their fields: canonical name -> field (dotted path / column).
+    fields: tuple[tuple[str, str], ...] = ()
+    chat_template: str | None = None  # openai: Jinja chat template file
+    tokenizer: str | None = None  # openai: tokenizer.json of the model
+
+    def field(self, name: str, default: str | None = None) -> str | None:
+        """The field mapped to canonical ``name`` (``--NAME-field``), else ``default``."""
+        return dict(self.fields).get(name, default)
+
+    @property
+    def start_us(self) -> int:
+        return int(self.start.timestamp() * 1_000_000)
+
+    @property
+    def unit_us(self) -> float:
+        return {"s": 1e6, "ms": 1e3, "us": 1.0}[self.timestamp_unit]
 
     def __post_init__(self) -> None:
         if self.block_size is not None and self.block_size <= 0:
@@ -62,6 +80,8 @@ class IngestOptions:
             raise ValueError("start must carry a time zone (e.g. 2026-01-01T00:00:00Z)")
         if not self.tenant:
             raise ValueError("tenant must not be empty")
+        if self.timestamp_unit not in ("s", "ms", "us"):
+            raise ValueError(f"timestamp unit must be s, ms or us, got {self.timestamp_unit!r}")
 
 
 class LogFormat(Protocol):

@@ -1,0 +1,188 @@
+"""Validate and extract named fields of JSON lines, for formats whose field names come from
+flags (``--tenant-field user``): the query is built from a list of :class:`Field` specs, so each
+format states its fields and rules once and shares one rule chain.
+
+Every line gets exactly one outcome: the values (``reason`` NULL) or the first rule it breaks:
+blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
+wrong_type, out_of_range, then the format's own checks, in the order given. Messages name the
+fields, never their values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import duckdb
+import pyarrow as pa
+
+Kind = Literal["integer", "number", "string", "id", "integer_array", "json", "time"]
+
+_INTEGER = r"-?[0-9]{1,18}"
+_ARRAY = r"\[([0-9]{1,20}(,[0-9]{1,20})*)?\]"
+_EXPECTED = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "id": "a string or an integer",
+    "integer_array": "an array of non-negative integers",
+    "json": "a JSON value",
+    "time": "a number or an ISO 8601 time",
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field: output column ``name``, read at ``path`` (dotted: ``usage.prompt_tokens``)."""
+
+    name: str
+    path: str
+    kind: Kind
+    required: bool = True
+    minimum: int | None = None  # for integer and number kinds
+    # For kind "time": a number counts `unit_us` microseconds from `start_us` (epoch µs); a
+    # string is an ISO 8601 time. The value is epoch microseconds.
+    unit_us: float = 1_000_000
+    start_us: int = 0
+
+    @property
+    def json_path(self) -> str:
+        return "$." + ".".join(f'"{p}"' for p in self.path.split("."))
+
+
+@dataclass(frozen=True)
+class Check:
+    """A format rule on extracted values: rows where ``bad`` (SQL) holds get ``reason``."""
+
+    reason: str
+    bad: str
+    detail: str  # SQL expression for the message
+
+
+def parse_fields(
+    con: duckdb.DuckDBPyConnection,
+    batch: pa.Table,
+    fields: Sequence[Field],
+    checks: Sequence[Check] = (),
+    max_line_bytes: int = 16 << 20,
+) -> pa.Table:
+    """``line, reason, detail`` and one column per field, for each row of ``batch(line, raw)``."""
+    con.register("batch", batch)
+    try:
+        return con.sql(_query(fields, checks), params={"max": max_line_bytes}).to_arrow_table()
+    finally:
+        con.unregister("batch")
+
+
+def _value(f: Field, v: str) -> str:
+    """SQL for the typed value of field ``f`` from its JSON ``v``; NULL when the type is wrong."""
+    t = f"json_type({v})"
+    return {
+        "integer": f"CASE WHEN regexp_full_match({v}::VARCHAR, '{_INTEGER}') "
+        f"THEN CAST({v}::VARCHAR AS BIGINT) END",
+        "number": f"CASE WHEN {t} IN ('UBIGINT', 'BIGINT', 'DOUBLE') "
+        f"THEN TRY_CAST({v}::VARCHAR AS DOUBLE) END",
+        "string": f"CASE WHEN {t} = 'VARCHAR' THEN {v} ->> '$' END",
+        "id": f"CASE WHEN {t} = 'VARCHAR' THEN {v} ->> '$' "
+        f"WHEN regexp_full_match({v}::VARCHAR, '{_INTEGER}') THEN {v}::VARCHAR END",
+        "integer_array": f"CASE WHEN regexp_full_match({v}::VARCHAR, '{_ARRAY}') "
+        f"THEN TRY_CAST({v}::VARCHAR AS UBIGINT[]) END",
+        "json": f"{v}",
+        "time": f"CASE WHEN {t} IN ('UBIGINT', 'BIGINT', 'DOUBLE') "
+        f"THEN {f.start_us} + CAST(round(TRY_CAST({v}::VARCHAR AS DOUBLE) * {f.unit_us}) AS BIGINT) "
+        f"WHEN {t} = 'VARCHAR' THEN epoch_us(TRY_CAST({v} ->> '$' AS TIMESTAMPTZ)) END",
+    }[f.kind]
+
+
+def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
+    paths = ", ".join(f"'{f.json_path}'" for f in fields)
+    raw_cols = ",\n           ".join(f"v[{i + 1}] AS raw_{f.name}" for i, f in enumerate(fields))
+    typed = ",\n           ".join(f"{_value(f, f'raw_{f.name}')} AS {f.name}" for f in fields)
+
+    def absent(f: Field) -> str:
+        return f"(raw_{f.name} IS NULL OR json_type(raw_{f.name}) = 'NULL')"
+
+    def mistyped(f: Field) -> str:
+        bad = f"({f.name} IS NULL)"
+        if f.kind == "integer_array":  # an element past 2**64 casts to NULL
+            bad = f"({f.name} IS NULL OR list_count({f.name}) < len({f.name}))"
+        return f"(NOT {absent(f)} AND {bad})"
+
+    def low(f: Field) -> str:
+        return f"({f.name} < {f.minimum})" if f.minimum is not None else "false"
+
+    def names(cond, fs: Sequence[Field]) -> str:  # type: ignore[no-untyped-def]
+        parts = ", ".join(f"CASE WHEN {cond(f)} THEN '{f.path}' END" for f in fs)
+        return f"array_to_string(list_filter([{parts}], lambda x: x IS NOT NULL), ', ')"
+
+    required = [f for f in fields if f.required]
+    bounded = [f for f in fields if f.minimum is not None]
+    missing = " OR ".join(absent(f) for f in required) or "false"
+    wrong = " OR ".join(mistyped(f) for f in fields) or "false"
+    out_of_range = " OR ".join(low(f) for f in bounded) or "false"
+    format_checks = "\n".join(f"            WHEN {c.bad} THEN '{c.reason}'" for c in checks)
+    format_details = "\n".join(
+        f"        WHEN reason = '{c.reason}' AND ({c.bad}) THEN {c.detail}" for c in checks
+    )
+    wrong_detail = " || '; ' || ".join(
+        f"CASE WHEN {mistyped(f)} THEN '{f.path} is ' || coalesce(json_type(raw_{f.name}), '?') "
+        f"|| ', expected {_EXPECTED[f.kind]}' ELSE '' END"
+        for f in fields
+    )
+    range_detail = names(lambda f: low(f), bounded) if bounded else "''"
+    minimums = ", ".join(f"{f.path} >= {f.minimum}" for f in bounded)
+    columns = ", ".join(f.name for f in fields)
+    return f"""
+WITH decoded AS (
+    SELECT line, octet_length(raw) AS nbytes,
+           CASE WHEN octet_length(raw) <= $max THEN try(decode(raw)) END AS text
+    FROM batch
+),
+parsed AS (
+    SELECT line, nbytes, text, try(json(text)) AS j FROM decoded
+),
+extracted AS (
+    SELECT line, nbytes, text, j, json_type(j) AS t_root,
+           CASE WHEN json_type(j) = 'OBJECT' THEN json_extract(j, [{paths}]) END AS v
+    FROM parsed
+),
+raw AS (
+    SELECT *, {raw_cols} FROM extracted
+),
+typed AS (
+    SELECT *, {typed} FROM raw
+),
+judged AS (
+    SELECT *,
+        CASE
+            WHEN nbytes <= $max AND text IS NOT NULL AND trim(text, E' \\t\\r\\n') = ''
+                THEN 'blank_line'
+            WHEN nbytes > $max THEN 'line_too_long'
+            WHEN text IS NULL THEN 'invalid_utf8'
+            WHEN j IS NULL THEN 'invalid_json'
+            WHEN t_root <> 'OBJECT' THEN 'not_an_object'
+            WHEN {missing} THEN 'missing_field'
+            WHEN {wrong} THEN 'wrong_type'
+            WHEN {out_of_range} THEN 'out_of_range'
+{format_checks}
+        END AS reason
+    FROM typed
+)
+SELECT line, reason,
+    CASE
+        WHEN reason = 'blank_line' THEN 'the line holds only whitespace'
+        WHEN reason = 'line_too_long' THEN format('{{}} bytes, limit {{}}', nbytes, $max)
+        WHEN reason = 'invalid_utf8' THEN 'the line is not valid UTF-8'
+        WHEN reason = 'invalid_json' THEN 'the line is not valid JSON'
+        WHEN reason = 'not_an_object' THEN format('a JSON {{}}, expected an object', lower(t_root))
+        WHEN reason = 'missing_field' THEN 'missing or null: ' || {names(absent, required)}
+        WHEN reason = 'wrong_type'
+            THEN trim(regexp_replace({wrong_detail}, '(; )+', '; ', 'g'), '; ')
+        WHEN reason = 'out_of_range' AND ({out_of_range})
+            THEN {range_detail} || ' out of range ({minimums})'
+{format_details}
+    END AS detail,
+    {columns}
+FROM judged
+"""
