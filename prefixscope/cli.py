@@ -12,6 +12,17 @@ from pathlib import Path
 from prefixscope import __version__
 
 DEFAULT_WAREHOUSE = "prefixscope.duckdb"
+#: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats.
+FIELD_FLAGS = (
+    "token",
+    "timestamp",
+    "tenant",
+    "session",
+    "request_id",
+    "output_tokens",
+    "request",
+    "response",
+)
 
 
 def _int_list(text: str) -> list[int]:
@@ -59,13 +70,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain or .gz")
     warehouse_arg(p)
     p.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant of every request (%(default)s)")
-    p.add_argument("--block-size", type=int, help="tokens per block (mooncake: 512)")
+    p.add_argument("--block-size", type=int, help="tokens per block (mooncake 512, others 16)")
     p.add_argument(
         "--start",
         type=_timestamp,
         default=DEFAULT_START,
         help="instant that relative timestamps count from (default: the Unix epoch)",
     )
+    p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
+    p.add_argument(
+        "--timestamp-unit",
+        choices=["s", "ms", "us"],
+        default="s",
+        help="tokens, openai: unit of numeric timestamps (%(default)s)",
+    )
+    p.add_argument(
+        "--salt-tenants",
+        action="store_true",
+        help="tokens, openai: a per-tenant salt in each first block (no sharing)",
+    )
+    p.add_argument(
+        "--pseudonymize-tenants",
+        metavar="KEY",
+        help="store a keyed hash of each tenant name instead of the name",
+    )
+    p.add_argument("--chat-template", metavar="FILE", help="openai: Jinja chat template")
+    p.add_argument("--tokenizer", metavar="FILE", help="openai: the model's tokenizer.json")
+    for name in FIELD_FLAGS:
+        p.add_argument(
+            f"--{name.replace('_', '-')}-field",
+            dest=f"{name}_field",
+            metavar="PATH",
+            help=f"tokens, openai: where the {name.replace('_', ' ')} is",
+        )
 
     p = sub.add_parser("simulate", help="replay requests through a simulated prefix cache")
     warehouse_arg(p)
@@ -104,10 +141,26 @@ def _ingest(args: argparse.Namespace) -> int:
     from prefixscope import warehouse
     from prefixscope.ingest import IngestOptions, ingest_files
 
-    options = IngestOptions(tenant=args.tenant, block_size=args.block_size, start=args.start)
+    options = IngestOptions(
+        tenant=args.tenant,
+        block_size=args.block_size,
+        start=args.start,
+        tenant_from=args.tenant_from,
+        salt_tenants=args.salt_tenants,
+        timestamp_unit=args.timestamp_unit,
+        fields=tuple(
+            (name, getattr(args, f"{name}_field"))
+            for name in FIELD_FLAGS
+            if getattr(args, f"{name}_field")
+        ),
+        chat_template=args.chat_template,
+        tokenizer=args.tokenizer,
+        pseudonymize_key=args.pseudonymize_tenants,
+    )
+    params = {**vars(args), "pseudonymize_tenants": bool(args.pseudonymize_tenants)}
     with (
         warehouse.connect(args.warehouse) as con,
-        warehouse.recorded_run(con, "ingest", vars(args)) as run_id,
+        warehouse.recorded_run(con, "ingest", params) as run_id,
     ):
         result = ingest_files(con, args.input, args.format, options, run_id)
     for f in result.files:
@@ -115,6 +168,10 @@ def _ingest(args: argparse.Namespace) -> int:
         cut = "" if f.complete else " — the file ends early"
         counts = f"{f.lines:,} lines, {f.accepted:,} accepted, {f.rejected:,} rejected"
         print(f"{f.path}: {counts}{cut}{note}")
+        if f.reasons:
+            print("  rejected: " + ", ".join(f"{r} {n:,}" for r, n in f.reasons))
+        if f.out_of_order:
+            print(f"  {f.out_of_order:,} accepted requests arrive before an earlier line's (kept)")
     total = f"{result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected"
     print(f"total: {total}")
     if result.rejected:

@@ -133,6 +133,7 @@ def test_rejects_never_quote_the_line(wh, write_lines) -> None:
     secret = "CONFIDENTIAL-PROMPT-TEXT"
     path = write_lines(
         [
+            mooncake_line(),
             f'{{"timestamp": 0, "input_length": 600, "prompt": "{secret}"',
             f'{{"timestamp": "{secret}", "input_length": 600, "output_length": 1, '
             '"hash_ids": [1, 2]}',

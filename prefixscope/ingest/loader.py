@@ -8,6 +8,8 @@ leaves the warehouse as it was.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,15 @@ from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
 from prefixscope.ingest.formats.base import conform
 from prefixscope.ingest.lines import FileReadState, prefetch
 
+#: Reject reasons that say "this line is not of the format" rather than "this value is bad".
+_SHAPE_REASONS = {"invalid_utf8", "invalid_json", "not_an_object", "missing_field", "wrong_type"}
+#: A file whose first this-many non-blank lines all fail on shape is not the format asked for.
+SNIFF_LINES = 100
+
+
+class FormatMismatch(ValueError):
+    """The file is not the format asked for; nothing of it was written."""
+
 
 @dataclass(frozen=True)
 class FileResult:
@@ -31,6 +42,8 @@ class FileResult:
     rejected: int
     complete: bool
     replaced: bool  # the same content had been ingested before; its old rows were replaced
+    out_of_order: int = 0  # accepted rows arriving before an earlier line's arrival (kept)
+    reasons: tuple[tuple[str, int], ...] = ()  # reject reasons and their counts, most first
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,10 @@ def ingest_files(
     missing = [str(p) for p in paths if not Path(p).is_file()]
     if missing:
         raise FileNotFoundError(f"no such input file: {', '.join(missing)}")
+    for p in paths:
+        with Path(p).open("rb") as f:
+            if f.read(4) == b"PAR1" and format_name != "tokens":
+                raise FormatMismatch(f"{p} is a Parquet file; only --format tokens reads Parquet")
     return IngestResult(
         run_id, tuple(_ingest_one(con, Path(p), format_name, options, run_id) for p in paths)
     )
@@ -84,17 +101,28 @@ def _ingest_one(
     for batch in prefetch(fmt.batches(path, state)):
         rows = fmt.parse(con, batch, options)
         assert rows.num_rows == batch.num_rows, "a format must return one row per input row"
+        if not staged:
+            _sniff(rows, path, format_name)
+        if options.pseudonymize_key:
+            rows = pseudonymize(rows, options.pseudonymize_key)
         staged.append(rows)
     if state.truncated is not None:
         staged = _mark_truncated(staged, *state.truncated)
-    stage = pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table()
+    file_id = state.file_id
+    params = {"file_id": file_id, "path": str(path), "format": format_name, "run_id": run_id}
+    con.register("ingest_stage", pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table())
+    stage = con.sql(sql.load("ingest/finalize_stage"), params={"file_id": file_id}).to_arrow_table()
+    con.unregister("ingest_stage")
     rejected = stage.num_rows - stage["reason"].null_count
     accepted = stage.num_rows - rejected
     # Every line read is staged exactly once: the identity that means "nothing vanishes".
     assert accepted + rejected == state.lines, (accepted, rejected, state.lines)
+    out_of_order = int(pc.sum(stage["out_of_order"]).as_py() or 0) if stage.num_rows else 0
+    reasons = pc.value_counts(pc.drop_null(stage["reason"])).to_pylist() if rejected else []
+    reason_counts = tuple(
+        sorted(((r["values"], r["counts"]) for r in reasons), key=lambda rc: (-rc[1], rc[0]))
+    )
 
-    file_id = state.file_id
-    params = {"file_id": file_id, "path": str(path), "format": format_name, "run_id": run_id}
     con.register("ingest_stage", stage)
     con.begin()
     try:
@@ -107,7 +135,7 @@ def _ingest_one(
         con.execute(sql.load("ingest/swap_in_requests"), params)
         con.execute(sql.load("ingest/swap_in_rejects"), params)
         con.execute(
-            "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+            "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
             [
                 file_id,
                 str(path),
@@ -117,6 +145,7 @@ def _ingest_one(
                 accepted,
                 rejected,
                 state.truncated is None,
+                out_of_order,
                 run_id,
             ],
         )
@@ -127,8 +156,46 @@ def _ingest_one(
     finally:
         con.unregister("ingest_stage")
     return FileResult(
-        str(path), file_id, state.lines, accepted, rejected, state.truncated is None, replaced
+        str(path),
+        file_id,
+        state.lines,
+        accepted,
+        rejected,
+        state.truncated is None,
+        replaced,
+        out_of_order,
+        reason_counts,
     )
+
+
+def _sniff(rows: pa.Table, path: Path, format_name: str) -> None:
+    """Fail fast, before anything is written, on a file that is not ``format_name``."""
+    head = rows.filter(pc.not_equal(pc.fill_null(rows["reason"], ""), "blank_line"))
+    head = head.slice(0, SNIFF_LINES)
+    reasons = head["reason"].to_pylist()
+    if not reasons or any(r is None or r not in _SHAPE_REASONS for r in reasons):
+        return
+    counts: dict[tuple[str, str], int] = {}
+    for r, d in zip(reasons, head["detail"].to_pylist(), strict=True):
+        counts[(r, d)] = counts.get((r, d), 0) + 1
+    (reason, detail), _ = max(counts.items(), key=lambda kv: kv[1])
+    raise FormatMismatch(
+        f"{path} does not look like {format_name}: none of its first {len(reasons)} lines "
+        f"parsed (most often: {reason}, {detail}); pick the right --format or field flags"
+    )
+
+
+def pseudonymize(rows: pa.Table, key: str) -> pa.Table:
+    """Replace tenant names with ``t-`` + the first 16 hex digits of HMAC-SHA256(key, name):
+    stable for one key, not reversible without it."""
+    names = rows["tenant"]
+    mapping = {
+        n: "t-" + hmac.new(key.encode(), n.encode(), hashlib.sha256).hexdigest()[:16]
+        for n in pc.unique(names).to_pylist()
+        if n is not None
+    }
+    column = pa.array([None if n is None else mapping[n] for n in names.to_pylist()], pa.string())
+    return rows.set_column(rows.schema.get_field_index("tenant"), "tenant", column)
 
 
 def _mark_truncated(staged: list[pa.Table], line: int, why: str) -> list[pa.Table]:

@@ -16,9 +16,10 @@ from prefixscope.ingest.formats.base import (
     LogFormat,
 )
 from prefixscope.ingest.formats.mooncake import Mooncake
+from prefixscope.ingest.formats.openai import OpenAI
 from prefixscope.ingest.formats.tokens import Tokens
 
-FORMATS: dict[str, LogFormat] = {f.name: f for f in (Mooncake(), Bailian(), Tokens())}
+FORMATS: dict[str, LogFormat] = {f.name: f for f in (Mooncake(), Bailian(), OpenAI(), Tokens())}
 
 __all__ = [
     "DEFAULT_START",

@@ -60,6 +60,7 @@ class IngestOptions:
     fields: tuple[tuple[str, str], ...] = ()
     chat_template: str | None = None  # openai: Jinja chat template file
     tokenizer: str | None = None  # openai: tokenizer.json of the model
+    pseudonymize_key: str | None = None  # replace tenant names by a keyed hash
 
     def field(self, name: str, default: str | None = None) -> str | None:
         """The field mapped to canonical ``name`` (``--NAME-field``), else ``default``."""

@@ -90,7 +90,8 @@ def _value(f: Field, v: str) -> str:
         f"THEN TRY_CAST({v}::VARCHAR AS UBIGINT[]) END",
         "json": f"{v}",
         "time": f"CASE WHEN {t} IN ('UBIGINT', 'BIGINT', 'DOUBLE') "
-        f"THEN {f.start_us} + CAST(round(TRY_CAST({v}::VARCHAR AS DOUBLE) * {f.unit_us}) AS BIGINT) "
+        f"THEN {f.start_us} "
+        f"+ CAST(round(TRY_CAST({v}::VARCHAR AS DOUBLE) * {f.unit_us}) AS BIGINT) "
         f"WHEN {t} = 'VARCHAR' THEN epoch_us(TRY_CAST({v} ->> '$' AS TIMESTAMPTZ)) END",
     }[f.kind]
 

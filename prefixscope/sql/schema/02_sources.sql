@@ -10,6 +10,7 @@ CREATE TABLE IF NOT EXISTS sources (
     accepted       BIGINT NOT NULL,
     rejected       BIGINT NOT NULL,
     complete       BOOLEAN NOT NULL,
+    out_of_order   BIGINT NOT NULL,  -- accepted rows arriving before an earlier line's arrival
     ingest_run_id  VARCHAR NOT NULL,
     ingested_at    TIMESTAMPTZ NOT NULL
 );
