@@ -394,3 +394,25 @@ def test_a_parquet_file_for_a_json_format_fails_fast(wh, tmp_path) -> None:
     pq.write_table(pa.Table.from_pylist(token_rows()), path)
     with pytest.raises(FormatMismatch, match="Parquet"):
         ingest(con, [path], "mooncake")
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "sample" / "formats"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "options", "tokens", "blocks"),
+    [
+        ("bailian", {}, [521, 680, 70], [33, 43, 5]),
+        ("openai", {"fields": (("tenant", "user"),)}, None, None),
+        ("tokens", {"fields": (("tenant", "tenant"), ("session", "session"),
+                               ("output_tokens", "output_tokens"))}, [21, 41], [1, 2]),
+    ],
+)
+def test_the_documented_samples_ingest_whole(wh, fmt, options, tokens, blocks) -> None:
+    _, con = wh
+    result = ingest(con, [SAMPLES / f"{fmt}.jsonl"], fmt, **options)
+    assert result.rejected == 0 and result.accepted == result.lines
+    got = con.execute("SELECT input_tokens, len(block_hashes) FROM requests ORDER BY arrival_ts"
+                      ).fetchall()
+    if tokens is not None:
+        assert [g[0] for g in got] == tokens and [g[1] for g in got] == blocks
