@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prefixscope.ingest.formats.base import IngestOptions, JsonLines, conform
+from prefixscope.ingest.formats.base import IngestOptions, JsonLines, accepted_csr, conform
 from prefixscope.ingest.formats.jsonfields import Check, Field, parse_fields
 from prefixscope.ingest.hashing import chain_block_ids
 
@@ -54,13 +53,8 @@ class Bailian(JsonLines):
             Check("self_parent", "parent_chat_id = chat_id", "'parent_chat_id equals chat_id'"),
         ]
         rows = parse_fields(con, batch, FIELDS, checks, options.max_line_bytes)
-        ok = pc.is_null(rows["reason"])
-        ids = pc.if_else(ok, rows["ids"], pa.scalar(None, rows["ids"].type))
-        ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-        filled = ids.fill_null([]) if ids.null_count else ids
-        offsets = np.asarray(filled.offsets, dtype=np.int64)
-        offsets = offsets - offsets[0]
-        chained = chain_block_ids(offsets, np.asarray(filled.flatten(), dtype=np.uint64))
+        offsets, ids = accepted_csr(rows, "ids")
+        chained = chain_block_ids(offsets, ids)
         block_hashes = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(chained))
         seconds = pc.multiply(pc.fill_null(rows["ts"], 0.0), 1_000_000)
         micros = pc.cast(pc.round(seconds), pa.int64())

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Protocol
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from prefixscope.ingest.lines import FileReadState, read_line_batches
 
@@ -108,6 +110,17 @@ class JsonLines:
     def batches(self, path: Path, state: FileReadState) -> Iterator[pa.Table]:
         for batch in read_line_batches(path, state):
             yield batch.table
+
+
+def accepted_csr(rows: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """The lists in ``column`` of the accepted rows as CSR ``(offsets, uint64 values)``; a
+    rejected row gets an empty list, so offsets still index every row."""
+    ok = pc.is_null(rows["reason"])
+    lists = pc.if_else(ok, rows[column], pa.scalar(None, rows[column].type))
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    lists = lists.fill_null([]) if lists.null_count else lists
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    return offsets - offsets[0], np.asarray(lists.flatten(), dtype=np.uint64)
 
 
 def conform(table: pa.Table) -> pa.Table:

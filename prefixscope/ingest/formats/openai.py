@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from prefixscope.ingest.formats.base import IngestOptions, JsonLines
 from prefixscope.ingest.formats.jsonfields import Field, parse_fields
-from prefixscope.ingest.formats.tokensource import finish_token_rows
+from prefixscope.ingest.formats.tokensource import arrival_field, finish_token_rows
 
 #: The layout used without ``--chat-template``: ChatML, as Qwen and many open models use it.
 DEFAULT_CHAT_TEMPLATE = (
@@ -144,13 +144,7 @@ class OpenAI(JsonLines):
         request = options.field("request", "request")
         response = options.field("response", "response")
         fields = [
-            Field(
-                "arrival_us",
-                options.field("timestamp", "timestamp"),
-                "time",
-                unit_us=options.unit_us,
-                start_us=options.start_us,
-            ),
+            arrival_field(options),
             Field("body", request, "json"),
             Field("response", response, "json", required=False),
             Field(

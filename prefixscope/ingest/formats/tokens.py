@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from prefixscope.ingest.formats.base import IngestOptions
 from prefixscope.ingest.formats.jsonfields import Check, Field, parse_fields
-from prefixscope.ingest.formats.tokensource import MAX_TOKEN_ID, finish_token_rows
+from prefixscope.ingest.formats.tokensource import MAX_TOKEN_ID, arrival_field, finish_token_rows
 from prefixscope.ingest.lines import FileReadState, read_line_batches
 
 PARQUET_MAGIC = b"PAR1"
@@ -27,13 +27,7 @@ def token_fields(options: IngestOptions) -> list[Field]:
     """The fields a token table is read with, after the flags' mapping."""
     fields = [
         Field("token_ids", options.field("token", "token_ids"), "integer_array"),
-        Field(
-            "arrival_us",
-            options.field("timestamp", "timestamp"),
-            "time",
-            unit_us=options.unit_us,
-            start_us=options.start_us,
-        ),
+        arrival_field(options),
     ]
     optional = {
         "tenant": "id",

@@ -7,23 +7,30 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prefixscope.ingest.formats.base import IngestOptions, conform
+from prefixscope.ingest.formats.base import IngestOptions, accepted_csr, conform
+from prefixscope.ingest.formats.jsonfields import Field
 from prefixscope.ingest.hashing import hash_token_blocks, salt_of
 
 #: Token ids are hashed as 4-byte unsigned ints, as every tokenizer in use fits.
 MAX_TOKEN_ID = 2**32 - 1
 
 
+def arrival_field(options: IngestOptions) -> Field:
+    """The arrival time of a token source: ``--timestamp-field``, numbers in
+    ``--timestamp-unit`` after ``--start``, or ISO 8601 strings."""
+    return Field(
+        "arrival_us",
+        options.field("timestamp", "timestamp") or "timestamp",
+        "time",
+        unit_us=options.unit_us,
+        start_us=options.start_us,
+    )
+
+
 def finish_token_rows(rows: pa.Table, options: IngestOptions, block_size: int) -> pa.Table:
     """Stage rows from parsed rows that hold ``token_ids`` (list of uint64; NULL where
     rejected), ``arrival_us`` (epoch µs) and ``tenant``, plus any stage columns already named."""
-    ok = pc.is_null(rows["reason"])
-    tokens = pc.if_else(ok, rows["token_ids"], pa.scalar(None, rows["token_ids"].type))
-    tokens = tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
-    tokens = tokens.fill_null([]) if tokens.null_count else tokens
-    offsets = np.asarray(tokens.offsets, dtype=np.int64)
-    offsets = offsets - offsets[0]
-    values = np.asarray(tokens.flatten(), dtype=np.uint64)
+    offsets, values = accepted_csr(rows, "token_ids")
     tenants = pc.fill_null(rows["tenant"], "").to_pylist()
     salts = None
     if options.salt_tenants:
