@@ -73,8 +73,10 @@ class Tokens:
             return
         # A Parquet file is typed already: each row becomes one JSON-free "line" (its 1-based
         # row number), so validation and the reject table work the same as for JSON lines.
-        state.sha256.update(path.read_bytes())
-        state.bytes_read = path.stat().st_size
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(8 << 20), b""):
+                state.sha256.update(chunk)
+                state.bytes_read += len(chunk)
         first = 1
         for record in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_ROWS_PER_BATCH):
             table = pa.Table.from_batches([record])
