@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -110,14 +111,13 @@ def _ingest_one(
         staged = _mark_truncated(staged, *state.truncated)
     file_id = state.file_id
     params = {"file_id": file_id, "path": str(path), "format": format_name, "run_id": run_id}
-    con.register("ingest_stage", pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table())
-    stage = con.sql(sql.load("ingest/finalize_stage"), params={"file_id": file_id}).to_arrow_table()
-    con.unregister("ingest_stage")
+    stage = pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table()
+    stage = _reject_duplicates(con, stage, file_id)
     rejected = stage.num_rows - stage["reason"].null_count
     accepted = stage.num_rows - rejected
     # Every line read is staged exactly once: the identity that means "nothing vanishes".
     assert accepted + rejected == state.lines, (accepted, rejected, state.lines)
-    out_of_order = int(pc.sum(stage["out_of_order"]).as_py() or 0) if stage.num_rows else 0
+    out_of_order = _count_out_of_order(stage)
     reasons = pc.value_counts(pc.drop_null(stage["reason"])).to_pylist() if rejected else []
     reason_counts = tuple(
         sorted(((r["values"], r["counts"]) for r in reasons), key=lambda rc: (-rc[1], rc[0]))
@@ -166,6 +166,44 @@ def _ingest_one(
         out_of_order,
         reason_counts,
     )
+
+
+def _reject_duplicates(con: duckdb.DuckDBPyConnection, stage: pa.Table, file_id: str) -> pa.Table:
+    """Reject accepted rows whose request id was seen before (``duplicate_request_id.sql``).
+    Only the narrow (line, id) columns go to DuckDB; most logs carry no id and skip this."""
+    with_id = pc.and_(pc.is_null(stage["reason"]), pc.is_valid(stage["log_request_id"]))
+    if not pc.any(with_id).as_py():
+        return stage
+    con.register("ids", stage.select(["line", "log_request_id"]).filter(with_id))
+    try:
+        dup = con.sql(sql.load("ingest/duplicate_request_ids"), params={"file_id": file_id})
+        lines = dup.to_arrow_table()["line"]
+    finally:
+        con.unregister("ids")
+    if len(lines) == 0:
+        return stage
+    hit = pc.is_in(stage["line"], lines)
+    reason = pc.if_else(hit, "duplicate_request_id", stage["reason"])
+    detail = pc.if_else(
+        hit,
+        "request id already seen (at an earlier line of this file, or in another file)",
+        stage["detail"],
+    )
+    stage = stage.set_column(stage.schema.get_field_index("reason"), "reason", reason)
+    return stage.set_column(stage.schema.get_field_index("detail"), "detail", detail)
+
+
+def _count_out_of_order(stage: pa.Table) -> int:
+    """Accepted rows that arrive before the latest arrival of an earlier line (they are kept:
+    replay sorts by time)."""
+    ok = np.asarray(pc.is_null(stage["reason"]))
+    if not ok.any():
+        return 0
+    lines = np.asarray(stage["line"])[ok]
+    ts = np.asarray(pc.cast(stage["arrival_ts"], pa.int64()).filter(pa.array(ok)))
+    ts = ts[np.argsort(lines, kind="stable")]
+    earlier_max = np.maximum.accumulate(ts)
+    return int(np.count_nonzero(ts[1:] < earlier_max[:-1]))
 
 
 def _sniff(rows: pa.Table, path: Path, format_name: str) -> None:

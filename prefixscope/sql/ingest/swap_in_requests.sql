@@ -3,7 +3,7 @@
 -- file id, ':', line number: stable across re-ingests of the same content.
 INSERT INTO requests BY NAME
 SELECT substr($file_id, 1, 16) || ':' || line AS request_id,
-       * EXCLUDE (line, reason, detail, out_of_order),
+       * EXCLUDE (line, reason, detail),
        $format AS format,
        $file_id AS file_id,
        {'file': $path, 'line': line} AS source,
