@@ -404,15 +404,26 @@ SAMPLES = Path(__file__).resolve().parents[1] / "data" / "sample" / "formats"
     [
         ("bailian", {}, [521, 680, 70], [33, 43, 5]),
         ("openai", {"fields": (("tenant", "user"),)}, None, None),
-        ("tokens", {"fields": (("tenant", "tenant"), ("session", "session"),
-                               ("output_tokens", "output_tokens"))}, [21, 41], [1, 2]),
+        (
+            "tokens",
+            {
+                "fields": (
+                    ("tenant", "tenant"),
+                    ("session", "session"),
+                    ("output_tokens", "output_tokens"),
+                )
+            },
+            [21, 41],
+            [1, 2],
+        ),
     ],
 )
 def test_the_documented_samples_ingest_whole(wh, fmt, options, tokens, blocks) -> None:
     _, con = wh
     result = ingest(con, [SAMPLES / f"{fmt}.jsonl"], fmt, **options)
     assert result.rejected == 0 and result.accepted == result.lines
-    got = con.execute("SELECT input_tokens, len(block_hashes) FROM requests ORDER BY arrival_ts"
-                      ).fetchall()
+    got = con.execute(
+        "SELECT input_tokens, len(block_hashes) FROM requests ORDER BY arrival_ts"
+    ).fetchall()
     if tokens is not None:
         assert [g[0] for g in got] == tokens and [g[1] for g in got] == blocks

@@ -7,18 +7,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.policies.reference import reference_hit_blocks
+from prefixscope.analysis.policies import POLICIES, PolicyOptions
+from prefixscope.analysis.policies.reference import reference_hit_blocks, reference_replay
 from prefixscope.analysis.trace import Trace, build_trace
 
 
-def make_trace(requests: list[list[int]], tenants: list[str] | None = None, bs: int = 4) -> Trace:
+def make_trace(
+    requests: list[list[int]],
+    tenants: list[str] | None = None,
+    bs: int = 4,
+    times: list[float] | None = None,
+) -> Trace:
     return build_trace(
-        requests,
-        [len(r) * bs for r in requests],
-        tenants or ["t"] * len(requests),
-        bs,
+        requests, [len(r) * bs for r in requests], tenants or ["t"] * len(requests), bs, times
     )
+
+
+def options(trace: Trace) -> PolicyOptions:
+    """Settings under which every policy runs: a 5 s ttl, nothing pinned."""
+    return PolicyOptions(ttl_s=5.0, pinned=np.zeros(trace.n_unique, dtype=bool))
+
+
+def run(name: str, trace: Trace, capacity: int) -> np.ndarray:
+    cap = capacity if POLICIES[name].bounded else None
+    return POLICIES[name].hit_blocks(trace, cap, options(trace))
 
 
 def brute_force_lru(requests: list[list[int]], capacity: int) -> list[int]:
@@ -82,7 +94,7 @@ class TestConformance:
     @given(requests=prefix_chains(), capacity=st.integers(1, 12))
     def test_hits_are_a_leading_run_no_longer_than_the_request(self, name, requests, capacity):
         trace = make_trace(requests)
-        hits = POLICIES[name].hit_blocks(trace, capacity if POLICIES[name].bounded else None)
+        hits = run(name, trace, capacity)
         assert hits.dtype == np.int32 and hits.shape == (len(requests),)
         assert np.all((hits >= 0) & (hits <= trace.blocks_per_request))
         assert hits[0] == 0  # nothing is cached before the first request
@@ -91,23 +103,26 @@ class TestConformance:
     @given(requests=prefix_chains(), capacity=st.integers(1, 12))
     def test_never_beats_the_ceiling_and_is_deterministic(self, name, requests, capacity):
         trace = make_trace(requests)
-        cap = capacity if POLICIES[name].bounded else None
-        hits = POLICIES[name].hit_blocks(trace, cap)
+        hits = run(name, trace, capacity)
         ceiling = POLICIES["ceiling"].hit_blocks(trace, None)
         assert np.all(hits <= ceiling)
-        assert np.array_equal(hits, POLICIES[name].hit_blocks(trace, cap))
+        assert np.array_equal(hits, run(name, trace, capacity))
 
     def test_a_cache_that_holds_everything_is_the_ceiling(self, name):
         requests = [[0, 1, 2], [0, 1, 3], [4], [0, 1, 2, 5], [4, 6], [0, 7]]
         trace = make_trace(requests)
-        hits = POLICIES[name].hit_blocks(trace, trace.n_unique if POLICIES[name].bounded else None)
+        hits = POLICIES[name].hit_blocks(
+            trace,
+            trace.n_unique if POLICIES[name].bounded else None,
+            PolicyOptions(ttl_s=1e9, pinned=np.zeros(trace.n_unique, dtype=bool)),
+        )
         assert hits.tolist() == [0, 2, 0, 3, 1, 1]
 
     def test_bounded_policies_refuse_a_missing_capacity(self, name):
         trace = make_trace([[0, 1]])
         if POLICIES[name].bounded:
             with pytest.raises(ValueError):
-                POLICIES[name].hit_blocks(trace, None)
+                POLICIES[name].hit_blocks(trace, None, options(trace))
 
 
 @settings(max_examples=300, deadline=None)
@@ -117,6 +132,34 @@ def test_compiled_lru_matches_both_references(requests, capacity) -> None:
     hits = POLICIES["lru"].hit_blocks(trace, capacity).tolist()
     assert hits == reference_hit_blocks("lru", requests, capacity)
     assert hits == brute_force_lru(requests, capacity)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    requests=st.one_of(prefix_chains(), arbitrary),
+    capacity=st.integers(1, 12),
+    data=st.data(),
+)
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_matches_its_reference_request_by_request(name, requests, capacity, data):
+    n = len(requests)
+    tenants = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    gaps = data.draw(st.lists(st.floats(0, 4), min_size=n, max_size=n))
+    times = list(np.cumsum(gaps) - gaps[0])
+    trace = make_trace(requests, [str(t) for t in tenants], times=times)
+    ids = sorted({b for r in requests for b in r})
+    pins = frozenset(data.draw(st.lists(st.sampled_from(ids), max_size=2)) if ids else [])
+    if name == "pinned" and len(pins) > capacity:
+        return
+    mask = np.isin(trace.hashes, list(pins))
+    got = POLICIES[name].replay(
+        trace,
+        capacity if POLICIES[name].bounded else None,
+        PolicyOptions(ttl_s=3.0, pinned=mask),
+    )
+    want = reference_replay(name, requests, capacity, tenants, times, ttl=3.0, pinned=pins)
+    assert got.hit_blocks.tolist() == want.hit_blocks
+    assert got.cross.tolist() == want.cross
 
 
 @settings(max_examples=200, deadline=None)

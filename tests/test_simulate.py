@@ -63,6 +63,15 @@ def test_bundled_lru_rises_with_capacity_towards_the_ceiling(bundled) -> None:
     assert lru[-1] == pytest.approx(ceiling, abs=1e-12)
 
 
+def test_bundled_belady_is_at_least_lru_at_every_capacity(bundled) -> None:
+    _, _, trace = bundled
+    for capacity in (500, 2_000, 8_000, 32_000, 128_000):
+        lru = POLICIES["lru"].hit_blocks(trace, capacity)
+        belady = POLICIES["belady"].hit_blocks(trace, capacity)
+        lru_tokens = hit_tokens(trace, lru).sum()
+        assert hit_tokens(trace, belady).sum() >= lru_tokens >= 0, capacity
+
+
 def test_partial_last_block_counts_its_own_tokens() -> None:
     # Block size 4: a request of 10 tokens has blocks of 4, 4, 2 tokens.
     trace = build_trace([[1, 2, 3], [1, 2, 3], [1, 2, 4]], [10, 10, 11], ["t"] * 3, 4)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import duckdb
 import numpy as np
@@ -29,6 +30,9 @@ class Trace:
     tenant_codes: np.ndarray  # int32, n_requests; index into `tenants`
     tenants: tuple[str, ...]
     n_unique: int
+    times: np.ndarray  # float64 seconds since the first arrival, n_requests, non-decreasing
+    hashes: np.ndarray  # uint64: the block hash of each dense id
+    request_ids: tuple[str, ...] | None = None  # warehouse request ids, when loaded from one
 
     @property
     def n_requests(self) -> int:
@@ -42,14 +46,61 @@ class Trace:
     def blocks_per_request(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    @cached_property
+    def request_of_lookup(self) -> np.ndarray:
+        """The request index of every lookup (int64, n_lookups)."""
+        return np.repeat(np.arange(self.n_requests), self.blocks_per_request)
+
+    @cached_property
+    def parent(self) -> np.ndarray:
+        """Per dense id, the block before it at its first lookup (-1 for a first block). With
+        prefix-chained hashes this is the block's one and only parent."""
+        position = np.arange(self.n_lookups) - self.offsets[self.request_of_lookup]
+        _, first = np.unique(self.blocks, return_index=True)
+        parent = np.full(self.n_unique, -1, dtype=np.int32)
+        deep = first[position[first] > 0]
+        parent[self.blocks[deep]] = self.blocks[deep - 1]
+        return parent
+
+    @cached_property
+    def next_use(self) -> np.ndarray:
+        """Per lookup, the next request (after this one) that looks up the same block;
+        ``n_requests`` when there is none (int64, n_lookups)."""
+        return _next_use(self.blocks, self.request_of_lookup, self.n_requests)
+
+    @cached_property
+    def token_sizes(self) -> np.ndarray:
+        """Tokens each lookup's block holds: ``block_size``, less for a partial last block."""
+        position = np.arange(self.n_lookups) - self.offsets[self.request_of_lookup]
+        left = self.input_tokens[self.request_of_lookup] - position * self.block_size
+        return np.clip(left, 0, self.block_size)
+
+
+def _next_use(blocks: np.ndarray, request: np.ndarray, n_requests: int) -> np.ndarray:
+    order = np.lexsort((request, blocks))  # by block, then request
+    b, r = blocks[order], request[order]
+    # Runs of equal (block, request): a block repeated within a request is one use. The next
+    # use of a run is the request of the following run of the same block.
+    starts = np.r_[True, (b[1:] != b[:-1]) | (r[1:] != r[:-1])] if len(b) else np.zeros(0, bool)
+    run = np.cumsum(starts) - 1
+    run_b, run_r = b[starts], r[starts]
+    same_block_next = np.r_[run_b[1:] == run_b[:-1], False] if len(run_b) else run_b.astype(bool)
+    run_next = np.where(same_block_next, np.r_[run_r[1:], n_requests], n_requests)
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = run_next[run]
+    return out
+
 
 def build_trace(
     block_hashes: pa.ListArray | pa.LargeListArray | Sequence[Sequence[int]],
     input_tokens: Sequence[int] | np.ndarray,
     tenants: Sequence[str] | np.ndarray,
     block_size: int,
+    times: Sequence[float] | np.ndarray | None = None,
+    request_ids: Sequence[str] | None = None,
 ) -> Trace:
-    """A trace from per-request hash lists (already in replay order)."""
+    """A trace from per-request hash lists (already in replay order); ``times`` in seconds
+    (default: one request a second)."""
     if not isinstance(block_hashes, (pa.ListArray, pa.LargeListArray)):
         block_hashes = pa.array(block_hashes, type=pa.list_(pa.uint64()))
     offsets = np.asarray(block_hashes.offsets, dtype=np.int64)
@@ -57,6 +108,10 @@ def build_trace(
     values = np.asarray(block_hashes.flatten(), dtype=np.uint64)
     unique, dense = np.unique(values, return_inverse=True)
     names, codes = np.unique(np.asarray(tenants, dtype=object).astype(str), return_inverse=True)
+    n = len(offsets) - 1
+    t = np.arange(n, dtype=np.float64) if times is None else np.asarray(times, dtype=np.float64)
+    if n and np.any(np.diff(t) < 0):
+        raise ValueError("times must not decrease: requests are in replay order")
     return Trace(
         block_size=int(block_size),
         offsets=offsets,
@@ -65,6 +120,9 @@ def build_trace(
         tenant_codes=codes.astype(np.int32).ravel(),
         tenants=tuple(str(n) for n in names),
         n_unique=len(unique),
+        times=t - t[0] if n else t,
+        hashes=unique,
+        request_ids=tuple(request_ids) if request_ids is not None else None,
     )
 
 
@@ -77,11 +135,15 @@ def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
     if len(sizes) > 1:
         raise ValueError(f"the warehouse mixes block sizes {sorted(sizes)}; a cache has one")
     table = con.sql(
-        f"SELECT tenant, input_tokens, block_hashes FROM requests ORDER BY {REPLAY_ORDER}"
+        "SELECT request_id, tenant, input_tokens, block_hashes, "
+        "epoch_us(arrival_ts) / 1e6 AS t "
+        f"FROM requests ORDER BY {REPLAY_ORDER}"
     ).to_arrow_table()
     return build_trace(
         table.column("block_hashes").combine_chunks(),
         table.column("input_tokens").to_numpy(),
         table.column("tenant").to_numpy(zero_copy_only=False),
         sizes[0],
+        times=table.column("t").to_numpy(),
+        request_ids=table.column("request_id").to_pylist(),
     )

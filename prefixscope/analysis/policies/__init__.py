@@ -1,13 +1,16 @@
 """Eviction policies, each a strategy behind :class:`~.base.Policy`, looked up by name.
 
-All of them obey the lookup rule of ``docs/simulation.md``: a request's hit is the leading run
+All of them obey the request cycle of ``docs/simulation.md``: a request's hit is the leading run
 of its blocks found in the cache when it arrives, and afterwards all its blocks are cached.
 """
 
-from prefixscope.analysis.policies.base import Policy
+from prefixscope.analysis.policies.base import Outcome, Policy, PolicyOptions
 from prefixscope.analysis.policies.ceiling import Ceiling
-from prefixscope.analysis.policies.lru import LRU
+from prefixscope.analysis.policies.lru import LRU, TTL, Pinned
+from prefixscope.analysis.policies.others import FIFO, LFU, S3FIFO, Belady
 
-POLICIES: dict[str, Policy] = {p.name: p for p in (Ceiling(), LRU())}
+POLICIES: dict[str, Policy] = {
+    p.name: p for p in (Ceiling(), LRU(), FIFO(), LFU(), TTL(), S3FIFO(), Belady(), Pinned())
+}
 
-__all__ = ["POLICIES", "Policy"]
+__all__ = ["POLICIES", "Outcome", "Policy", "PolicyOptions"]

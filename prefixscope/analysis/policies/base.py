@@ -1,7 +1,8 @@
-"""The policy interface every eviction strategy implements."""
+"""The interface every eviction policy implements, and what a replay returns."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -9,14 +10,59 @@ import numpy as np
 from prefixscope.analysis.trace import Trace
 
 
-class Policy(Protocol):
-    """An eviction policy. ``hit_blocks`` replays the whole trace and returns, per request, the
-    length of the leading run of its blocks that were cached when it arrived (int32).
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Settings some policies read: ``ttl_s`` (ttl), ``pinned`` (a bool per dense id: pinned)."""
 
-    ``bounded`` policies need ``capacity_blocks >= 1``; unbounded ones take ``None``.
-    """
+    ttl_s: float | None = None
+    pinned: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A replay: per request the leading run of cached blocks (``hit_blocks``, int32); per
+    lookup whether it hit a block another tenant inserted (``cross``, bool); the first request
+    after which the cache held its capacity (``filled_at``, -1: never)."""
+
+    hit_blocks: np.ndarray
+    cross: np.ndarray
+    filled_at: int
+
+
+class Policy(Protocol):
+    """An eviction policy. ``bounded`` policies need ``capacity_blocks >= 1``; unbounded ones
+    take ``None``. Every policy obeys the request cycle of docs/simulation.md."""
 
     name: str
     bounded: bool
 
-    def hit_blocks(self, trace: Trace, capacity_blocks: int | None) -> np.ndarray: ...
+    def replay(
+        self, trace: Trace, capacity_blocks: int | None, options: PolicyOptions
+    ) -> Outcome: ...
+
+    def hit_blocks(
+        self, trace: Trace, capacity_blocks: int | None, options: PolicyOptions | None = None
+    ) -> np.ndarray: ...
+
+
+class BoundedPolicy:
+    """Shared checks and the ``hit_blocks`` shortcut of policies that need a capacity."""
+
+    name: str
+    bounded: bool = True
+
+    def hit_blocks(
+        self, trace: Trace, capacity_blocks: int | None, options: PolicyOptions | None = None
+    ) -> np.ndarray:
+        return self.replay(trace, capacity_blocks, options or PolicyOptions()).hit_blocks
+
+    def replay(self, trace: Trace, capacity_blocks: int | None, options: PolicyOptions) -> Outcome:
+        if capacity_blocks is None or capacity_blocks < 1:
+            raise ValueError(
+                f"{self.name} needs a capacity of at least 1 block, got {capacity_blocks}"
+            )
+        hits, cross, filled_at = self._run(trace, int(capacity_blocks), options)
+        return Outcome(hits, cross, int(filled_at))
+
+    def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
+        raise NotImplementedError

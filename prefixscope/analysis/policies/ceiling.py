@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prefixscope.analysis.policies.base import Outcome, PolicyOptions
 from prefixscope.analysis.trace import Trace
 
 
@@ -31,9 +32,22 @@ class Ceiling:
     name: str = "ceiling"
     bounded: bool = False
 
-    def hit_blocks(self, trace: Trace, capacity_blocks: int | None = None) -> np.ndarray:
-        request = np.repeat(np.arange(trace.n_requests), trace.blocks_per_request)
+    def replay(
+        self, trace: Trace, capacity_blocks: int | None = None, options: PolicyOptions | None = None
+    ) -> Outcome:
+        request = trace.request_of_lookup
         _, first_lookup = np.unique(trace.blocks, return_index=True)
         first_request = request[first_lookup]  # dense ids are sorted, so this indexes by id
         seen_before = first_request[trace.blocks] < request
-        return leading_run(seen_before, trace.offsets)
+        hits = leading_run(seen_before, trace.offsets)
+        # A block is inserted by the request that first looked it up, and never leaves.
+        owner = trace.tenant_codes[first_request]
+        position = np.arange(trace.n_lookups) - trace.offsets[request]
+        in_run = position < hits[request]
+        cross = in_run & (owner[trace.blocks] != trace.tenant_codes[request])
+        return Outcome(hits, cross, -1)
+
+    def hit_blocks(
+        self, trace: Trace, capacity_blocks: int | None = None, options: PolicyOptions | None = None
+    ) -> np.ndarray:
+        return self.replay(trace).hit_blocks

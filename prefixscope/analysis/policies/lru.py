@@ -1,10 +1,12 @@
-"""``lru``: evict the least recently used block; among blocks last used by the same request,
-the deepest first.
+"""The recency policies, one compiled loop (``_kernels.lru``):
 
-Every request touches its whole chain, so a parent is always used at least as recently as its
-child, and on a tie the child goes first: the cache stays prefix-closed (a block never outlives
-its parent). The order is total, so the cache after each request is exactly the
-``capacity`` most recent blocks under the key (last request, -position).
+- ``lru``: evict the least recently used block; among blocks last used by the same request,
+  the deepest first. Every request touches its whole chain, so a parent is used at least as
+  recently as its child and on a tie the child goes first: the cache stays prefix-closed.
+- ``ttl``: before each request, drop every block idle longer than ``--ttl`` seconds (strictly);
+  when full, LRU.
+- ``pinned``: LRU, except that pinned blocks (the blocks of ``--pin``/``--pin-top`` prefixes)
+  never leave once cached; they count against the capacity.
 """
 
 from __future__ import annotations
@@ -13,18 +15,74 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prefixscope.analysis.policies.base import BoundedPolicy, PolicyOptions
 from prefixscope.analysis.trace import Trace
 
 
+def _kernel():  # type: ignore[no-untyped-def]
+    # Imported on first use: numba takes a third of a second to load; only simulations need it.
+    from prefixscope.analysis.policies import _kernels
+
+    return _kernels
+
+
+def _no_pins(trace: Trace) -> np.ndarray:
+    return np.zeros(trace.n_unique, dtype=np.bool_)
+
+
 @dataclass(frozen=True)
-class LRU:
+class LRU(BoundedPolicy):
     name: str = "lru"
-    bounded: bool = True
 
-    def hit_blocks(self, trace: Trace, capacity_blocks: int | None) -> np.ndarray:
-        if capacity_blocks is None or capacity_blocks < 1:
-            raise ValueError(f"lru needs a capacity of at least 1 block, got {capacity_blocks}")
-        # Imported here: numba takes a third of a second to load, and only simulations need it.
-        from prefixscope.analysis.policies._lru_kernel import lru_hit_blocks
+    def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
+        return _kernel().lru(
+            trace.offsets,
+            trace.blocks,
+            trace.tenant_codes,
+            trace.times,
+            trace.n_unique,
+            capacity,
+            -1.0,
+            _no_pins(trace),
+        )
 
-        return lru_hit_blocks(trace.offsets, trace.blocks, trace.n_unique, int(capacity_blocks))
+
+@dataclass(frozen=True)
+class TTL(BoundedPolicy):
+    name: str = "ttl"
+
+    def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
+        if options.ttl_s is None or options.ttl_s < 0:
+            raise ValueError("ttl needs --ttl SECONDS (>= 0)")
+        return _kernel().lru(
+            trace.offsets,
+            trace.blocks,
+            trace.tenant_codes,
+            trace.times,
+            trace.n_unique,
+            capacity,
+            float(options.ttl_s),
+            _no_pins(trace),
+        )
+
+
+@dataclass(frozen=True)
+class Pinned(BoundedPolicy):
+    name: str = "pinned"
+
+    def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
+        if options.pinned is None:
+            raise ValueError("pinned needs --pin FILE or --pin-top K")
+        pins = np.asarray(options.pinned, dtype=np.bool_)
+        if int(pins.sum()) > capacity:
+            raise ValueError(f"{int(pins.sum())} pinned blocks do not fit in {capacity} blocks")
+        return _kernel().lru(
+            trace.offsets,
+            trace.blocks,
+            trace.tenant_codes,
+            trace.times,
+            trace.n_unique,
+            capacity,
+            -1.0,
+            pins,
+        )

@@ -1,34 +1,198 @@
 """Reference policies in plain Python: the test oracle for the compiled and vectorized ones.
 
-Written for obviousness, not speed. LRU's eviction key is (last request, -position): touching a
-request's blocks deepest first inserts them in increasing key order, so an ``OrderedDict`` kept
-in touch order is in key order, and its first item is always the victim.
+Written for obviousness, not speed: the cache is a dict, and each eviction scans every cached
+block for the one the policy's rule names (S3-FIFO, a set of queues, is spelled out with deques).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 
-def reference_hit_blocks(
-    policy: str, requests: Sequence[Sequence[int]], capacity: int | None
-) -> list[int]:
-    """Per request, the leading run of its blocks cached on arrival, under ``policy``."""
-    if policy not in ("ceiling", "lru"):
-        raise ValueError(f"no reference for policy {policy!r}")
-    if policy == "lru" and (capacity is None or capacity < 1):
-        raise ValueError("lru needs a capacity of at least one block")
-    cache: OrderedDict[int, None] = OrderedDict()  # least recent first
+@dataclass
+class _Block:
+    owner: int
+    inserted: int  # touch number at insertion
+    touched: int  # last touch number
+    last_time: float
+    uses: int = 0
+
+
+@dataclass
+class ReferenceResult:
+    hit_blocks: list[int]
+    cross: list[bool] = field(default_factory=list)  # per lookup, in trace order
+
+
+def reference_replay(
+    policy: str,
+    requests: Sequence[Sequence[int]],
+    capacity: int | None,
+    tenants: Sequence[int] | None = None,
+    times: Sequence[float] | None = None,
+    ttl: float | None = None,
+    pinned: frozenset[int] = frozenset(),
+) -> ReferenceResult:
+    """Replay ``requests`` (lists of block ids) under ``policy``; see docs/simulation.md."""
+    n = len(requests)
+    tenants = tenants if tenants is not None else [0] * n
+    times = times if times is not None else list(range(n))
+    if policy == "s3fifo":
+        return _s3fifo(requests, capacity, tenants)  # type: ignore[arg-type]
+    parent: dict[int, int] = {}
+    for blocks in requests:
+        for i, b in enumerate(blocks):
+            parent.setdefault(b, blocks[i - 1] if i else -1)
+
+    def next_use(b: int, r: int) -> int:
+        return next((q for q in range(r + 1, n) if b in requests[q]), n)
+
+    cache: dict[int, _Block] = {}
+    result = ReferenceResult([])
+    clock = 0
+    for r, blocks in enumerate(requests):
+        if policy == "ttl":
+            for b in [b for b, s in cache.items() if times[r] - s.last_time > ttl]:  # type: ignore[operator]
+                del cache[b]
+        k = 0
+        while k < len(blocks) and blocks[k] in cache:
+            k += 1
+        result.hit_blocks.append(k)
+        result.cross += [i < k and cache[b].owner != tenants[r] for i, b in enumerate(blocks)]
+        for b in reversed(blocks):
+            clock += 1
+            if b in cache:
+                cache[b].touched, cache[b].last_time = clock, times[r]
+                cache[b].uses += 1
+            else:
+                cache[b] = _Block(tenants[r], clock, clock, times[r])
+        if policy == "ceiling":
+            continue
+        while len(cache) > capacity:  # type: ignore[operator]
+            cached_children = {parent[c] for c in cache}
+            candidates = {
+                "lru": lambda b: (cache[b].touched,),
+                "ttl": lambda b: (cache[b].touched,),
+                "pinned": lambda b: (cache[b].touched,),
+                "fifo": lambda b: (cache[b].inserted,),
+                "lfu": lambda b: (cache[b].uses, cache[b].touched),
+                "belady": lambda b, r=r: (-next_use(b, r), cache[b].touched),
+            }
+            key = candidates[policy]
+            eligible = [
+                b
+                for b in cache
+                if not (policy == "pinned" and b in pinned)
+                and not (policy == "belady" and b in cached_children)
+            ]
+            if not eligible:
+                break
+            del cache[min(eligible, key=key)]
+    return result
+
+
+def _s3fifo(
+    requests: Sequence[Sequence[int]], capacity: int, tenants: Sequence[int]
+) -> ReferenceResult:
+    small_cap = max(1, capacity // 10)
+    main_cap = max(1, capacity - small_cap)
+    parent: dict[int, int] = {}
+    for blocks in requests:
+        for i, b in enumerate(blocks):
+            parent.setdefault(b, blocks[i - 1] if i else -1)
+    small: deque[int] = deque()  # left: oldest
+    main: deque[int] = deque()
+    ghost: deque[int] = deque()
+    freq: dict[int, int] = {}
+    owner: dict[int, int] = {}
+    result = ReferenceResult([])
+
+    def cached() -> set[int]:
+        return set(small) | set(main)
+
+    def oldest_leaf(q: deque[int]) -> int | None:
+        has_child = {parent[c] for c in cached()}
+        return next((b for b in q if b not in has_child), None)
+
+    for r, blocks in enumerate(requests):
+        in_cache = cached()
+        k = 0
+        while k < len(blocks) and blocks[k] in in_cache:
+            k += 1
+        result.hit_blocks.append(k)
+        result.cross += [i < k and owner[b] != tenants[r] for i, b in enumerate(blocks)]
+        for b in reversed(blocks):
+            if b in cached():
+                freq[b] = min(freq[b] + 1, 3)
+                continue
+            freq[b], owner[b] = 0, tenants[r]
+            if b in ghost:
+                ghost.remove(b)
+                main.append(b)
+            else:
+                small.append(b)
+        while len(small) + len(main) > capacity:
+            from_small = len(small) >= small_cap
+            for _ in range(2):
+                if from_small:
+                    v = oldest_leaf(small)
+                    if v is None:
+                        from_small = False
+                        continue
+                    small.remove(v)
+                    if freq[v] > 1:
+                        main.append(v)
+                        if len(main) <= main_cap:
+                            break
+                        from_small = False
+                        continue
+                    ghost.append(v)
+                    if len(ghost) > main_cap:
+                        ghost.popleft()
+                    break
+                evicted = False
+                while (v := oldest_leaf(main)) is not None:
+                    main.remove(v)
+                    if freq[v] > 0:
+                        freq[v] -= 1
+                        main.append(v)
+                        continue
+                    evicted = True
+                    break
+                if evicted:
+                    break
+                from_small = True
+    return result
+
+
+def reference_lru(requests: Sequence[Sequence[int]], capacity: int) -> list[int]:
+    """LRU in linear time, for whole traces: touching a request's blocks deepest first puts them
+    in key order, so an ``OrderedDict`` kept in touch order has the victim first."""
+    cache: OrderedDict[int, None] = OrderedDict()
     hits = []
     for blocks in requests:
         k = 0
         while k < len(blocks) and blocks[k] in cache:
             k += 1
         hits.append(k)
-        for block in reversed(blocks):  # a repeated block ends at its shallowest use
+        for block in reversed(blocks):
             cache[block] = None
             cache.move_to_end(block)
-        while policy == "lru" and len(cache) > capacity:  # type: ignore[operator]
+        while len(cache) > capacity:
             cache.popitem(last=False)
     return hits
+
+
+def reference_hit_blocks(
+    policy: str, requests: Sequence[Sequence[int]], capacity: int | None
+) -> list[int]:
+    """Per request, the leading run of its blocks cached on arrival, under ``policy``."""
+    if policy not in ("ceiling", "lru", "fifo", "lfu", "belady", "s3fifo"):
+        raise ValueError(f"no reference for policy {policy!r} without options")
+    if policy != "ceiling" and (capacity is None or capacity < 1):
+        raise ValueError(f"{policy} needs a capacity of at least one block")
+    if policy == "lru":
+        return reference_lru(requests, capacity)  # type: ignore[arg-type]
+    return reference_replay(policy, requests, capacity).hit_blocks

@@ -1,0 +1,408 @@
+"""The compiled replay loops. Every kernel follows the same request cycle (docs/simulation.md):
+
+1. (ttl) drop blocks idle longer than the ttl;
+2. look up the leading run of cached blocks; mark which hits another tenant inserted;
+3. touch the request's blocks, deepest first (a global touch sequence number orders every use:
+   deeper blocks of a request get smaller numbers, so they go first among equals);
+4. evict, by the policy's rule, while more than ``capacity`` blocks are cached.
+
+Each returns ``(hit_blocks int32[n_requests], cross bool[n_lookups], filled_at)``: ``filled_at``
+is the first request after which the cache held ``capacity`` blocks (-1: never).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+NONE = -1
+
+
+@numba.njit(inline="always")
+def _lookup(blocks, start, end, cached, owner, tenant, cross):  # type: ignore[no-untyped-def]
+    k = 0
+    while start + k < end and cached[blocks[start + k]]:
+        cross[start + k] = owner[blocks[start + k]] != tenant
+        k += 1
+    return k
+
+
+# --- a doubly linked list over dense ids; `s` (= n_unique) is the sentinel -------------------
+
+
+@numba.njit(inline="always")
+def _unlink(nxt, prv, b):  # type: ignore[no-untyped-def]
+    nxt[prv[b]] = nxt[b]
+    prv[nxt[b]] = prv[b]
+
+
+@numba.njit(inline="always")
+def _push_back(nxt, prv, s, b):  # type: ignore[no-untyped-def]
+    last = prv[s]
+    nxt[last] = b
+    prv[b] = last
+    nxt[b] = s
+    prv[s] = b
+
+
+@numba.njit(cache=True, nogil=True)
+def lru(offsets, blocks, tenants, times, n_unique, capacity, ttl, pinned):  # type: ignore[no-untyped-def]
+    """LRU; with ``ttl >= 0`` blocks idle longer than ``ttl`` seconds are dropped first; blocks
+    with ``pinned[b]`` never leave once cached (they count against the capacity)."""
+    s = n_unique
+    nxt = np.full(n_unique + 1, s, np.int32)
+    prv = np.full(n_unique + 1, s, np.int32)
+    cached = np.zeros(n_unique, np.bool_)
+    owner = np.zeros(n_unique, np.int32)
+    last_time = np.zeros(n_unique, np.float64)
+    n = offsets.size - 1
+    hits = np.zeros(n, np.int32)
+    cross = np.zeros(blocks.size, np.bool_)
+    size = 0
+    filled_at = NONE
+    for r in range(n):
+        start, end, t = offsets[r], offsets[r + 1], times[r]
+        if ttl >= 0:
+            while nxt[s] != s and t - last_time[nxt[s]] > ttl:
+                v = nxt[s]
+                _unlink(nxt, prv, v)
+                cached[v] = False
+                size -= 1
+        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        for p in range(end - 1, start - 1, -1):
+            b = blocks[p]
+            last_time[b] = t
+            if cached[b]:
+                if pinned[b]:
+                    continue
+                _unlink(nxt, prv, b)
+            else:
+                cached[b] = True
+                owner[b] = tenants[r]
+                size += 1
+                if pinned[b]:
+                    continue
+            _push_back(nxt, prv, s, b)
+        while size > capacity and nxt[s] != s:
+            v = nxt[s]
+            _unlink(nxt, prv, v)
+            cached[v] = False
+            size -= 1
+        if filled_at == NONE and size >= capacity:
+            filled_at = r
+    return hits, cross, filled_at
+
+
+@numba.njit(cache=True, nogil=True)
+def fifo(offsets, blocks, tenants, n_unique, capacity):  # type: ignore[no-untyped-def]
+    """FIFO: evict the block inserted earliest; a hit does not refresh it. A request's new blocks
+    are inserted deepest first, so among them the deepest leaves first."""
+    s = n_unique
+    nxt = np.full(n_unique + 1, s, np.int32)
+    prv = np.full(n_unique + 1, s, np.int32)
+    cached = np.zeros(n_unique, np.bool_)
+    owner = np.zeros(n_unique, np.int32)
+    n = offsets.size - 1
+    hits = np.zeros(n, np.int32)
+    cross = np.zeros(blocks.size, np.bool_)
+    size = 0
+    filled_at = NONE
+    for r in range(n):
+        start, end = offsets[r], offsets[r + 1]
+        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        for p in range(end - 1, start - 1, -1):
+            b = blocks[p]
+            if not cached[b]:
+                cached[b] = True
+                owner[b] = tenants[r]
+                size += 1
+                _push_back(nxt, prv, s, b)
+        while size > capacity:
+            v = nxt[s]
+            _unlink(nxt, prv, v)
+            cached[v] = False
+            size -= 1
+        if filled_at == NONE and size >= capacity:
+            filled_at = r
+    return hits, cross, filled_at
+
+
+# --- an indexed binary min-heap over dense ids, ordered by (key1, key2) -----------------------
+
+
+@numba.njit(inline="always")
+def _less(k1, k2, a, b):  # type: ignore[no-untyped-def]
+    return k1[a] < k1[b] or (k1[a] == k1[b] and k2[a] < k2[b])
+
+
+@numba.njit(inline="always")
+def _swap(heap, where, i, j):  # type: ignore[no-untyped-def]
+    a, b = heap[i], heap[j]
+    heap[i], heap[j] = b, a
+    where[b], where[a] = i, j
+
+
+@numba.njit
+def _sift_up(heap, where, k1, k2, i):  # type: ignore[no-untyped-def]
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _less(k1, k2, heap[i], heap[parent]):
+            break
+        _swap(heap, where, i, parent)
+        i = parent
+
+
+@numba.njit
+def _sift_down(heap, where, k1, k2, i, size):  # type: ignore[no-untyped-def]
+    while True:
+        smallest = i
+        left, right = 2 * i + 1, 2 * i + 2
+        if left < size and _less(k1, k2, heap[left], heap[smallest]):
+            smallest = left
+        if right < size and _less(k1, k2, heap[right], heap[smallest]):
+            smallest = right
+        if smallest == i:
+            return
+        _swap(heap, where, i, smallest)
+        i = smallest
+
+
+@numba.njit
+def _heap_push(heap, where, k1, k2, size, b):  # type: ignore[no-untyped-def]
+    heap[size] = b
+    where[b] = size
+    _sift_up(heap, where, k1, k2, size)
+    return size + 1
+
+
+@numba.njit
+def _heap_remove(heap, where, k1, k2, size, b):  # type: ignore[no-untyped-def]
+    i = where[b]
+    size -= 1
+    if i != size:
+        _swap(heap, where, i, size)
+        moved = heap[i]
+        _sift_up(heap, where, k1, k2, i)
+        _sift_down(heap, where, k1, k2, where[moved], size)
+    where[b] = NONE
+    return size
+
+
+@numba.njit
+def _heap_update(heap, where, k1, k2, size, b):  # type: ignore[no-untyped-def]
+    _sift_up(heap, where, k1, k2, where[b])
+    _sift_down(heap, where, k1, k2, where[b], size)
+
+
+@numba.njit(cache=True, nogil=True)
+def lfu(offsets, blocks, tenants, n_unique, capacity):  # type: ignore[no-untyped-def]
+    """LFU: evict the block with the fewest uses while cached (a use: a request that finds it
+    cached), ties by least recent touch."""
+    cached = np.zeros(n_unique, np.bool_)
+    owner = np.zeros(n_unique, np.int32)
+    freq = np.zeros(n_unique, np.int64)
+    seq = np.zeros(n_unique, np.int64)
+    heap = np.empty(n_unique, np.int32)
+    where = np.full(n_unique, NONE, np.int64)
+    n = offsets.size - 1
+    hits = np.zeros(n, np.int32)
+    cross = np.zeros(blocks.size, np.bool_)
+    size = 0
+    clock = 0
+    filled_at = NONE
+    for r in range(n):
+        start, end = offsets[r], offsets[r + 1]
+        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        for p in range(end - 1, start - 1, -1):
+            b = blocks[p]
+            clock += 1
+            seq[b] = clock
+            if cached[b]:
+                freq[b] += 1
+                _heap_update(heap, where, freq, seq, size, b)
+            else:
+                cached[b] = True
+                owner[b] = tenants[r]
+                freq[b] = 0
+                size = _heap_push(heap, where, freq, seq, size, b)
+        while size > capacity:
+            v = heap[0]
+            size = _heap_remove(heap, where, freq, seq, size, v)
+            cached[v] = False
+        if filled_at == NONE and size >= capacity:
+            filled_at = r
+    return hits, cross, filled_at
+
+
+@numba.njit(cache=True, nogil=True)
+def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity):  # type: ignore[no-untyped-def]
+    """Belady (offline): among cached blocks with no cached child, evict the one whose next use
+    is furthest away (never: furthest of all), ties by least recent touch.
+    ``next_use[p]`` is the next request that looks up the block at lookup ``p``."""
+    cached = np.zeros(n_unique, np.bool_)
+    owner = np.zeros(n_unique, np.int32)
+    children = np.zeros(n_unique, np.int32)
+    far = np.zeros(n_unique, np.int64)  # minus the next use: the heap's first key
+    seq = np.zeros(n_unique, np.int64)
+    heap = np.empty(n_unique, np.int32)
+    where = np.full(n_unique, NONE, np.int64)
+    n = offsets.size - 1
+    hits = np.zeros(n, np.int32)
+    cross = np.zeros(blocks.size, np.bool_)
+    size = 0  # cached blocks
+    leaves = 0  # heap size
+    clock = 0
+    filled_at = NONE
+    for r in range(n):
+        start, end = offsets[r], offsets[r + 1]
+        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        for p in range(end - 1, start - 1, -1):
+            b = blocks[p]
+            clock += 1
+            seq[b] = clock
+            far[b] = -next_use[p]
+            if cached[b]:
+                if where[b] != NONE:
+                    _heap_update(heap, where, far, seq, leaves, b)
+                continue
+            cached[b] = True
+            owner[b] = tenants[r]
+            size += 1
+            q = parent[b]
+            if q != NONE:
+                children[q] += 1
+                if where[q] != NONE:  # its parent is no longer a leaf
+                    leaves = _heap_remove(heap, where, far, seq, leaves, q)
+            if children[b] == 0:
+                leaves = _heap_push(heap, where, far, seq, leaves, b)
+        while size > capacity:
+            v = heap[0]
+            leaves = _heap_remove(heap, where, far, seq, leaves, v)
+            cached[v] = False
+            size -= 1
+            q = parent[v]
+            if q != NONE:
+                children[q] -= 1
+                if children[q] == 0 and cached[q]:
+                    leaves = _heap_push(heap, where, far, seq, leaves, q)
+        if filled_at == NONE and size >= capacity:
+            filled_at = r
+    return hits, cross, filled_at
+
+
+# --- S3-FIFO: small FIFO S, main FIFO M, ghost FIFO G (ids only), one linked list each --------
+
+S_QUEUE, M_QUEUE, G_QUEUE = 1, 2, 3
+
+
+@numba.njit(inline="always")
+def _oldest_leaf(nxt, sentinel, children):  # type: ignore[no-untyped-def]
+    b = nxt[sentinel]
+    while b != sentinel and children[b] > 0:
+        b = nxt[b]
+    return b
+
+
+@numba.njit(cache=True, nogil=True)
+def s3fifo(offsets, blocks, tenants, parent, n_unique, capacity):  # type: ignore[no-untyped-def]
+    """S3-FIFO (SOSP'23), kept prefix-closed: only blocks without cached children are evicted
+    or moved; the others are passed over where they stand. See docs/simulation.md."""
+    small_cap = max(1, capacity // 10)
+    main_cap = max(1, capacity - small_cap)
+    ghost_cap = main_cap
+    sen = np.array([n_unique, n_unique + 1, n_unique + 2])  # sentinels of S, M, G
+    nxt = np.empty(n_unique + 3, np.int32)
+    prv = np.empty(n_unique + 3, np.int32)
+    for q in range(3):
+        nxt[sen[q]] = sen[q]
+        prv[sen[q]] = sen[q]
+    queue = np.zeros(n_unique, np.int8)
+    freq = np.zeros(n_unique, np.int8)
+    children = np.zeros(n_unique, np.int32)
+    owner = np.zeros(n_unique, np.int32)
+    cached = np.zeros(n_unique, np.bool_)
+    counts = np.zeros(4, np.int64)  # blocks in S, M, G by queue id
+    n = offsets.size - 1
+    hits = np.zeros(n, np.int32)
+    cross = np.zeros(blocks.size, np.bool_)
+    size = 0
+    filled_at = NONE
+    for r in range(n):
+        start, end = offsets[r], offsets[r + 1]
+        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        for p in range(end - 1, start - 1, -1):
+            b = blocks[p]
+            if cached[b]:
+                if freq[b] < 3:
+                    freq[b] += 1
+                continue
+            target = S_QUEUE
+            if queue[b] == G_QUEUE:
+                _unlink(nxt, prv, b)
+                counts[G_QUEUE] -= 1
+                target = M_QUEUE
+            cached[b] = True
+            owner[b] = tenants[r]
+            freq[b] = 0
+            queue[b] = target
+            counts[target] += 1
+            _push_back(nxt, prv, sen[target - 1], b)
+            size += 1
+            if parent[b] != NONE:
+                children[parent[b]] += 1
+        while size > capacity:
+            from_small = counts[S_QUEUE] >= small_cap
+            for _ in range(2):  # one queue, then (if it had nothing to give) the other
+                if from_small:
+                    v = _oldest_leaf(nxt, sen[0], children)
+                    if v == sen[0]:
+                        from_small = False
+                        continue
+                    _unlink(nxt, prv, v)
+                    counts[S_QUEUE] -= 1
+                    if freq[v] > 1:  # seen again while small: promote to M
+                        queue[v] = M_QUEUE
+                        counts[M_QUEUE] += 1
+                        _push_back(nxt, prv, sen[1], v)
+                        if counts[M_QUEUE] <= main_cap:
+                            break
+                        from_small = False  # M is over its share: evict from M next
+                        continue
+                    cached[v] = False
+                    size -= 1
+                    if parent[v] != NONE:
+                        children[parent[v]] -= 1
+                    queue[v] = G_QUEUE  # remembered in the ghost queue
+                    counts[G_QUEUE] += 1
+                    _push_back(nxt, prv, sen[2], v)
+                    if counts[G_QUEUE] > ghost_cap:
+                        g = nxt[sen[2]]
+                        _unlink(nxt, prv, g)
+                        queue[g] = 0
+                        counts[G_QUEUE] -= 1
+                    break
+                else:
+                    evicted = False
+                    while True:
+                        v = _oldest_leaf(nxt, sen[1], children)
+                        if v == sen[1]:
+                            break
+                        _unlink(nxt, prv, v)
+                        if freq[v] > 0:  # reinserted with one use less
+                            freq[v] -= 1
+                            _push_back(nxt, prv, sen[1], v)
+                            continue
+                        cached[v] = False
+                        queue[v] = 0
+                        counts[M_QUEUE] -= 1
+                        size -= 1
+                        if parent[v] != NONE:
+                            children[parent[v]] -= 1
+                        evicted = True
+                        break
+                    if evicted:
+                        break
+                    from_small = True
+        if filled_at == NONE and size >= capacity:
+            filled_at = r
+    return hits, cross, filled_at
