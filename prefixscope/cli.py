@@ -37,6 +37,31 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        value = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(
+            f"expected a duration like 30s, 5m, 1h: {text!r}"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive: {text!r}")
+    return value
+
+
 def _name_list(text: str) -> list[str]:
     return [v.strip() for v in text.split(",") if v.strip()]
 
@@ -53,8 +78,9 @@ def _timestamp(text: str) -> datetime:
 
 def build_parser() -> argparse.ArgumentParser:
     from prefixscope.analysis.policies import POLICIES
-    from prefixscope.analysis.windows import WINDOWS
     from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
+
+    POLICY_NAMES = list(POLICIES)  # noqa: N806
 
     parser = argparse.ArgumentParser(
         prog="prefixscope", description="What a prefix (KV) cache is really worth."
@@ -106,11 +132,47 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="replay requests through a simulated prefix cache")
     warehouse_arg(p)
-    p.add_argument("--policy", type=_name_list, required=True, help=f"{', '.join(POLICIES)}")
+    p.add_argument("--policy", type=_name_list, required=True, help=", ".join(POLICY_NAMES))
     cap = p.add_mutually_exclusive_group()
     cap.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
     cap.add_argument("--capacity-tokens", type=_int_list, metavar="N[,N...]")
-    p.add_argument("--window", type=_name_list, default=["all"], help=f"{', '.join(WINDOWS)}")
+    cap.add_argument(
+        "--capacity-gib",
+        type=_float_list,
+        metavar="X[,X...]",
+        help="KV cache GiB of --model or --model-config",
+    )
+    p.add_argument("--model", help="catalog model for --capacity-gib (e.g. llama-3-8b)")
+    p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
+    p.add_argument(
+        "--window",
+        type=_name_list,
+        default=["all"],
+        help="all, last-half, steady (comma-separated)",
+    )
+    p.add_argument(
+        "--isolation",
+        type=_name_list,
+        default=["shared"],
+        help="shared, salted, partitioned (comma-separated)",
+    )
+    p.add_argument("--quota-file", metavar="FILE", help="partitioned: tenant,share lines")
+    p.add_argument("--ttl", type=float, metavar="SECONDS", help="ttl: idle time before a drop")
+    p.add_argument("--pin", metavar="FILE", help="pinned: prefix hashes to keep")
+    p.add_argument("--pin-top", type=int, metavar="K", help="pinned: the K most shared prefixes")
+    p.add_argument(
+        "--bucket",
+        type=_duration,
+        default=300.0,
+        metavar="DURATION",
+        help="time bucket of hit_rate_timeseries, e.g. 5m, 30s, 1h (5m)",
+    )
+    p.add_argument(
+        "--outcomes",
+        action="store_true",
+        help="also write request_outcomes for every configuration",
+    )
 
     p = sub.add_parser("report", help="write the self-contained report page")
     warehouse_arg(p)
@@ -181,18 +243,28 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from prefixscope import warehouse
-    from prefixscope.analysis.simulate import run_simulation
+    from prefixscope.analysis.simulate import Capacities, Settings, run_simulation
     from prefixscope.dashboards.text import format_hit_rates
 
+    capacities = Capacities(
+        blocks=args.capacity_blocks,
+        tokens=args.capacity_tokens,
+        gib=args.capacity_gib,
+        model=args.model,
+        model_config=args.model_config,
+        kv_dtype=args.kv_dtype,
+    )
+    settings = Settings(
+        windows=tuple(args.window),
+        ttl_s=args.ttl,
+        pin_file=args.pin,
+        pin_top=args.pin_top,
+        quota_file=args.quota_file,
+        bucket_s=args.bucket,
+        outcomes=args.outcomes,
+    )
     with warehouse.connect(args.warehouse) as con:
-        table = run_simulation(
-            con,
-            policies=args.policy,
-            capacity_blocks=args.capacity_blocks,
-            capacity_tokens=args.capacity_tokens,
-            windows=args.window,
-            parameters=vars(args),
-        )
+        table = run_simulation(con, args.policy, capacities, settings, args.isolation, vars(args))
     print(format_hit_rates(table))
     return 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from prefixscope import warehouse
-from prefixscope.analysis.simulate import run_simulation
+from prefixscope.analysis.simulate import Capacities, Settings, run_simulation
 from prefixscope.dashboards import build_report
 from prefixscope.ingest import IngestOptions, ingest_files
 from tests.conftest import mooncake_line
@@ -29,7 +29,12 @@ def page(wh, write_lines, tmp_path: Path) -> Path:
             ingest_files(
                 con, [write_lines(lines)], "mooncake", IngestOptions(tenant=tenant), run_id
             )
-    run_simulation(con, ["ceiling", "lru"], capacity_blocks=[2, 4, 8], windows=["all", "last-half"])
+    run_simulation(
+        con,
+        ["ceiling", "lru"],
+        Capacities(blocks=[2, 4, 8]),
+        Settings(windows=("all", "last-half")),
+    )
     return build_report(con, tmp_path / "out" / "report.html", "wh.duckdb")
 
 

@@ -11,7 +11,9 @@ from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.policies.reference import reference_hit_blocks
 from prefixscope.analysis.simulate import (
+    Capacities,
     Scenario,
+    Settings,
     capacities_in_blocks,
     hit_tokens,
     run_simulation,
@@ -37,7 +39,11 @@ def bundled(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def test_bundled_ceiling_matches_the_published_prefix_hit_rate(bundled) -> None:
     _, _, trace = bundled
-    table = simulate_grid(trace, [Scenario("ceiling", None)], ["all"]).to_pylist()
+    table = (
+        simulate_grid(trace, [Scenario("ceiling", None)], Settings(windows=tuple(["all"])))
+        .arrow()[0]
+        .to_pylist()
+    )
     fleet = next(r for r in table if r["tenant"] == "*")
     assert fleet["requests"] == 12_031 and fleet["input_tokens"] == 144_793_823
     assert fleet["token_hit_rate"] == pytest.approx(0.3736, abs=5e-4)
@@ -55,7 +61,11 @@ def test_bundled_lru_matches_the_python_reference(bundled, capacity: int) -> Non
 def test_bundled_lru_rises_with_capacity_towards_the_ceiling(bundled) -> None:
     _, _, trace = bundled
     caps = [500, 2_000, 8_000, 32_000, 128_000, trace.n_unique]
-    table = simulate_grid(trace, scenarios(["ceiling", "lru"], caps), ["all"]).to_pylist()
+    table = (
+        simulate_grid(trace, scenarios(["ceiling", "lru"], caps), Settings(windows=tuple(["all"])))
+        .arrow()[0]
+        .to_pylist()
+    )
     fleet = [r for r in table if r["tenant"] == "*"]
     ceiling = next(r["token_hit_rate"] for r in fleet if r["policy"] == "ceiling")
     lru = [r["token_hit_rate"] for r in fleet if r["policy"] == "lru"]
@@ -93,7 +103,13 @@ def test_windows_tenants_and_the_fleet_add_up() -> None:
     requests = [[0, 1], [0, 2], [5, 6], [0, 1], [5, 6], [0, 2], [5, 7], [0, 1]]
     tenants = ["a", "a", "b", "a", "b", "a", "b", "a"]
     trace = build_trace(requests, [8] * 8, tenants, 4)
-    table = simulate_grid(trace, [Scenario("ceiling", None)], ["all", "last-half"]).to_pylist()
+    table = (
+        simulate_grid(
+            trace, [Scenario("ceiling", None)], Settings(windows=tuple(["all", "last-half"]))
+        )
+        .arrow()[0]
+        .to_pylist()
+    )
     for window, n in (("all", 8), ("last-half", 4)):
         rows = [r for r in table if r["measure_window"] == window]
         fleet = next(r for r in rows if r["tenant"] == "*")
@@ -133,7 +149,7 @@ def test_run_simulation_records_its_run_and_rows(wh, write_lines) -> None:
     path = write_lines([mooncake_line(timestamp=i, hash_ids=[100, i % 3]) for i in range(9)])
     with warehouse.recorded_run(con, "ingest", {}) as run_id:
         ingest_files(con, [path], "mooncake", IngestOptions(tenant="acme"), run_id)
-    run_simulation(con, ["ceiling", "lru"], capacity_tokens=[1024, 4096], windows=["all"])
+    run_simulation(con, ["ceiling", "lru"], Capacities(tokens=[1024, 4096]), Settings())
     rows = con.execute(
         "SELECT tenant, policy, capacity_blocks, capacity_tokens, requests, hit_tokens "
         "FROM hit_rates ORDER BY policy, capacity_blocks, tenant"
@@ -151,7 +167,7 @@ def test_run_simulation_records_its_run_and_rows(wh, write_lines) -> None:
     ((command, params, status),) = con.execute(
         "SELECT command, parameters, status FROM runs WHERE command = 'simulate'"
     ).fetchall()
-    assert status == "succeeded" and json.loads(params)["capacity_tokens"] == [1024, 4096]
+    assert status == "succeeded" and json.loads(params)["capacities"]["tokens"] == [1024, 4096]
     assert con.execute(
         "SELECT count(DISTINCT run_id) FROM hit_rates WHERE run_id IN (SELECT run_id FROM runs)"
     ).fetchone() == (1,)

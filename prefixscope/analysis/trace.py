@@ -33,6 +33,7 @@ class Trace:
     times: np.ndarray  # float64 seconds since the first arrival, n_requests, non-decreasing
     hashes: np.ndarray  # uint64: the block hash of each dense id
     request_ids: tuple[str, ...] | None = None  # warehouse request ids, when loaded from one
+    start_s: float = 0.0  # epoch seconds of the first arrival (times count from it)
 
     @property
     def n_requests(self) -> int:
@@ -123,6 +124,7 @@ def build_trace(
         times=t - t[0] if n else t,
         hashes=unique,
         request_ids=tuple(request_ids) if request_ids is not None else None,
+        start_s=float(t[0]) if n else 0.0,
     )
 
 

@@ -88,9 +88,10 @@ def _charts_html(rates: pl.DataFrame) -> str:
 
 def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
     fig = go.Figure()
+    rows = rows.with_columns(label=_label_expr())
     bounded = rows.filter(pl.col("capacity_blocks").is_not_null()).sort("capacity_blocks")
-    for i, policy in enumerate(bounded["policy"].unique(maintain_order=True)):
-        curve = bounded.filter(pl.col("policy") == policy)
+    for i, policy in enumerate(bounded["label"].unique(maintain_order=True)):
+        curve = bounded.filter(pl.col("label") == policy)
         fig.add_trace(
             go.Scatter(
                 x=curve["capacity_tokens"].to_list(),
@@ -105,11 +106,13 @@ def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
             )
         )
     for row in rows.filter(pl.col("capacity_blocks").is_null()).iter_rows(named=True):
+        if row["token_hit_rate"] is None:
+            continue
         fig.add_hline(
             y=row["token_hit_rate"],
             line_dash="dash",
             line_color="#555",
-            annotation_text=f"{row['policy']} {row['token_hit_rate']:.2%}",
+            annotation_text=f"{row['label']} {row['token_hit_rate']:.2%}",
             annotation_position="top left",
         )
     who = "fleet" if tenant == FLEET else f"tenant {tenant}"
@@ -124,13 +127,29 @@ def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
     return fig
 
 
+def _label_expr() -> pl.Expr:
+    """A curve's name: the policy, its options and its isolation when not shared."""
+    label = pl.col("policy")
+    label = (
+        pl.when(pl.col("policy_options").is_not_null())
+        .then(pl.concat_str([label, pl.lit(" ("), pl.col("policy_options"), pl.lit(")")]))
+        .otherwise(label)
+    )
+    return (
+        pl.when(pl.col("isolation") != "shared")
+        .then(pl.concat_str([label, pl.lit(", "), pl.col("isolation")]))
+        .otherwise(label)
+    )
+
+
 def _table_html(rates: pl.DataFrame) -> str:
     if rates.is_empty():
         return "<p>No simulation results yet.</p>"
     head = (
         "<tr><th class='text'>window</th><th class='text'>tenant</th><th class='text'>policy</th>"
-        "<th>capacity (blocks)</th><th>capacity (tokens)</th><th>requests</th>"
-        "<th>input tokens</th><th>hit tokens</th><th>token hit rate</th>"
+        "<th class='text'>isolation</th><th>capacity (blocks)</th><th>capacity (tokens)</th>"
+        "<th>capacity (GiB)</th><th>requests</th><th>input tokens</th><th>hit tokens</th>"
+        "<th>from other tenants</th><th>token hit rate</th><th>95% CI</th>"
         "<th>request hit rate</th></tr>"
     )
     if rates.filter(pl.col("tenant") != FLEET)["tenant"].n_unique() <= 1:
@@ -141,12 +160,20 @@ def _table_html(rates: pl.DataFrame) -> str:
         cap_b = "∞" if r["capacity_blocks"] is None else f"{r['capacity_blocks']:,}"
         cap_t = "∞" if r["capacity_tokens"] is None else f"{r['capacity_tokens']:,}"
         tenant = "fleet" if r["tenant"] == FLEET else html.escape(r["tenant"])
+        gib = "" if r["capacity_gib"] is None else f"{r['capacity_gib']:g} ({r['model']})"
+        policy = r["policy"] + (f" ({r['policy_options']})" if r["policy_options"] else "")
+        ci = "" if r["ci_low"] is None else f"{_pct(r['ci_low'])}–{_pct(r['ci_high'])}"
+        if r["steady"] is False:
+            ci = "cache never filled: no steady state"
         body.append(
             f"<tr{cls}><td class='text'>{html.escape(r['measure_window'])}</td>"
-            f"<td class='text'>{tenant}</td><td class='text'>{html.escape(r['policy'])}</td>"
-            f"<td>{cap_b}</td><td>{cap_t}</td><td>{r['requests']:,}</td>"
+            f"<td class='text'>{tenant}</td><td class='text'>{html.escape(policy)}</td>"
+            f"<td class='text'>{html.escape(r['isolation'])}</td>"
+            f"<td>{cap_b}</td><td>{cap_t}</td><td>{html.escape(gib)}</td><td>{r['requests']:,}</td>"
             f"<td>{r['input_tokens']:,}</td><td>{r['hit_tokens']:,}</td>"
-            f"<td>{_pct(r['token_hit_rate'])}</td><td>{_pct(r['request_hit_rate'])}</td></tr>"
+            f"<td>{r['cross_tenant_hit_tokens']:,}</td>"
+            f"<td>{_pct(r['token_hit_rate'])}</td><td>{html.escape(ci)}</td>"
+            f"<td>{_pct(r['request_hit_rate'])}</td></tr>"
         )
     return f"<table>{head}{''.join(body)}</table>"
 

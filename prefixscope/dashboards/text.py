@@ -15,7 +15,8 @@ def format_hit_rates(table: pa.Table) -> str:
     """``hit_rates`` rows grouped by window, fleet first, then by policy and capacity."""
     df = pl.from_arrow(table)
     assert isinstance(df, pl.DataFrame)
-    if df.filter(pl.col("tenant") != FLEET)["tenant"].n_unique() > MAX_TENANTS_SHOWN:
+    tenants = df.filter(pl.col("tenant") != FLEET)["tenant"].n_unique()
+    if tenants > MAX_TENANTS_SHOWN or tenants == 1:  # one tenant's rows repeat the fleet's
         df = df.filter(pl.col("tenant") == FLEET)
     df = df.sort(
         [
@@ -23,19 +24,33 @@ def format_hit_rates(table: pa.Table) -> str:
             pl.col("tenant") != FLEET,
             pl.col("tenant"),
             pl.col("policy"),
+            *([pl.col("isolation")] if "isolation" in df.columns else []),
             pl.col("capacity_blocks"),
         ],
         nulls_last=False,
     )
+    shared_only = "isolation" not in df.columns or set(df["isolation"].to_list()) == {"shared"}
     lines = [
-        f"{'window':<10} {'tenant':<12} {'policy':<8} {'capacity':>12} {'requests':>9} "
-        f"{'token hit':>9} {'req hit':>8}"
+        f"{'window':<10} {'tenant':<12} {'policy':<8} "
+        + ("" if shared_only else f"{'isolation':<11} ")
+        + f"{'capacity':>12} {'requests':>9} {'token hit':>9} {'req hit':>8}"
     ]
     for r in df.iter_rows(named=True):
         cap = "inf" if r["capacity_blocks"] is None else f"{r['capacity_blocks']:,} blk"
         tenant = "fleet" if r["tenant"] == FLEET else r["tenant"][:12]
+        mode = "" if shared_only else f"{r['isolation']:<11} "
+        rate = _num(r["token_hit_rate"], 9)
+        if r.get("ci_low") is not None:
+            rate += f"  (95% CI {r['ci_low']:.4f}-{r['ci_high']:.4f}, from request "
+            rate += f"{r['warmup_requests']:,})"
+        elif r.get("steady") is False:
+            rate += "  (the cache never filled: no steady state)"
         lines.append(
-            f"{r['measure_window']:<10} {tenant:<12} {r['policy']:<8} {cap:>12} "
-            f"{r['requests']:>9,} {r['token_hit_rate']:>9.4f} {r['request_hit_rate']:>8.4f}"
+            f"{r['measure_window']:<10} {tenant:<12} {r['policy']:<8} {mode}{cap:>12} "
+            f"{r['requests']:>9,} {rate[:9]} {_num(r['request_hit_rate'], 8)}{rate[9:]}"
         )
     return "\n".join(lines)
+
+
+def _num(x: float | None, width: int) -> str:
+    return f"{'—':>{width}}" if x is None else f"{x:>{width}.4f}"

@@ -13,12 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
 
 from prefixscope import warehouse
-from prefixscope.analysis.simulate import Scenario, scenarios, simulate_grid, write_hit_rates
+from prefixscope.analysis.simulate import (
+    Scenario,
+    Settings,
+    Tables,
+    scenarios,
+    simulate_grid,
+    write_tables,
+)
 from prefixscope.analysis.trace import Trace, load_trace
 from prefixscope.dashboards import build_report
 from prefixscope.dashboards.text import format_hit_rates
@@ -66,17 +72,22 @@ def load(warehouse_path: str) -> Trace:
 
 
 @task(cache_policy=NO_CACHE)
-def simulate(trace: Trace, scenario: Scenario, windows: Sequence[str]) -> pa.Table:
-    return simulate_grid(trace, [scenario], windows)
+def simulate(trace: Trace, scenario: Scenario, settings: Settings) -> Tables:
+    return simulate_grid(trace, [scenario], settings)
 
 
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def store(warehouse_path: str, tables: Sequence[pa.Table], parameters: dict[str, object]) -> str:
+def store(warehouse_path: str, parts: Sequence[Tables], parameters: dict[str, object]) -> str:
+    merged = Tables()
+    for part in parts:
+        merged.hit_rates += part.hit_rates
+        merged.timeseries += part.timeseries
+        merged.outcomes += part.outcomes
     with (
         warehouse.connect(warehouse_path) as con,
         warehouse.recorded_run(con, "simulate", parameters) as run_id,
     ):
-        write_hit_rates(con, pa.concat_tables(tables), run_id)
+        write_tables(con, merged, run_id)
     return run_id
 
 
@@ -107,14 +118,16 @@ def fleet_report(
 
     ingested = ingest(inputs, warehouse_path, format_name, IngestOptions(tenant=tenant))
     trace = load(warehouse_path)
-    tables = simulate.map(trace=unmapped(trace), scenario=grid, windows=unmapped(windows))
+    settings = Settings(windows=tuple(windows))
+    tables = simulate.map(trace=unmapped(trace), scenario=grid, settings=unmapped(settings))
     store(
         warehouse_path,
         tables.result(),
         {"policies": policies, "capacity_blocks": capacities_blocks, "windows": windows},
     )
     page = report(warehouse_path, report_path)
-    fleet = pa.concat_tables(tables.result()).filter(pc.field("tenant") == FLEET)
+    rows = [row for part in tables.result() for row in part.hit_rates if row["tenant"] == FLEET]
+    fleet = pa.Table.from_pylist(rows)
     return FleetReportOutcome(
         warehouse=warehouse_path,
         report=page,

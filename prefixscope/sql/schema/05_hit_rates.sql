@@ -1,18 +1,30 @@
--- One row per (run, tenant, policy, capacity, measure window). tenant '*' is the whole fleet.
--- capacity_blocks is NULL for the unbounded 'ceiling' policy.
+-- One row per (run, tenant, policy and its options, isolation, capacity, measure window).
+-- tenant '*' is the whole fleet. capacity_blocks is NULL for the unbounded 'ceiling' policy.
 -- token_hit_rate = hit_tokens / input_tokens; request_hit_rate = hit_requests / requests.
+-- For the 'steady' window: warmup_requests is where measuring starts; steady is false when the
+-- cache never filled, and then the rates and interval are NULL (no steady state to report).
 CREATE TABLE IF NOT EXISTS hit_rates (
-    run_id            VARCHAR NOT NULL,
-    tenant            VARCHAR NOT NULL,
-    policy            VARCHAR NOT NULL,
-    capacity_blocks   BIGINT,
-    capacity_tokens   BIGINT,
-    block_size        INTEGER NOT NULL,
-    measure_window    VARCHAR NOT NULL,
-    requests          BIGINT NOT NULL,
-    input_tokens      BIGINT NOT NULL,
-    hit_tokens        BIGINT NOT NULL,
-    hit_requests      BIGINT NOT NULL,
-    token_hit_rate    DOUBLE,
-    request_hit_rate  DOUBLE
+    run_id                   VARCHAR NOT NULL,
+    tenant                   VARCHAR NOT NULL,
+    policy                   VARCHAR NOT NULL,
+    policy_options           VARCHAR,
+    isolation                VARCHAR NOT NULL,
+    capacity_blocks          BIGINT,
+    capacity_tokens          BIGINT,
+    capacity_gib             DOUBLE,
+    model                    VARCHAR,
+    kv_dtype                 VARCHAR,
+    block_size               INTEGER NOT NULL,
+    measure_window           VARCHAR NOT NULL,
+    requests                 BIGINT NOT NULL,
+    input_tokens             BIGINT NOT NULL,
+    hit_tokens               BIGINT NOT NULL,
+    cross_tenant_hit_tokens  BIGINT NOT NULL,
+    hit_requests             BIGINT NOT NULL,
+    token_hit_rate           DOUBLE,
+    request_hit_rate         DOUBLE,
+    warmup_requests          BIGINT,
+    steady                   BOOLEAN,
+    ci_low                   DOUBLE,
+    ci_high                  DOUBLE
 );
