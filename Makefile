@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python benchmarks/simulate_bundled.py
 	$(BIN)/python benchmarks/ingest_scale.py
 	$(BIN)/python benchmarks/hashing.py
+	$(BIN)/python benchmarks/simulator_core.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks

@@ -94,6 +94,47 @@ def lru(offsets, blocks, tenants, times, n_unique, capacity, ttl, pinned):  # ty
 
 
 @numba.njit(cache=True, nogil=True)
+def lru_plain(offsets, blocks, tenants, n_unique, capacity):  # type: ignore[no-untyped-def]
+    """LRU alone: the same cycle as :func:`lru` without idle times or pins, for speed."""
+    s = n_unique
+    nxt = np.full(n_unique + 1, s, np.int32)
+    prv = np.full(n_unique + 1, s, np.int32)
+    cached = np.zeros(n_unique, np.bool_)
+    owner = np.zeros(n_unique, np.int32)
+    n = offsets.size - 1
+    hits = np.zeros(n, np.int32)
+    cross = np.zeros(blocks.size, np.bool_)
+    size = 0
+    filled_at = NONE
+    for r in range(n):
+        start, end = offsets[r], offsets[r + 1]
+        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        for p in range(end - 1, start - 1, -1):
+            b = blocks[p]
+            if cached[b]:
+                nxt[prv[b]] = nxt[b]
+                prv[nxt[b]] = prv[b]
+            else:
+                cached[b] = True
+                owner[b] = tenants[r]
+                size += 1
+            last = prv[s]
+            nxt[last] = b
+            prv[b] = last
+            nxt[b] = s
+            prv[s] = b
+        while size > capacity:
+            v = nxt[s]
+            nxt[s] = nxt[v]
+            prv[nxt[v]] = s
+            cached[v] = False
+            size -= 1
+        if filled_at == NONE and size >= capacity:
+            filled_at = r
+    return hits, cross, filled_at
+
+
+@numba.njit(cache=True, nogil=True)
 def fifo(offsets, blocks, tenants, n_unique, capacity):  # type: ignore[no-untyped-def]
     """FIFO: evict the block inserted earliest; a hit does not refresh it. A request's new blocks
     are inserted deepest first, so among them the deepest leaves first."""
@@ -295,33 +336,26 @@ def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity):  # t
 S_QUEUE, M_QUEUE, G_QUEUE = 1, 2, 3
 
 
-@numba.njit(inline="always")
-def _oldest_leaf(nxt, sentinel, children):  # type: ignore[no-untyped-def]
-    b = nxt[sentinel]
-    while b != sentinel and children[b] > 0:
-        b = nxt[b]
-    return b
-
-
 @numba.njit(cache=True, nogil=True)
 def s3fifo(offsets, blocks, tenants, parent, n_unique, capacity):  # type: ignore[no-untyped-def]
-    """S3-FIFO (SOSP'23), kept prefix-closed: only blocks without cached children are evicted
-    or moved; the others are passed over where they stand. See docs/simulation.md."""
+    """S3-FIFO (SOSP'23), kept prefix-closed: a block with cached children is in use by them and
+    is never evicted; at the head of its queue it moves to M's tail. See docs/simulation.md."""
     small_cap = max(1, capacity // 10)
-    main_cap = max(1, capacity - small_cap)
-    ghost_cap = main_cap
-    sen = np.array([n_unique, n_unique + 1, n_unique + 2])  # sentinels of S, M, G
+    ghost_cap = max(1, capacity - small_cap)
+    sen_s, sen_m, sen_g = n_unique, n_unique + 1, n_unique + 2
     nxt = np.empty(n_unique + 3, np.int32)
     prv = np.empty(n_unique + 3, np.int32)
-    for q in range(3):
-        nxt[sen[q]] = sen[q]
-        prv[sen[q]] = sen[q]
+    for q in (sen_s, sen_m, sen_g):
+        nxt[q] = q
+        prv[q] = q
     queue = np.zeros(n_unique, np.int8)
     freq = np.zeros(n_unique, np.int8)
     children = np.zeros(n_unique, np.int32)
     owner = np.zeros(n_unique, np.int32)
     cached = np.zeros(n_unique, np.bool_)
-    counts = np.zeros(4, np.int64)  # blocks in S, M, G by queue id
+    n_small = 0
+    n_main = 0
+    n_ghost = 0
     n = offsets.size - 1
     hits = np.zeros(n, np.int32)
     cross = np.zeros(blocks.size, np.bool_)
@@ -336,73 +370,71 @@ def s3fifo(offsets, blocks, tenants, parent, n_unique, capacity):  # type: ignor
                 if freq[b] < 3:
                     freq[b] += 1
                 continue
-            target = S_QUEUE
-            if queue[b] == G_QUEUE:
-                _unlink(nxt, prv, b)
-                counts[G_QUEUE] -= 1
-                target = M_QUEUE
             cached[b] = True
             owner[b] = tenants[r]
             freq[b] = 0
-            queue[b] = target
-            counts[target] += 1
-            _push_back(nxt, prv, sen[target - 1], b)
             size += 1
             if parent[b] != NONE:
                 children[parent[b]] += 1
+            if queue[b] == G_QUEUE:  # remembered: straight to M
+                _unlink(nxt, prv, b)
+                n_ghost -= 1
+                queue[b] = M_QUEUE
+                n_main += 1
+                _push_back(nxt, prv, sen_m, b)
+            else:
+                queue[b] = S_QUEUE
+                n_small += 1
+                _push_back(nxt, prv, sen_s, b)
         while size > capacity:
-            from_small = counts[S_QUEUE] >= small_cap
-            for _ in range(2):  # one queue, then (if it had nothing to give) the other
-                if from_small:
-                    v = _oldest_leaf(nxt, sen[0], children)
-                    if v == sen[0]:
-                        from_small = False
-                        continue
+            evicted = NONE
+            if n_small >= small_cap:
+                # S: a block in use by its children, or seen again, moves to M; the first
+                # other one leaves and is remembered in G.
+                passes = n_small
+                while passes > 0 and nxt[sen_s] != sen_s:
+                    passes -= 1
+                    v = nxt[sen_s]
                     _unlink(nxt, prv, v)
-                    counts[S_QUEUE] -= 1
-                    if freq[v] > 1:  # seen again while small: promote to M
+                    n_small -= 1
+                    if children[v] > 0 or freq[v] > 1:
                         queue[v] = M_QUEUE
-                        counts[M_QUEUE] += 1
-                        _push_back(nxt, prv, sen[1], v)
-                        if counts[M_QUEUE] <= main_cap:
-                            break
-                        from_small = False  # M is over its share: evict from M next
+                        n_main += 1
+                        _push_back(nxt, prv, sen_m, v)
                         continue
-                    cached[v] = False
-                    size -= 1
-                    if parent[v] != NONE:
-                        children[parent[v]] -= 1
-                    queue[v] = G_QUEUE  # remembered in the ghost queue
-                    counts[G_QUEUE] += 1
-                    _push_back(nxt, prv, sen[2], v)
-                    if counts[G_QUEUE] > ghost_cap:
-                        g = nxt[sen[2]]
+                    queue[v] = G_QUEUE
+                    n_ghost += 1
+                    _push_back(nxt, prv, sen_g, v)
+                    if n_ghost > ghost_cap:
+                        g = nxt[sen_g]
                         _unlink(nxt, prv, g)
                         queue[g] = 0
-                        counts[G_QUEUE] -= 1
+                        n_ghost -= 1
+                    evicted = v
                     break
-                else:
-                    evicted = False
-                    while True:
-                        v = _oldest_leaf(nxt, sen[1], children)
-                        if v == sen[1]:
-                            break
-                        _unlink(nxt, prv, v)
-                        if freq[v] > 0:  # reinserted with one use less
+            if evicted == NONE:
+                # M: a block in use goes round; a block with count > 0 goes round with one less;
+                # the first other one leaves. Each block goes round at most 4 times a call.
+                passes = 4 * n_main + 1
+                while passes > 0 and nxt[sen_m] != sen_m:
+                    passes -= 1
+                    v = nxt[sen_m]
+                    _unlink(nxt, prv, v)
+                    if children[v] > 0 or freq[v] > 0:
+                        if children[v] == 0:
                             freq[v] -= 1
-                            _push_back(nxt, prv, sen[1], v)
-                            continue
-                        cached[v] = False
-                        queue[v] = 0
-                        counts[M_QUEUE] -= 1
-                        size -= 1
-                        if parent[v] != NONE:
-                            children[parent[v]] -= 1
-                        evicted = True
-                        break
-                    if evicted:
-                        break
-                    from_small = True
+                        _push_back(nxt, prv, sen_m, v)
+                        continue
+                    queue[v] = 0
+                    n_main -= 1
+                    evicted = v
+                    break
+            if evicted == NONE:
+                continue  # S handed its blocks to M: M gives a victim on the next round
+            cached[evicted] = False
+            size -= 1
+            if parent[evicted] != NONE:
+                children[parent[evicted]] -= 1
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at

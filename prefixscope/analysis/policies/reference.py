@@ -97,34 +97,30 @@ def _s3fifo(
     requests: Sequence[Sequence[int]], capacity: int, tenants: Sequence[int]
 ) -> ReferenceResult:
     small_cap = max(1, capacity // 10)
-    main_cap = max(1, capacity - small_cap)
+    ghost_cap = max(1, capacity - small_cap)
     parent: dict[int, int] = {}
     for blocks in requests:
         for i, b in enumerate(blocks):
             parent.setdefault(b, blocks[i - 1] if i else -1)
-    small: deque[int] = deque()  # left: oldest
+    small: deque[int] = deque()  # left: the head, the oldest
     main: deque[int] = deque()
     ghost: deque[int] = deque()
     freq: dict[int, int] = {}
     owner: dict[int, int] = {}
     result = ReferenceResult([])
 
-    def cached() -> set[int]:
-        return set(small) | set(main)
-
-    def oldest_leaf(q: deque[int]) -> int | None:
-        has_child = {parent[c] for c in cached()}
-        return next((b for b in q if b not in has_child), None)
+    def in_use(b: int) -> bool:  # it has a cached child
+        return any(parent[c] == b for c in (*small, *main))
 
     for r, blocks in enumerate(requests):
-        in_cache = cached()
+        in_cache = set(small) | set(main)
         k = 0
         while k < len(blocks) and blocks[k] in in_cache:
             k += 1
         result.hit_blocks.append(k)
         result.cross += [i < k and owner[b] != tenants[r] for i, b in enumerate(blocks)]
         for b in reversed(blocks):
-            if b in cached():
+            if b in small or b in main:
                 freq[b] = min(freq[b] + 1, 3)
                 continue
             freq[b], owner[b] = 0, tenants[r]
@@ -134,36 +130,30 @@ def _s3fifo(
             else:
                 small.append(b)
         while len(small) + len(main) > capacity:
-            from_small = len(small) >= small_cap
-            for _ in range(2):
-                if from_small:
-                    v = oldest_leaf(small)
-                    if v is None:
-                        from_small = False
-                        continue
-                    small.remove(v)
-                    if freq[v] > 1:
+            victim = None
+            if len(small) >= small_cap:
+                for _ in range(len(small)):
+                    v = small.popleft()
+                    if in_use(v) or freq[v] > 1:
                         main.append(v)
-                        if len(main) <= main_cap:
-                            break
-                        from_small = False
                         continue
                     ghost.append(v)
-                    if len(ghost) > main_cap:
+                    if len(ghost) > ghost_cap:
                         ghost.popleft()
+                    victim = v
                     break
-                evicted = False
-                while (v := oldest_leaf(main)) is not None:
-                    main.remove(v)
-                    if freq[v] > 0:
-                        freq[v] -= 1
+            if victim is None:
+                for _ in range(4 * len(main) + 1):
+                    if not main:
+                        break
+                    v = main.popleft()
+                    if in_use(v) or freq[v] > 0:
+                        if not in_use(v):
+                            freq[v] -= 1
                         main.append(v)
                         continue
-                    evicted = True
+                    victim = v
                     break
-                if evicted:
-                    break
-                from_small = True
     return result
 
 

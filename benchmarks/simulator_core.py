@@ -1,0 +1,89 @@
+"""Benchmark: the compiled simulator core against the plain-Python reference, same run.
+
+The synthetic trace is the bundled trace tiled with shifted ids (copy k's ids + k * 2**32, each
+copy after the previous one), to at least 25 M block lookups. Prints lookups per second of the
+compiled LRU at one capacity, the Python reference's, and their ratio; then every policy.
+
+    make bench        # or: .venv/bin/python benchmarks/simulator_core.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from prefixscope import warehouse
+from prefixscope.analysis.policies import POLICIES, PolicyOptions
+from prefixscope.analysis.policies.reference import reference_lru
+from prefixscope.analysis.trace import REPLAY_ORDER, build_trace
+from prefixscope.ingest import IngestOptions, ingest_files
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversation_trace.jsonl.gz"
+TARGET_LOOKUPS = 25_000_000
+CAPACITY = 100_000
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        con = warehouse.connect(Path(tmp) / "bench.duckdb")
+        with warehouse.recorded_run(con, "ingest", {}) as run_id:
+            ingest_files(con, [SAMPLE], "mooncake", IngestOptions(), run_id)
+        base = con.sql(
+            f"SELECT block_hashes, input_tokens FROM requests ORDER BY {REPLAY_ORDER}"
+        ).to_arrow_table()
+        con.close()
+    lists = base["block_hashes"].combine_chunks()
+    per_copy = len(lists.flatten())
+    copies = -(-TARGET_LOOKUPS // per_copy)
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    values = np.asarray(lists.flatten(), dtype=np.uint64)
+    all_values = np.concatenate([values + np.uint64(k << 32) for k in range(copies)])
+    all_offsets = np.concatenate(
+        [offsets[:-1] + k * per_copy for k in range(copies)] + [[copies * per_copy]]
+    )
+    hashes = pa.ListArray.from_arrays(pa.array(all_offsets), pa.array(all_values))
+    n = len(all_offsets) - 1
+    tokens = np.tile(base["input_tokens"].to_numpy(), copies)
+    trace = build_trace(hashes, tokens, ["t"] * n, 512)
+    print(
+        f"synthetic trace: {copies} copies of the bundled trace, {n:,} requests, "
+        f"{trace.n_lookups:,} block lookups, {trace.n_unique:,} distinct blocks"
+    )
+
+    lru = POLICIES["lru"]
+    lru.hit_blocks(trace, CAPACITY)  # compile, or load the cached machine code
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        compiled = lru.hit_blocks(trace, CAPACITY)
+        times.append(time.perf_counter() - t)
+    t_compiled = statistics.median(times)
+    requests = [trace.blocks[trace.offsets[i] : trace.offsets[i + 1]].tolist() for i in range(n)]
+    t = time.perf_counter()
+    reference = reference_lru(requests, CAPACITY)
+    t_reference = time.perf_counter() - t
+    assert compiled.tolist() == reference, "the compiled LRU and the reference disagree"
+    print(
+        f"lru @ {CAPACITY:,} blocks: compiled {t_compiled:.3f} s "
+        f"({trace.n_lookups / t_compiled / 1e6:.1f} M lookups/s, median of 3); "
+        f"python reference {t_reference:.2f} s ({trace.n_lookups / t_reference / 1e6:.2f} M "
+        f"lookups/s); ratio {t_reference / t_compiled:.0f}x; results identical"
+    )
+
+    options = PolicyOptions(ttl_s=600.0, pinned=np.zeros(trace.n_unique, dtype=bool))
+    for name, policy in POLICIES.items():
+        cap = CAPACITY if policy.bounded else None
+        policy.replay(trace, cap, options)
+        t = time.perf_counter()
+        policy.replay(trace, cap, options)
+        dt = time.perf_counter() - t
+        print(f"  {name:<8} {dt:6.3f} s  {trace.n_lookups / dt / 1e6:7.1f} M lookups/s")
+
+
+if __name__ == "__main__":
+    main()
