@@ -95,7 +95,7 @@ def replay(
         keyed = salted(trace)
         return impl.replay(keyed, capacity, _remap_pins(options, trace, keyed))
     hits = np.zeros(trace.n_requests, np.int32)
-    cross = np.zeros(trace.n_lookups, np.bool_)
+    cross = np.zeros(0, np.bool_)  # a partition holds one tenant: no cross-tenant hits
     filled = []
     for code, share in enumerate(quotas(trace, quota_file)):
         rows = np.flatnonzero(trace.tenant_codes == code)

@@ -172,6 +172,8 @@ def hit_tokens(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
 
 def cross_tokens(trace: Trace, outcome: Outcome) -> np.ndarray:
     """Hit tokens per request served from blocks another tenant inserted."""
+    if len(outcome.cross) == 0:  # one tenant: nobody else to hit
+        return np.zeros(trace.n_requests, dtype=np.int64)
     weights = np.where(outcome.cross, trace.token_sizes, 0)
     return np.bincount(trace.request_of_lookup, weights=weights, minlength=trace.n_requests).astype(
         np.int64

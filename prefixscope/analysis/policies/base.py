@@ -21,8 +21,9 @@ class PolicyOptions:
 @dataclass(frozen=True)
 class Outcome:
     """A replay: per request the leading run of cached blocks (``hit_blocks``, int32); per
-    lookup whether it hit a block another tenant inserted (``cross``, bool); the first request
-    after which the cache held its capacity (``filled_at``, -1: never)."""
+    lookup whether it hit a block another tenant inserted (``cross``, bool; empty when the
+    trace has one tenant); the first request after which the cache held its capacity
+    (``filled_at``, -1: never)."""
 
     hit_blocks: np.ndarray
     cross: np.ndarray
