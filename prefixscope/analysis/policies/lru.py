@@ -35,15 +35,15 @@ class LRU(BoundedPolicy):
     name: str = "lru"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
-        return _kernel().lru(
+        if trace.n_lookups >= 2**31:
+            raise ValueError("a trace of 2**31 block lookups or more: split it")
+        return _kernel().lru_plain(
             trace.offsets,
             trace.blocks,
             trace.tenant_codes,
-            trace.times,
             trace.n_unique,
             capacity,
-            -1.0,
-            _no_pins(trace),
+            len(trace.tenants) > 1,
         )
 
 
