@@ -184,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     warehouse_arg(p)
     p.add_argument("--out", default="report.html")
     p.add_argument("--tenant", default=DEFAULT_TENANT)
-    p.add_argument("--policy", type=_name_list, default=["ceiling", "lru"])
+    p.add_argument("--policy", type=_name_list, help="ceiling,lru,fifo,s3fifo,belady")
     p.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
-    p.add_argument("--window", type=_name_list, default=["all", "last-half"])
+    p.add_argument("--window", type=_name_list, help="all,last-half,steady")
     return parser
 
 
@@ -291,9 +291,9 @@ def _fleet_report(args: argparse.Namespace) -> int:
         report_path=args.out,
         format_name=args.format,
         tenant=args.tenant,
-        policies=args.policy,
+        policies=args.policy or None,
         capacities_blocks=args.capacity_blocks or list(DEFAULT_CAPACITIES),
-        windows=args.window,
+        windows=args.window or None,
     )
     print(f"warehouse: {Path(outcome.warehouse).resolve()}")
     print(f"report:    {Path(outcome.report).resolve()}")

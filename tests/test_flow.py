@@ -44,11 +44,18 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     rates = dict(
         con.execute(
             "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "
-            "WHERE tenant = '*' AND measure_window = 'all'"
+            "WHERE tenant = '*' AND measure_window = 'all' AND policy IN ('ceiling', 'lru')"
         ).fetchall()
     )
     assert set(rates) == {-1, 4_000, 64_000}
     assert rates[4_000] < rates[64_000] < rates[-1] == pytest.approx(0.3736, abs=5e-4)
+    policies = {p for (p,) in con.execute("SELECT DISTINCT policy FROM hit_rates").fetchall()}
+    assert policies == {"ceiling", "lru", "fifo", "s3fifo", "belady"}
+    windows = {
+        w for (w,) in con.execute("SELECT DISTINCT measure_window FROM hit_rates").fetchall()
+    }
+    assert windows == {"all", "last-half", "steady"}
+    assert con.execute("SELECT count(*) FROM hit_rate_timeseries").fetchone()[0] > 0
     con.close()
 
     # The run is on the server's record, under the flow's name, completed.

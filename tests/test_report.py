@@ -88,13 +88,18 @@ def test_the_page_renders_its_charts_in_headless_chromium_without_errors(page: P
             tab.on("request", lambda r: requests.append(r.url))
             tab.goto(page.as_uri(), wait_until="load")
             tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=20_000)
-            charts = tab.locator(".js-plotly-plot").count()
+            titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
             curves = tab.locator(".js-plotly-plot .scatterlayer .trace").count()
-            title = tab.locator(".js-plotly-plot .gtitle").first.text_content()
+            title = titles[0] if titles else None
         finally:
             browser.close()
     assert errors == []
     assert all(u.startswith("file://") for u in requests), requests
-    assert charts == 2 * 3  # two windows × (fleet, alpha, beta)
-    assert curves == charts  # one lru curve per chart; the ceiling is a shape
+    over_capacity = [t for t in titles if "over capacity" in t]
+    over_time = [t for t in titles if "over time" in t]
+    assert len(over_capacity) == 2 * 3  # two windows × (fleet, alpha, beta)
+    assert len(over_time) == 1
+    # one lru curve per capacity chart (the ceiling is a shape), and in the time chart the
+    # ceiling and the middle lru capacity are shown (the others are hidden in the legend)
+    assert curves == len(over_capacity) + 2
     assert title is not None and "fleet" in title

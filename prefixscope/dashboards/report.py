@@ -32,6 +32,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
     """Write the report page for the warehouse behind ``con`` to ``out`` and return its path."""
     summary = con.sql(sql.load("marts/trace_summary")).pl()
     rates = con.sql(sql.load("marts/latest_hit_rates")).pl()
+    series = con.sql(sql.load("marts/latest_timeseries")).pl()
     page = Template(
         (files("prefixscope.dashboards") / "templates" / "report.html").read_text("utf-8")
     ).substitute(
@@ -41,6 +42,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         warehouse=html.escape(warehouse_name),
         summary=_summary_html(summary),
         charts=_charts_html(rates),
+        timeseries=_timeseries_html(series),
         table=_table_html(rates),
         miss_cost=html.escape(MISS_COST_NOTE),
     )
@@ -84,6 +86,54 @@ def _charts_html(rates: pl.DataFrame) -> str:
             fig = _curve_figure(in_window.filter(pl.col("tenant") == tenant), window, tenant)
             parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
     return "\n".join(parts)
+
+
+def _timeseries_html(series: pl.DataFrame) -> str:
+    """The fleet's token hit rate over time: warm-up and drift. One line per configuration; the
+    middle capacity of each policy is shown, the others are a click on the legend away."""
+    if series.is_empty():
+        return "<p>No time series yet.</p>"
+    fig = go.Figure()
+    keys = series.select("policy", "isolation", "capacity_blocks").unique(maintain_order=True)
+    middle: dict[tuple[str, str], int | None] = {}
+    for (policy, mode), group in keys.group_by(["policy", "isolation"], maintain_order=True):
+        caps = sorted(c for c in group["capacity_blocks"].to_list() if c is not None)
+        middle[(str(policy), str(mode))] = caps[len(caps) // 2] if caps else None
+    colors = {name: i for i, name in enumerate(keys["policy"].unique(maintain_order=True))}
+    for policy, mode, cap in keys.iter_rows():
+        line = series.filter(
+            (pl.col("policy") == policy)
+            & (pl.col("isolation") == mode)
+            & (
+                pl.col("capacity_blocks").is_null()
+                if cap is None
+                else pl.col("capacity_blocks") == cap
+            )
+        )
+        name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
+            "" if cap is None else f" @ {cap:,} blocks"
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=line["bucket_start"].to_list(),
+                y=line["token_hit_rate"].to_list(),
+                mode="lines",
+                name=name,
+                line={
+                    "color": _PALETTE[colors[policy] % len(_PALETTE)],
+                    "dash": "solid" if cap == middle[(policy, mode)] else "dot",
+                },
+                visible=True if cap == middle[(policy, mode)] else "legendonly",
+            )
+        )
+    fig.update_layout(
+        title="Fleet token hit rate over time (warm-up, drift)",
+        xaxis={"title": "arrival time (UTC)"},
+        yaxis={"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
+        height=420,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+    )
+    return fig.to_html(full_html=False, include_plotlyjs=False)
 
 
 def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:

@@ -34,6 +34,8 @@ from prefixscope.warehouse import FLEET
 #: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
 #: working set is 182,790 blocks, so the curve reaches the ceiling's neighbourhood).
 DEFAULT_CAPACITIES = (1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000)
+DEFAULT_POLICIES = ("ceiling", "lru", "fifo", "s3fifo", "belady")
+DEFAULT_WINDOWS = ("all", "last-half", "steady")
 
 
 @dataclass(frozen=True)
@@ -111,9 +113,9 @@ def fleet_report(
     capacities_blocks: list[int] | None = None,
     windows: list[str] | None = None,
 ) -> FleetReportOutcome:
-    policies = policies or ["ceiling", "lru"]
+    policies = policies or list(DEFAULT_POLICIES)
     capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
-    windows = windows or ["all", "last-half"]
+    windows = windows or list(DEFAULT_WINDOWS)
     grid = scenarios(policies, capacities_blocks)  # fail on a bad policy before any work
 
     ingested = ingest(inputs, warehouse_path, format_name, IngestOptions(tenant=tenant))
