@@ -117,28 +117,26 @@ def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner):  # typ
         # this request's slots in reverse, so its deepest block is the least recent. A block
         # repeated in the request keeps its shallowest (latest) slot.
         top = start + end - 1  # block at lookup p goes to log slot top - p
+        run = True
         k = 0
-        running = True
-        for p in range(start, end):
+        for p in range(start, end):  # branch-free where it can be: hits are unpredictable
             b = blocks[p]
             slot = top - p
-            if latest[b] < head:
-                running = False
-                if track_owner:
+            old = latest[b]
+            miss = old < head
+            size += miss
+            run &= not miss
+            k += run
+            if track_owner:
+                if miss:
                     owner[b] = tenant
-                size += 1
-            elif running:
-                if track_owner:
+                elif run:
                     cross[p] = owner[b] != tenant
-                k += 1
-            if slot > latest[b]:
-                latest[b] = slot
+            latest[b] = max(old, slot)
             log[slot] = b
         hits[r] = k
         while size > capacity:
-            v = log[head]
-            if latest[v] == head:  # the block's latest touch: it is the least recent
-                size -= 1
+            size -= latest[log[head]] == head  # an entry counts only if it is its block's latest
             head += 1
         if filled_at == NONE and size >= capacity:
             filled_at = r
