@@ -96,32 +96,57 @@ def lru(offsets, blocks, tenants, times, n_unique, capacity, ttl, pinned):  # ty
 @numba.njit(cache=True, nogil=True)
 def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner):  # type: ignore[no-untyped-def]
     """LRU alone, the same rule as :func:`lru` without idle times or pins, on a touch log
-    instead of a linked list: every touch appends the block to the log and records where; the
-    log is then in LRU order with stale entries (a block touched again later) to skip, and a
-    block is cached iff its latest entry lies at or after the log's eviction head. Writes are
-    sequential, which is what makes it fast on traces larger than the CPU caches. Owners (for
-    cross-tenant hits) are tracked only when ``track_owner`` (more than one tenant)."""
-    latest = np.full(n_unique, -1, np.int32)  # position of the block's latest log entry
-    log = np.empty(blocks.size, np.int32)
-    owner = np.zeros(n_unique if track_owner else 1, np.int32)
+    instead of a linked list. Every touch appends the block to the log at the next (virtual)
+    position and records it as the block's latest; the log is then in LRU order, with stale
+    entries (blocks touched again later) to skip, and a block is cached iff its latest position
+    lies at or after the eviction head. The log is a ring of a few times the capacity: when a
+    request would not fit, the live entries are copied, in order, to its end. So writes are
+    sequential and the working memory stays small, which is what makes it fast on traces larger
+    than the CPU caches. Owners (for cross-tenant hits) are tracked only when ``track_owner``."""
     n = offsets.size - 1
+    longest = 0
+    for r in range(n):
+        longest = max(longest, offsets[r + 1] - offsets[r])
+    held = min(capacity, n_unique)  # a cache larger than the distinct blocks never evicts
+    ring = 1  # room for 4x what can be live, or for every touch, whichever is less
+    while ring < min(4 * (held + longest), blocks.size + longest + 1):
+        ring *= 2
+    mask = ring - 1
+    latest = np.zeros(n_unique, np.int32)  # latest virtual log position (0: never touched)
+    log = np.empty(ring, np.int32)
+    scratch = np.empty(held + longest, np.int32)
+    owner = np.zeros(n_unique if track_owner else 1, np.int32)
     hits = np.zeros(n, np.int32)
     cross = np.zeros(blocks.size if track_owner else 0, np.bool_)  # empty: no other tenant
-    head = 0
+    head = 1  # virtual positions start at 1
+    tail = 1
     size = 0
     filled_at = NONE
     for r in range(n):
         start, end = offsets[r], offsets[r + 1]
         tenant = tenants[r]
+        if tail - head + (end - start) > ring:  # compact: the live entries, in order, to the end
+            live = 0
+            for pos in range(head, tail):
+                b = log[pos & mask]
+                if latest[b] == pos:
+                    scratch[live] = b
+                    live += 1
+            head = tail
+            for j in range(live):
+                b = scratch[j]
+                log[(tail + j) & mask] = b
+                latest[b] = tail + j
+            tail += live
         # One pass, shallowest first: look up while the run lasts, and log every block into
         # this request's slots in reverse, so its deepest block is the least recent. A block
         # repeated in the request keeps its shallowest (latest) slot.
-        top = start + end - 1  # block at lookup p goes to log slot top - p
+        top = tail + (end - start) - 1
         run = True
         k = 0
         for p in range(start, end):  # branch-free where it can be: hits are unpredictable
             b = blocks[p]
-            slot = top - p
+            slot = top - (p - start)
             old = latest[b]
             miss = old < head
             size += miss
@@ -133,10 +158,11 @@ def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner):  # typ
                 elif run:
                     cross[p] = owner[b] != tenant
             latest[b] = max(old, slot)
-            log[slot] = b
+            log[slot & mask] = b
+        tail += end - start
         hits[r] = k
         while size > capacity:
-            size -= latest[log[head]] == head  # an entry counts only if it is its block's latest
+            size -= latest[log[head & mask]] == head  # only a block's latest entry counts
             head += 1
         if filled_at == NONE and size >= capacity:
             filled_at = r

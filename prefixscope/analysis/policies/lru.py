@@ -35,8 +35,8 @@ class LRU(BoundedPolicy):
     name: str = "lru"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
-        if trace.n_lookups >= 2**31:
-            raise ValueError("a trace of 2**31 block lookups or more: split it")
+        if trace.n_lookups >= 2**30:  # log positions are int32, compaction copies included
+            raise ValueError("a trace of 2**30 block lookups or more: split it")
         return _kernel().lru_plain(
             trace.offsets,
             trace.blocks,
