@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import duckdb
 import numpy as np
@@ -113,6 +113,12 @@ class Tables:
     hit_rates: list[dict[str, object]] = field(default_factory=list)
     timeseries: list[dict[str, object]] = field(default_factory=list)
     outcomes: list[pa.Table] = field(default_factory=list)
+
+    def extend(self, other: Tables) -> None:
+        """Add another simulation's rows (a fan-out's parts come back one scenario each)."""
+        self.hit_rates += other.hit_rates
+        self.timeseries += other.timeseries
+        self.outcomes += other.outcomes
 
     def arrow(self) -> tuple[pa.Table, pa.Table, pa.Table]:
         outcomes = (
@@ -323,7 +329,9 @@ def _outcomes(trace, s, outcome, tokens, cross) -> pa.Table:  # type: ignore[no-
     first_miss = np.where(outcome.hit_blocks < n_blocks, outcome.hit_blocks, -1)
     return pa.table(
         {
-            "request_id": pa.array(trace.request_ids or [str(i) for i in range(trace.n_requests)]),
+            "request_id": trace.request_ids
+            if trace.request_ids is not None
+            else pa.array([str(i) for i in range(trace.n_requests)]),
             "tenant": pa.array([trace.tenants[c] for c in trace.tenant_codes], pa.string()),
             "policy": pa.array([s.policy] * trace.n_requests),
             "isolation": pa.array([s.isolation] * trace.n_requests),
@@ -429,12 +437,10 @@ def run_simulation(
         check_windows(settings.windows)
         trace = load_trace(con)
         blocks, gibs = capacities.resolve(trace.block_size)
-        settings = Settings(
-            **{
-                **settings.__dict__,
-                "model": capacities.model_name,
-                "kv_dtype": capacities.kv_dtype if capacities.gib else None,
-            }
+        settings = replace(
+            settings,
+            model=capacities.model_name,
+            kv_dtype=capacities.kv_dtype if capacities.gib else None,
         )
         tables = simulate_grid(trace, scenarios(policies, blocks, isolations, gibs), settings)
         write_tables(con, tables, run_id)

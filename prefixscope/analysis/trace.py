@@ -32,7 +32,7 @@ class Trace:
     n_unique: int
     times: np.ndarray  # float64 seconds since the first arrival, n_requests, non-decreasing
     hashes: np.ndarray  # uint64: the block hash of each dense id
-    request_ids: tuple[str, ...] | None = None  # warehouse request ids, when loaded from one
+    request_ids: pa.Array | None = None  # warehouse request ids (Arrow strings), when loaded
     start_s: float = 0.0  # epoch seconds of the first arrival (times count from it)
 
     @property
@@ -123,7 +123,7 @@ def build_trace(
         n_unique=len(unique),
         times=t - t[0] if n else t,
         hashes=unique,
-        request_ids=tuple(request_ids) if request_ids is not None else None,
+        request_ids=None if request_ids is None else pa.array(request_ids, pa.string()),
         start_s=float(t[0]) if n else 0.0,
     )
 
@@ -147,5 +147,5 @@ def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
         table.column("tenant").to_numpy(zero_copy_only=False),
         sizes[0],
         times=table.column("t").to_numpy(),
-        request_ids=table.column("request_id").to_pylist(),
+        request_ids=table.column("request_id").combine_chunks(),
     )

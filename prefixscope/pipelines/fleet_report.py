@@ -82,9 +82,7 @@ def simulate(trace: Trace, scenario: Scenario, settings: Settings) -> Tables:
 def store(warehouse_path: str, parts: Sequence[Tables], parameters: dict[str, object]) -> str:
     merged = Tables()
     for part in parts:
-        merged.hit_rates += part.hit_rates
-        merged.timeseries += part.timeseries
-        merged.outcomes += part.outcomes
+        merged.extend(part)
     with (
         warehouse.connect(warehouse_path) as con,
         warehouse.recorded_run(con, "simulate", parameters) as run_id,

@@ -26,6 +26,20 @@ def _kernel():  # type: ignore[no-untyped-def]
     return _kernels
 
 
+def _linked_lru(trace: Trace, capacity: int, ttl: float, pins: np.ndarray):  # type: ignore[no-untyped-def]
+    """The linked-list LRU kernel, which alone knows idle times and pins."""
+    return _kernel().lru(
+        trace.offsets,
+        trace.blocks,
+        trace.tenant_codes,
+        trace.times,
+        trace.n_unique,
+        capacity,
+        ttl,
+        pins,
+    )
+
+
 def _no_pins(trace: Trace) -> np.ndarray:
     return np.zeros(trace.n_unique, dtype=np.bool_)
 
@@ -54,16 +68,7 @@ class TTL(BoundedPolicy):
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         if options.ttl_s is None or options.ttl_s < 0:
             raise ValueError("ttl needs --ttl SECONDS (>= 0)")
-        return _kernel().lru(
-            trace.offsets,
-            trace.blocks,
-            trace.tenant_codes,
-            trace.times,
-            trace.n_unique,
-            capacity,
-            float(options.ttl_s),
-            _no_pins(trace),
-        )
+        return _linked_lru(trace, capacity, float(options.ttl_s), _no_pins(trace))
 
 
 @dataclass(frozen=True)
@@ -76,13 +81,4 @@ class Pinned(BoundedPolicy):
         pins = np.asarray(options.pinned, dtype=np.bool_)
         if int(pins.sum()) > capacity:
             raise ValueError(f"{int(pins.sum())} pinned blocks do not fit in {capacity} blocks")
-        return _kernel().lru(
-            trace.offsets,
-            trace.blocks,
-            trace.tenant_codes,
-            trace.times,
-            trace.n_unique,
-            capacity,
-            -1.0,
-            pins,
-        )
+        return _linked_lru(trace, capacity, -1.0, pins)
