@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write request_outcomes for every configuration",
     )
 
+    _add_curve_parser(sub, warehouse_arg)
+
     p = sub.add_parser("report", help="write the self-contained report page")
     warehouse_arg(p)
     p.add_argument("--out", default="report.html")
@@ -188,6 +190,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
     p.add_argument("--window", type=_name_list, help="all,last-half,steady")
     return parser
+
+
+def _add_curve_parser(sub, warehouse_arg) -> None:  # type: ignore[no-untyped-def]
+    p = sub.add_parser(
+        "curve", help="token hit rate at every cache capacity (the mrc table), per tenant"
+    )
+    warehouse_arg(p)
+    p.add_argument("--policy", default="lru", help="lru (exact, one pass) or fifo, lfu, ...")
+    p.add_argument("--window", type=_name_list, default=["all"], help="all, last-half, steady")
+    p.add_argument("--isolation", default="shared", choices=["shared", "salted", "partitioned"])
+    p.add_argument("--quota-file", metavar="FILE", help="partitioned: tenant,share lines")
+    p.add_argument(
+        "--sample-rate",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="keep a share R of the prefix families, scale capacities by 1/R (1: exact)",
+    )
+    p.add_argument("--points", type=int, help="log-spaced capacities (lru 256, others 24)")
+    cap = p.add_mutually_exclusive_group()
+    cap.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]", help="add points")
+    cap.add_argument("--capacity-tokens", type=_int_list, metavar="N[,N...]")
+    cap.add_argument("--capacity-gib", type=_float_list, metavar="X[,X...]")
+    p.add_argument("--model", help="catalog model: adds capacity_gib to every row")
+    p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
+    p.add_argument("--ttl", type=float, metavar="SECONDS", help="ttl: idle time before a drop")
+    p.add_argument("--workers", type=int, help="grid curves: processes (one per core)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -269,6 +299,39 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _curve(args: argparse.Namespace) -> int:
+    from prefixscope import warehouse
+    from prefixscope.analysis.mrc import CurveSettings, run_curve
+    from prefixscope.analysis.simulate import Capacities
+    from prefixscope.dashboards.text import format_curve
+
+    settings = CurveSettings(
+        policy=args.policy,
+        windows=tuple(args.window),
+        isolation=args.isolation,
+        points=args.points,
+        sample_rate=args.sample_rate,
+        model=args.model,
+        model_config=args.model_config,
+        kv_dtype=args.kv_dtype,
+        quota_file=args.quota_file,
+        ttl_s=args.ttl,
+        workers=args.workers,
+    )
+    capacities = Capacities(
+        blocks=args.capacity_blocks,
+        tokens=args.capacity_tokens,
+        gib=args.capacity_gib,
+        model=args.model,
+        model_config=args.model_config,
+        kv_dtype=args.kv_dtype,
+    )
+    with warehouse.connect(args.warehouse) as con:
+        table = run_curve(con, settings, capacities, vars(args))
+    print(format_curve(table))
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from prefixscope import warehouse
     from prefixscope.dashboards import build_report
@@ -308,6 +371,7 @@ def _fleet_report(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "ingest": _ingest,
     "simulate": _simulate,
+    "curve": _curve,
     "report": _report,
     "fleet-report": _fleet_report,
 }

@@ -47,6 +47,12 @@ def mser5(hit_tokens: np.ndarray, input_tokens: np.ndarray) -> int:
     if n < INTERVALS:
         return 0
     rates, bounds = _ratios(hit_tokens.astype(float), input_tokens.astype(float), INTERVALS)
+    return mser5_truncation(rates, bounds)
+
+
+def mser5_truncation(rates: np.ndarray, bounds: np.ndarray) -> int:
+    """MSER-5 on the hit rates of ``INTERVALS`` runs of requests (``bounds``: their request
+    positions); the one-pass curves call it with each capacity's interval rates."""
     k = INTERVALS // MSER_BATCH
     z = np.nanmean(rates[: k * MSER_BATCH].reshape(k, MSER_BATCH), axis=1)
     best, best_d = np.inf, 0

@@ -54,3 +54,35 @@ def format_hit_rates(table: pa.Table) -> str:
 
 def _num(x: float | None, width: int) -> str:
     return f"{'—':>{width}}" if x is None else f"{x:>{width}.4f}"
+
+
+#: Capacities a terminal shows of a curve: about this many, log-spaced.
+CURVE_ROWS_SHOWN = 10
+
+
+def format_curve(table: pa.Table) -> str:
+    """The fleet's rows of an ``mrc`` table at a few log-spaced capacities, per window."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    if df.is_empty():
+        return "no curve rows"
+    lines = []
+    tenants = df.filter(pl.col("tenant") != FLEET)["tenant"].n_unique()
+    for (window,), rows in df.filter(pl.col("tenant") == FLEET).group_by(
+        ["measure_window"], maintain_order=True
+    ):
+        rows = rows.sort("capacity_blocks")
+        first = rows.row(0, named=True)
+        kind = "exact" if first["exact"] else f"sampled at {first['sample_rate']:g}"
+        lines.append(
+            f"{first['policy']} ({first['isolation']}, {first['method']}, {kind}), window "
+            f"{window}: {rows.height} capacities, fleet and {tenants} tenant(s)"
+        )
+        step = max(1, rows.height // CURVE_ROWS_SHOWN)
+        shown = rows[::step] if rows.height <= step * CURVE_ROWS_SHOWN else rows[::step]
+        shown = pl.concat([shown, rows[-1:]]).unique("capacity_blocks", maintain_order=True)
+        for r in shown.iter_rows(named=True):
+            gib = "" if r["capacity_gib"] is None else f"  {r['capacity_gib']:10.2f} GiB"
+            rate = "—" if r["token_hit_rate"] is None else f"{r['token_hit_rate']:.2%}"
+            lines.append(f"  {r['capacity_blocks']:>12,} blocks{gib}  {rate:>8}")
+    return "\n".join(lines)

@@ -1,0 +1,26 @@
+-- Hit-rate curves: one row per (run, tenant, policy, isolation, window, capacity).
+-- tenant '*' is the whole fleet. method 'stack': the one-pass LRU curve; 'grid': the simulator
+-- run at each capacity. exact is true when every figure is the simulator's own at that capacity
+-- (sample_rate 1); a sampled curve (sample_rate < 1) is an estimate, its capacities scaled by
+-- 1 / sample_rate. Under 'partitioned', a tenant's capacity is its own partition's size and the
+-- fleet's is the whole cache. token_hit_rate = hit_tokens / input_tokens of the measured requests.
+CREATE TABLE IF NOT EXISTS mrc (
+    run_id           VARCHAR NOT NULL,
+    tenant           VARCHAR NOT NULL,
+    policy           VARCHAR NOT NULL,
+    isolation        VARCHAR NOT NULL,
+    measure_window   VARCHAR NOT NULL,
+    method           VARCHAR NOT NULL,
+    capacity_blocks  BIGINT NOT NULL,
+    capacity_tokens  BIGINT NOT NULL,
+    capacity_gib     DOUBLE,
+    model            VARCHAR,
+    kv_dtype         VARCHAR,
+    block_size       INTEGER NOT NULL,
+    requests         BIGINT NOT NULL,
+    input_tokens     BIGINT NOT NULL,
+    hit_tokens       BIGINT NOT NULL,
+    token_hit_rate   DOUBLE,
+    exact            BOOLEAN NOT NULL,
+    sample_rate      DOUBLE NOT NULL
+);
