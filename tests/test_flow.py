@@ -40,7 +40,12 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
 
     con = duckdb.connect(str(wh), read_only=True)
     commands = con.execute("SELECT command, status FROM runs ORDER BY started_at").fetchall()
-    assert commands == [("ingest", "succeeded"), ("simulate", "succeeded"), ("report", "succeeded")]
+    assert commands == [
+        ("ingest", "succeeded"),
+        ("simulate", "succeeded"),
+        ("curve", "succeeded"),
+        ("report", "succeeded"),
+    ]
     rates = dict(
         con.execute(
             "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "
@@ -49,6 +54,15 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     )
     assert set(rates) == {-1, 4_000, 64_000}
     assert rates[4_000] < rates[64_000] < rates[-1] == pytest.approx(0.3736, abs=5e-4)
+    # The curve ends at the ceiling: at the working set LRU holds every block.
+    curve = dict(
+        con.execute(
+            "SELECT capacity_blocks, token_hit_rate FROM mrc WHERE tenant = '*' "
+            "AND measure_window = 'all' AND policy = 'lru'"
+        ).fetchall()
+    )
+    assert len(curve) >= 200 and curve[max(curve)] == pytest.approx(rates[-1], abs=1e-12)
+    assert (curve[4_000], curve[64_000]) == (rates[4_000], rates[64_000])  # it holds them too
     policies = {p for (p,) in con.execute("SELECT DISTINCT policy FROM hit_rates").fetchall()}
     assert policies == {"ceiling", "lru", "fifo", "s3fifo", "belady"}
     windows = {

@@ -141,17 +141,24 @@ def capacity_points(working_set: int, n: int, asked: Sequence[int] = ()) -> np.n
 # --- the one-pass LRU curve ----------------------------------------------------------------
 
 
-def lru_curve(trace: Trace, points: np.ndarray, windows: Sequence[str]) -> Curve:
+def lru_curve(
+    trace: Trace,
+    points: np.ndarray,
+    windows: Sequence[str],
+    masks: dict[str, np.ndarray] | None = None,
+) -> Curve:
     """Exact LRU hit tokens at every capacity in ``points`` (sorted), for the fleet and each
-    tenant over each window, from one pass over ``trace``."""
+    tenant over each window, from one pass over ``trace``. ``masks``: the measured requests of
+    each window when ``trace`` is part of a larger one (its windows are the whole trace's)."""
     from prefixscope.analysis import _stack
 
     points = np.asarray(points, dtype=np.int64)
     n_tenants, n = len(trace.tenants), trace.n_requests
     plain = [w for w in windows if w != STEADY]
+    masks = masks or {w: WINDOWS[w](trace) for w in plain}
     groups = np.full((len(plain), n), -1, np.int32)
     for row, w in enumerate(plain):
-        mask = WINDOWS[w](trace)
+        mask = masks[w]
         groups[row, mask] = trace.tenant_codes[mask]
     hist, buckets = _stack.stack_curve(
         trace.offsets,
@@ -278,7 +285,7 @@ def partitioned_lru_curve(
         quota = np.maximum(1, (share * points).astype(np.int64))
         own = capacity_points(part.n_unique, n_points)
         axis = np.unique(np.concatenate([own, quota]))
-        curve = lru_curve(part, axis, windows)
+        curve = lru_curve(part, axis, windows, {w: WINDOWS[w](trace)[rows] for w in windows})
         at_quota = np.searchsorted(axis, quota)
         for g in curve.groups:
             if g.tenant == FLEET:

@@ -31,10 +31,11 @@ BATCH_ROWS = 1 << 18
 
 
 def mix(values: np.ndarray) -> np.ndarray:
-    """The splitmix64 finalizer: a bijection of uint64 whose low and high bits both look
+    """splitmix64 (one step and its finalizer): a bijection of uint64 whose low and high bits both look
     random even for sequential inputs (Mooncake hash ids are small consecutive integers)."""
     z = np.asarray(values, dtype=np.uint64).copy()
     with np.errstate(over="ignore"):
+        z += np.uint64(0x9E3779B97F4A7C15)  # splitmix64's step: else 0 would map to 0, always kept
         z ^= z >> np.uint64(30)
         z *= np.uint64(0xBF58476D1CE4E5B9)
         z ^= z >> np.uint64(27)

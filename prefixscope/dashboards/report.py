@@ -33,6 +33,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
     summary = con.sql(sql.load("marts/trace_summary")).pl()
     rates = con.sql(sql.load("marts/latest_hit_rates")).pl()
     series = con.sql(sql.load("marts/latest_timeseries")).pl()
+    curves = con.sql(sql.load("marts/latest_mrc")).pl()
     page = Template(
         (files("prefixscope.dashboards") / "templates" / "report.html").read_text("utf-8")
     ).substitute(
@@ -43,6 +44,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         summary=_summary_html(summary),
         charts=_charts_html(rates),
         timeseries=_timeseries_html(series),
+        mrc=_mrc_html(curves),
         table=_table_html(rates),
         miss_cost=html.escape(MISS_COST_NOTE),
     )
@@ -85,6 +87,58 @@ def _charts_html(rates: pl.DataFrame) -> str:
         for tenant in groups:
             fig = _curve_figure(in_window.filter(pl.col("tenant") == tenant), window, tenant)
             parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
+    return "\n".join(parts)
+
+
+def _mrc_html(curves: pl.DataFrame) -> str:
+    """The ``mrc`` curves: token hit rate against capacity (log axis; in GiB of KV cache when
+    the curve was computed for a model), one chart per window, a line per tenant and curve."""
+    if curves.is_empty():
+        return "<p>No curve yet: run <code>prefixscope curve</code>.</p>"
+    parts = []
+    for (window,), rows in curves.group_by(["measure_window"], maintain_order=True):
+        in_gib = rows["capacity_gib"].null_count() == 0
+        fig = go.Figure()
+        keys = rows.select("policy", "isolation", "sample_rate", "tenant").unique(
+            maintain_order=True
+        )
+        for i, (policy, mode, rate, tenant) in enumerate(keys.iter_rows()):
+            line = rows.filter(
+                (pl.col("policy") == policy)
+                & (pl.col("isolation") == mode)
+                & (pl.col("sample_rate") == rate)
+                & (pl.col("tenant") == tenant)
+            ).sort("capacity_blocks")
+            who = "fleet" if tenant == FLEET else f"tenant {tenant}"
+            name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
+                "" if rate == 1 else f", sampled {rate:g}"
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=line["capacity_gib" if in_gib else "capacity_tokens"].to_list(),
+                    y=line["token_hit_rate"].to_list(),
+                    customdata=line["capacity_blocks"].to_list(),
+                    mode="lines",
+                    name=f"{name} — {who}",
+                    line={
+                        "color": _PALETTE[i % len(_PALETTE)],
+                        "width": 3 if tenant == FLEET else 1.5,
+                    },
+                    hovertemplate="%{x:,.4g} ("
+                    + "%{customdata:,} blocks): %{y:.2%}<extra>"
+                    + html.escape(f"{name} — {who}")
+                    + "</extra>",
+                )
+            )
+        unit = "GiB of KV cache" if in_gib else "tokens"
+        fig.update_layout(
+            title=f"Token hit rate at every capacity (curve) — window: {window}",
+            xaxis={"title": f"cache capacity ({unit})", "type": "log"},
+            yaxis={"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
+            height=440,
+            margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        )
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
     return "\n".join(parts)
 
 

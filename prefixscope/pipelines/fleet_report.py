@@ -1,4 +1,4 @@
-"""The ``fleet_report`` flow: ingest → simulate every policy × capacity → report.
+"""The ``fleet_report`` flow: ingest → simulate every policy × capacity → LRU curve → report.
 
 The flow only sequences; each task opens the warehouse for its own step and closes it, so a
 task can retry or move to another worker without shared state. Simulation tasks are pure
@@ -17,6 +17,7 @@ from prefect import flow, get_run_logger, task, unmapped
 from prefect.cache_policies import NO_CACHE
 
 from prefixscope import warehouse
+from prefixscope.analysis.mrc import CurveSettings, run_curve
 from prefixscope.analysis.simulate import (
     Scenario,
     Settings,
@@ -91,6 +92,13 @@ def store(warehouse_path: str, parts: Sequence[Tables], parameters: dict[str, ob
     return run_id
 
 
+@task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
+def mrc(warehouse_path: str, settings: CurveSettings) -> int:
+    """The exact LRU curve for the fleet and every tenant: one pass, its own recorded run."""
+    with warehouse.connect(warehouse_path) as con:
+        return run_curve(con, settings).num_rows
+
+
 @task(cache_policy=NO_CACHE)
 def report(warehouse_path: str, report_path: str) -> str:
     with (
@@ -125,6 +133,8 @@ def fleet_report(
         tables.result(),
         {"policies": policies, "capacity_blocks": capacities_blocks, "windows": windows},
     )
+    curve = CurveSettings(policy="lru", windows=("all",), capacities=tuple(capacities_blocks))
+    mrc(warehouse_path, curve)
     page = report(warehouse_path, report_path)
     rows = [row for part in tables.result() for row in part.hit_rates if row["tenant"] == FLEET]
     fleet = pa.Table.from_pylist(rows)
