@@ -116,7 +116,9 @@ def test_steady_windows_start_where_simulate_starts_them() -> None:
     """Per capacity, the warm-up ends at the fill point or the MSER-5 cut, whichever is later;
     the curve shares simulate's rule, so a long trace checks the MSER branch too."""
     rng = np.random.default_rng(5)
-    requests = [[0, 1 + int(k), 100 + int(k) * 10 + int(j)] for k, j in rng.integers(0, 30, (600, 2))]
+    requests = [
+        [0, 1 + int(k), 100 + int(k) * 10 + int(j)] for k, j in rng.integers(0, 30, (600, 2))
+    ]
     trace = make_trace(requests, ["a", "b"] * 300)
     caps = [1, 3, 10, 40, 200, 400]
     table = compute_curves(trace, CurveSettings(windows=("steady",), capacities=tuple(caps)))
@@ -200,7 +202,10 @@ def test_sampling_keeps_prefix_families_whole(requests, rate) -> None:
         return
     sample = sample_trace(trace, rate)
     kept_requests = [r for r, k in zip(requests, kept, strict=True) if k]
-    assert [list(sample.hashes[sample.blocks[a:b]]) for a, b in zip(sample.offsets[:-1], sample.offsets[1:], strict=True)] == kept_requests
+    assert [
+        list(sample.hashes[sample.blocks[a:b]])
+        for a, b in zip(sample.offsets[:-1], sample.offsets[1:], strict=True)
+    ] == kept_requests
     # Streaming record batches gives the same sample as sampling the loaded trace.
     batches = pa.table(
         {

@@ -27,8 +27,8 @@ from prefixscope.analysis import isolation as iso
 from prefixscope.analysis.models import GIB, resolve_model
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
 from prefixscope.analysis.sampling import load_sampled_trace, sample_trace
-from prefixscope.analysis.steady import INTERVALS, mser5_truncation, warm_up
 from prefixscope.analysis.simulate import Capacities
+from prefixscope.analysis.steady import INTERVALS, mser5_truncation, warm_up
 from prefixscope.analysis.trace import Trace, load_trace
 from prefixscope.analysis.windows import WINDOWS
 from prefixscope.warehouse import FLEET, recorded_run
@@ -297,7 +297,11 @@ def partitioned_lru_curve(
                 axis[keep],
                 [
                     Measured(
-                        g.tenant, g.window, g.requests[keep], g.input_tokens[keep], g.hit_tokens[keep]
+                        g.tenant,
+                        g.window,
+                        g.requests[keep],
+                        g.input_tokens[keep],
+                        g.hit_tokens[keep],
                     )
                     for g in curve.groups
                     if g.tenant != FLEET
@@ -307,7 +311,9 @@ def partitioned_lru_curve(
     fleet = Curve(points)
     for w in windows:
         sel = WINDOWS[w](trace)
-        fleet.groups.append(_constant(FLEET, w, sel, trace, fleet_hits.get(w, np.zeros(len(points)))))
+        fleet.groups.append(
+            _constant(FLEET, w, sel, trace, fleet_hits.get(w, np.zeros(len(points))))
+        )
     return fleet, tenant_curves
 
 
@@ -346,7 +352,13 @@ def _measure_point(trace, policy, capacity, isolation, windows, quota_file, ttl_
         for name, code in _members(trace, measured) if measured.any() else [(FLEET, -1)]:
             sel = measured if code < 0 else measured & (trace.tenant_codes == code)
             rows.append(
-                (w, name, int(sel.sum()), int(trace.input_tokens[sel].sum()), int(tokens[sel].sum()))
+                (
+                    w,
+                    name,
+                    int(sel.sum()),
+                    int(trace.input_tokens[sel].sum()),
+                    int(tokens[sel].sum()),
+                )
             )
     return rows
 
@@ -419,10 +431,14 @@ def compute_curves(trace: Trace, settings: CurveSettings) -> pa.Table:
         curves = [lru_curve(keyed, points, settings.windows)]
     else:
         curves = [grid_curve(trace, points, settings)]
-    shape = resolve_model(settings.model, settings.model_config) if (
-        settings.model or settings.model_config
-    ) else None
-    return _table(trace, curves, settings, shape, dict(zip(asked, settings.capacities, strict=True)))
+    shape = (
+        resolve_model(settings.model, settings.model_config)
+        if (settings.model or settings.model_config)
+        else None
+    )
+    return _table(
+        trace, curves, settings, shape, dict(zip(asked, settings.capacities, strict=True))
+    )
 
 
 def _table(trace, curves, settings, shape, asked) -> pa.Table:  # type: ignore[no-untyped-def]
@@ -441,7 +457,8 @@ def _table(trace, curves, settings, shape, asked) -> pa.Table:  # type: ignore[n
             cols["input_tokens"] += g.input_tokens.tolist()
             cols["hit_tokens"] += g.hit_tokens.tolist()
             cols["token_hit_rate"] += [
-                h / i if i else None for h, i in zip(g.hit_tokens.tolist(), g.input_tokens.tolist(), strict=True)
+                h / i if i else None
+                for h, i in zip(g.hit_tokens.tolist(), g.input_tokens.tolist(), strict=True)
             ]
     n = len(cols["tenant"])
     cols["policy"] = [settings.policy] * n
@@ -449,7 +466,9 @@ def _table(trace, curves, settings, shape, asked) -> pa.Table:  # type: ignore[n
     cols["method"] = [method] * n
     cols["capacity_tokens"] = [c * trace.block_size for c in cols["capacity_blocks"]]
     per_block = shape.kv_bytes_per_token(settings.kv_dtype) * trace.block_size if shape else None
-    cols["capacity_gib"] = [c * per_block / GIB if per_block else None for c in cols["capacity_blocks"]]
+    cols["capacity_gib"] = [
+        c * per_block / GIB if per_block else None for c in cols["capacity_blocks"]
+    ]
     cols["model"] = [shape.name if shape else None] * n
     cols["kv_dtype"] = [settings.kv_dtype if shape else None] * n
     cols["block_size"] = [trace.block_size] * n

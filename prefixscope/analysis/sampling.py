@@ -31,7 +31,7 @@ BATCH_ROWS = 1 << 18
 
 
 def mix(values: np.ndarray) -> np.ndarray:
-    """splitmix64 (one step and its finalizer): a bijection of uint64 whose low and high bits both look
+    """splitmix64 (one step and its finalizer): a bijection of uint64 whose high bits look
     random even for sequential inputs (Mooncake hash ids are small consecutive integers)."""
     z = np.asarray(values, dtype=np.uint64).copy()
     with np.errstate(over="ignore"):
