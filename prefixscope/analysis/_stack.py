@@ -101,6 +101,8 @@ def stack_curve(  # type: ignore[no-untyped-def]
                         depth = clock - x + 1 - (dead - _dead_before(tree, words, x))
                     prev_x = x
                     lo, hi = worst, n_points  # buckets only grow along a request
+                    if depth <= points[worst]:
+                        hi = worst  # still within the bucket (the common case): no search
                     while lo < hi:
                         mid = (lo + hi) >> 1
                         if points[mid] < depth:

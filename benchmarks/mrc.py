@@ -1,0 +1,223 @@
+"""Benchmark: hit-rate curves.
+
+1. The exact one-pass LRU curve against one compiled LRU run and against 30 single-capacity
+   runs, on the bundled trace tiled to 25 M block lookups (as ``simulator_core.py``), and the
+   check that the curve equals those 30 runs to the token.
+2. Sampling error (mean and max absolute error in token hit rate against the exact curve) at
+   rates 0.1 and 0.01, on a 25 M-lookup trace of the synthetic generator below and on the
+   bundled trace.
+3. A sampled curve (rate 0.01) of a 250 M-lookup synthetic trace, streamed through the sampler
+   in chunks: time and peak memory (``ru_maxrss``), in a fresh process so nothing else counts.
+
+    make bench        # or: .venv/bin/python benchmarks/mrc.py
+
+The synthetic generator (vectorized numpy, chunk by chunk): sessions of 8 turns, 2,000 of them
+interleaved at a time; each turn adds 3 blocks to the session's conversation. Half the sessions
+open with one of 2,000 system prompts (Zipf popularity, exponent 1.1, 2 to 16 blocks), the others
+with their own first block; four tenants by session.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from prefixscope import warehouse
+from prefixscope.analysis.mrc import capacity_points, lru_curve
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.sampling import mix, sample_batches, sample_trace
+from prefixscope.analysis.simulate import hit_tokens
+from prefixscope.analysis.trace import Trace, build_trace, load_trace
+from prefixscope.ingest import IngestOptions, ingest_files
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversation_trace.jsonl.gz"
+BLOCK = 512
+FAMILIES, ZIPF, CONCURRENT, TURNS, PER_TURN = 2_000, 1.1, 2_000, 8, 3
+CHUNK_REQUESTS = 1 << 16
+
+
+def best(fn, repeats: int = 7) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    times, out = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+# --- traces -----------------------------------------------------------------------------------
+
+
+def bundled() -> Trace:
+    with tempfile.TemporaryDirectory() as tmp:
+        con = warehouse.connect(Path(tmp) / "bench.duckdb")
+        with warehouse.recorded_run(con, "ingest", {}) as run_id:
+            ingest_files(con, [SAMPLE], "mooncake", IngestOptions(), run_id)
+        trace = load_trace(con)
+        con.close()
+    return trace
+
+
+def tiled(base: Trace, lookups: int) -> Trace:
+    """``base`` repeated with shifted ids until it has ``lookups`` block lookups."""
+    copies = -(-lookups // base.n_lookups)
+    values = base.hashes[base.blocks]
+    all_values = np.concatenate([values + np.uint64(k << 32) for k in range(copies)])
+    offsets = np.concatenate(
+        [base.offsets[:-1] + k * base.n_lookups for k in range(copies)]
+        + [[copies * base.n_lookups]]
+    )
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(all_values))
+    n = len(offsets) - 1
+    return build_trace(lists, np.tile(base.input_tokens, copies), ["t"] * n, base.block_size)
+
+
+def synthetic_batches(lookups: int) -> Iterator[pa.RecordBatch]:
+    """The synthetic trace, in record batches of about ``CHUNK_REQUESTS`` requests, until it
+    holds at least ``lookups`` block lookups."""
+    ranks = np.arange(1, FAMILIES + 1, dtype=float) ** -ZIPF
+    cdf = np.cumsum(ranks) / ranks.sum()
+    fam_len = (2 + mix(np.arange(FAMILIES)) % np.uint64(15)).astype(np.int64)
+    tenants = pa.array(["t0", "t1", "t2", "t3"])
+    done, first = 0, 0
+    while done < lookups:
+        j = np.arange(first, first + CHUNK_REQUESTS, dtype=np.int64)
+        wave, within = np.divmod(j, CONCURRENT * TURNS)
+        turn, slot = np.divmod(within, CONCURRENT)
+        session = wave * CONCURRENT + slot
+        u = mix(session.astype(np.uint64))
+        private = (u & np.uint64(1)) == 1
+        family = np.searchsorted(cdf, (u >> np.uint64(11)).astype(float) / 2.0**53)
+        family = np.minimum(family, FAMILIES - 1)
+        prefix = np.where(private, 0, fam_len[family])
+        n = prefix + PER_TURN * (turn + 1)
+        offsets = np.concatenate(([0], np.cumsum(n)))
+        req = np.repeat(np.arange(len(j)), n)
+        pos = np.arange(offsets[-1]) - offsets[req]
+        in_family = pos < prefix[req]
+        fam_id = (np.uint64(1) << np.uint64(60)) | (family[req].astype(np.uint64) << np.uint64(8))
+        ses_id = (np.uint64(2) << np.uint64(60)) | (session[req].astype(np.uint64) << np.uint64(12))
+        blocks = np.where(
+            in_family,
+            fam_id + pos.astype(np.uint64),
+            ses_id + (pos - prefix[req]).astype(np.uint64),
+        )
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(blocks)),
+                pa.array(n * BLOCK - (j % 256)),
+                pa.DictionaryArray.from_arrays(
+                    pa.array((u >> np.uint64(1) & np.uint64(3)).astype(np.int8)), tenants
+                ),
+                pa.array(j * 0.01),
+            ],
+            names=["block_hashes", "input_tokens", "tenant", "t"],
+        )
+        done += int(offsets[-1])
+        first += len(j)
+
+
+def synthetic(lookups: int) -> Trace:
+    return sample_batches(synthetic_batches(lookups), 1.0, BLOCK)
+
+
+# --- measurements -----------------------------------------------------------------------------
+
+
+def fleet_hits(trace: Trace, points: np.ndarray) -> np.ndarray:
+    curve = lru_curve(trace, points, ["all"])
+    return next(g for g in curve.groups if g.tenant == "*").hit_tokens
+
+
+def speed(trace: Trace, name: str) -> None:
+    points = capacity_points(trace.n_unique, 256)
+    lru = POLICIES["lru"]
+    lru.hit_blocks(trace, 100_000)  # compile, or load the cached machine code
+    fleet_hits(trace, points)
+    t_curve, _ = best(lambda: fleet_hits(trace, points))
+    t_one, _ = best(lambda: lru.hit_blocks(trace, 100_000))
+    t_ws, _ = best(lambda: lru.hit_blocks(trace, trace.n_unique), 2)
+    thirty = np.unique(np.round(np.geomspace(100, trace.n_unique, 30)).astype(np.int64))
+    t = time.perf_counter()
+    per_capacity = [int(hit_tokens(trace, lru.hit_blocks(trace, int(c))).sum()) for c in thirty]
+    t_thirty = time.perf_counter() - t
+    same = fleet_hits(trace, np.asarray(thirty)).tolist() == per_capacity
+    print(
+        f"{name}: {trace.n_requests:,} requests, {trace.n_lookups:,} lookups, "
+        f"{trace.n_unique:,} distinct blocks"
+    )
+    print(
+        f"  exact curve, {len(points)} capacities, 1 .. {trace.n_unique:,} blocks: "
+        f"{t_curve:.3f} s (best of 7), {trace.n_lookups / t_curve / 1e6:.0f} M lookups/s"
+    )
+    print(
+        f"  one lru run @ 100,000 blocks: {t_one:.3f} s  -> curve / run = {t_curve / t_one:.2f}x"
+        f"   (@ the working set: {t_ws:.3f} s -> {t_curve / t_ws:.2f}x)"
+    )
+    print(
+        f"  30 lru runs, one per capacity: {t_thirty:.2f} s  -> {t_thirty / t_curve:.1f}x the "
+        f"curve; the curve equals all 30 to the token: {same}"
+    )
+
+
+def sampling_error(trace: Trace, name: str) -> None:
+    for rate in (0.1, 0.01):
+        try:
+            sample = sample_trace(trace, rate)
+        except ValueError as exc:
+            print(f"  {name} @ {rate}: no estimate ({exc})")
+            continue
+        small = capacity_points(sample.n_unique, 256)
+        full = np.maximum(1, np.round(small / rate).astype(np.int64))
+        est = fleet_hits(sample, small) / sample.input_tokens.sum()
+        exact = fleet_hits(trace, np.unique(full))[np.searchsorted(np.unique(full), full)]
+        err = np.abs(est - exact / trace.input_tokens.sum())
+        print(
+            f"  {name} @ {rate}: kept {sample.n_requests:,} of {trace.n_requests:,} requests "
+            f"({sample.n_requests / trace.n_requests:.3f}), {sample.n_lookups:,} lookups; "
+            f"abs error in token hit rate over {len(small)} capacities: "
+            f"mean {err.mean():.4f}, max {err.max():.4f}"
+        )
+
+
+def large(lookups: int, rate: float) -> None:
+    """Runs in its own process: the sampled curve of a trace that is never held whole."""
+    t = time.perf_counter()
+    sample = sample_batches(synthetic_batches(lookups), rate, BLOCK)
+    t_sample = time.perf_counter() - t
+    points = capacity_points(sample.n_unique, 256)
+    lru_curve(sample, points, ["all"])
+    total = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    print(
+        f"  sampled curve @ {rate}: {total:.1f} s on one core ({t_sample:.1f} s generating and "
+        f"sampling the stream, the rest the curve of {sample.n_lookups:,} kept lookups); "
+        f"peak RSS {peak:.2f} GiB"
+    )
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--large":
+        large(int(sys.argv[2]), float(sys.argv[3]))
+        return
+    base = bundled()
+    print("== exact curve: speed ==")
+    speed(base, "bundled trace")
+    speed(tiled(base, 25_000_000), "bundled trace tiled to 25 M lookups")
+    print("== sampling error against the exact curve (fleet, window all) ==")
+    sampling_error(synthetic(25_000_000), "synthetic, 25 M lookups")
+    sampling_error(base, "bundled trace")
+    print("== sampled curve of 250 M lookups (a fresh process) ==")
+    subprocess.run([sys.executable, __file__, "--large", "250000000", "0.01"], check=True)
+
+
+if __name__ == "__main__":
+    main()
