@@ -87,29 +87,34 @@ def stack_curve(  # type: ignore[no-untyped-def]
         depth = 0
         left = input_tokens[r]
         for p in range(start, end):
-            if worst < n_points:
-                x = np.int64(last[blocks[p]])
-                if x == 0:
-                    worst = n_points  # never touched: a miss at every capacity, and so the rest
-                else:
-                    if x == prev_x - 1:
-                        # The usual case: the block was touched right before the previous one
-                        # (the last request of a conversation touched its chain in one run), and
-                        # a latest touch is live, so it lies exactly one deeper: no tree query.
-                        depth += 1
-                    elif x != prev_x:  # (equal: the same block again, the same depth)
-                        depth = clock - x + 1 - (dead - _dead_before(tree, words, x))
-                    prev_x = x
-                    lo, hi = worst, n_points  # buckets only grow along a request
-                    if depth <= points[worst]:
-                        hi = worst  # still within the bucket (the common case): no search
-                    while lo < hi:
-                        mid = (lo + hi) >> 1
-                        if points[mid] < depth:
-                            lo = mid + 1
-                        else:
-                            hi = mid
-                    worst = lo
+            x = np.int64(last[blocks[p]])
+            if x == 0:
+                worst = n_points  # never touched: a miss at every capacity
+            else:
+                if x == prev_x - 1:
+                    # The usual case: the block was touched right before the previous one (the
+                    # last request of a conversation touched its chain in one run), and a
+                    # latest touch is live, so it lies exactly one deeper: no tree query.
+                    depth += 1
+                elif x != prev_x:  # (equal: the same block again, the same depth)
+                    depth = clock - x + 1 - (dead - _dead_before(tree, words, x))
+                prev_x = x
+                lo, hi = worst, n_points  # buckets only grow along a request
+                if depth <= points[worst]:
+                    hi = worst  # still within the bucket (the common case): no search
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if points[mid] < depth:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                worst = lo
+            if worst == n_points:
+                # A miss at every listed capacity, and so is the rest of the request; the last
+                # bucket is never counted, so there is nothing more to tally.
+                if keep_buckets:
+                    out[p:end] = n_points
+                break
             if keep_buckets:
                 out[p] = worst
             tokens = min(max(left, 0), block_size)
