@@ -26,7 +26,7 @@ import pyarrow as pa
 from prefixscope.analysis import isolation as iso
 from prefixscope.analysis.models import GIB, resolve_model
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
-from prefixscope.analysis.sampling import load_sampled_trace, sample_trace
+from prefixscope.analysis.sampling import load_sampled_trace
 from prefixscope.analysis.simulate import Capacities
 from prefixscope.analysis.steady import INTERVALS, mser5_truncation, warm_up
 from prefixscope.analysis.trace import Trace, load_trace
@@ -521,6 +521,5 @@ __all__ = [
     "grid_curve",
     "lru_curve",
     "run_curve",
-    "sample_trace",
     "write_mrc",
 ]
