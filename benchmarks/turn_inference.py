@@ -25,7 +25,13 @@ def accuracy(path: Path, tmp: Path, max_forks: int, block_size: int) -> tuple[in
     db = tmp / f"{path.stem}-{max_forks}.duckdb"
     with warehouse.connect(db) as con:
         with warehouse.recorded_run(con, "ingest", {}) as run_id:
-            ingest_files(con, [path], "bailian", IngestOptions(tenant_from="type", block_size=block_size), run_id)
+            ingest_files(
+                con,
+                [path],
+                "bailian",
+                IngestOptions(tenant_from="type", block_size=block_size),
+                run_id,
+            )
         trace = load_trace(con)
         truth = turns.logged_parents(load_log(con, trace).ids)
     guessed, _ = turns.infer_parents(trace, max_forks)
@@ -36,7 +42,9 @@ def line(name: str, counts: tuple[int, int, int]) -> str:
     true_n, guess_n, both = counts
     p = both / guess_n if guess_n else float("nan")
     r = both / true_n if true_n else float("nan")
-    return f"{name:<56} links {true_n:>6,}  inferred {guess_n:>6,}  precision {p:.3f}  recall {r:.3f}"
+    return (
+        f"{name:<56} links {true_n:>6,}  inferred {guess_n:>6,}  precision {p:.3f}  recall {r:.3f}"
+    )
 
 
 def main() -> None:

@@ -40,7 +40,12 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
 
     con = duckdb.connect(str(wh), read_only=True)
     commands = con.execute("SELECT command, status FROM runs ORDER BY started_at").fetchall()
-    assert commands == [("ingest", "succeeded"), ("simulate", "succeeded"), ("report", "succeeded")]
+    assert commands == [
+        ("ingest", "succeeded"),
+        ("simulate", "succeeded"),
+        ("structure", "succeeded"),
+        ("report", "succeeded"),
+    ]
     rates = dict(
         con.execute(
             "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "
@@ -56,6 +61,13 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     }
     assert windows == {"all", "last-half", "steady"}
     assert con.execute("SELECT count(*) FROM hit_rate_timeseries").fetchone()[0] > 0
+    # The structure stage simulated the middle capacity and its attribution adds up.
+    sources = con.execute(
+        "SELECT capacity_blocks, hit_tokens, own_session_tokens + shared_prefix_tokens "
+        "+ other_tenant_tokens FROM hit_sources WHERE tenant = '*' AND policy = 'lru'"
+    ).fetchall()
+    assert sources == [(64_000, sources[0][1], sources[0][1])]
+    assert "id='hit-sources'" in page.read_text()
     con.close()
 
     # The run is on the server's record, under the flow's name, completed.

@@ -54,9 +54,7 @@ def histogram(trace: Trace, position: np.ndarray, mask: np.ndarray) -> list[Bin]
     pos, tokens = position[mask], trace.input_tokens[mask]
     novel = np.maximum(tokens - pos * trace.block_size, 0)
     new = pos < n_blocks
-    out = [
-        Bin(None, None, int((~new).sum()), int(tokens[~new].sum()), 0)
-    ] if (~new).any() else []
+    out = [Bin(None, None, int((~new).sum()), int(tokens[~new].sum()), 0)] if (~new).any() else []
     if not new.any():
         return out
     edges = block_edges(int(pos[new].max()))

@@ -253,7 +253,10 @@ def hit_sources(
                     "requests": int(mask.sum()),
                     "input_tokens": int(trace.input_tokens[mask].sum()),
                     "hit_tokens": int(tokens[mask].sum()),
-                    **{f"{c}_tokens": int(v) for c, v in zip(attribution.CLASSES, parts, strict=True)},
+                    **{
+                        f"{c}_tokens": int(v)
+                        for c, v in zip(attribution.CLASSES, parts, strict=True)
+                    },
                 }
             )
     return pa.Table.from_pylist(rows)

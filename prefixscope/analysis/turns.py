@@ -92,7 +92,9 @@ def fork_counts(trace: Trace) -> np.ndarray:
     full = full_blocks(trace)
     position = np.arange(trace.n_lookups) - trace.offsets[trace.request_of_lookup]
     child = np.flatnonzero((position > 0) & (position < full[trace.request_of_lookup]))
-    pairs = np.unique(trace.blocks[child - 1].astype(np.int64) * trace.n_unique + trace.blocks[child])
+    pairs = np.unique(
+        trace.blocks[child - 1].astype(np.int64) * trace.n_unique + trace.blocks[child]
+    )
     return np.bincount(pairs // trace.n_unique, minlength=trace.n_unique).astype(np.int64)
 
 
