@@ -229,7 +229,7 @@ def test_reuse_shares_from_sql_match_the_gaps(bailian_wh: Path) -> None:
     from prefixscope import sql
 
     with warehouse.connect(bailian_wh, read_only=True) as con:
-        run_id = con.execute(sql.load("marts/latest_structure_run")).fetchone()[0]
+        run_id = con.execute(sql.load("marts/latest_structure_run")).fetchall()[0][0]
         shares = con.execute(sql.load("marts/reuse_shares"), [run_id]).fetchall()
         from prefixscope.analysis.trace import load_trace
 

@@ -21,10 +21,10 @@ TOP_SHOWN = 10
 
 def load_latest(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame] | None:
     """The structure tables of the newest valid run, or None."""
-    row = con.execute(sql.load("marts/latest_structure_run")).fetchone()
-    if row is None:
+    rows = con.execute(sql.load("marts/latest_structure_run")).fetchall()
+    if not rows:
         return None
-    run_id = row[0]
+    run_id = rows[0][0]
     names = ("session_stats", "shared_prefixes", "hit_sources", "first_new_blocks")
     frames = {
         n: con.sql(f"SELECT * EXCLUDE (run_id) FROM {n} WHERE run_id = ?", params=[run_id]).pl()
