@@ -41,6 +41,7 @@ bench: setup
 	$(BIN)/python benchmarks/ingest_scale.py
 	$(BIN)/python benchmarks/hashing.py
 	$(BIN)/python benchmarks/simulator_core.py
+	$(BIN)/python benchmarks/turn_inference.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from prefixscope.analysis import attribution, firstnew, pins, prefixes, reuse, turns
 from prefixscope.analysis.policies import POLICIES, Outcome, PolicyOptions
@@ -131,9 +132,8 @@ def turns_table(trace: Trace, log: RequestLog, t: turns.Turns, kind: np.ndarray)
             "tenant": pa.array(_tenant_names(trace), pa.string()),
             "session": pa.array(session_labels(trace, log, t), pa.string()),
             "session_inferred": pa.array(t.session_inferred),
-            "parent_request_id": pa.array(
-                [ids[p].as_py() if h else None for p, h in zip(parent, has_parent, strict=True)],
-                pa.string(),
+            "parent_request_id": pc.if_else(
+                pa.array(has_parent), ids.take(pa.array(parent)), pa.scalar(None, pa.string())
             ),
             "parent_inferred": pa.array(t.parent_inferred),
             "turn": pa.array(t.turn, pa.int32()),
