@@ -42,6 +42,7 @@ bench: setup
 	$(BIN)/python benchmarks/hashing.py
 	$(BIN)/python benchmarks/simulator_core.py
 	$(BIN)/python benchmarks/mrc.py
+	$(BIN)/python benchmarks/turn_inference.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks

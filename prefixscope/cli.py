@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_curve_parser(sub, warehouse_arg)
+    _add_structure_parser(sub, warehouse_arg)
 
     p = sub.add_parser("report", help="write the self-contained report page")
     warehouse_arg(p)
@@ -368,11 +369,60 @@ def _fleet_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_structure_parser(sub, warehouse_arg) -> None:  # type: ignore[no-untyped-def]
+    p = sub.add_parser(
+        "structure",
+        help="conversation turns, shared prefixes, hit sources, reuse breaks and reuse times",
+    )
+    warehouse_arg(p)
+    p.add_argument(
+        "--capacity-blocks",
+        type=int,
+        default=16_000,
+        metavar="N",
+        help="capacity of the simulated configuration: lru, and pinned per prefix (%(default)s)",
+    )
+    p.add_argument("--top", type=int, default=20, help="shared prefixes to keep (%(default)s)")
+    p.add_argument(
+        "--simulate-top",
+        type=int,
+        default=10,
+        metavar="K",
+        help="of those, how many to simulate pinned (%(default)s)",
+    )
+    p.add_argument(
+        "--max-forks",
+        type=int,
+        default=None,
+        metavar="F",
+        help="turn inference: continuations a parent's last full block may have (2)",
+    )
+
+
+def _structure(args: argparse.Namespace) -> int:
+    from prefixscope import warehouse
+    from prefixscope.analysis.structure import StructureSettings, run_structure
+    from prefixscope.dashboards.structure import format_structure
+
+    settings = StructureSettings(
+        capacity_blocks=args.capacity_blocks,
+        top=args.top,
+        simulate_top=args.simulate_top,
+        **({"max_forks": args.max_forks} if args.max_forks is not None else {}),
+    )
+    with warehouse.connect(args.warehouse) as con:
+        run_id, tables = run_structure(con, settings, vars(args))
+    print(f"structure run {run_id}")
+    print(format_structure(tables))
+    return 0
+
+
 _COMMANDS = {
     "ingest": _ingest,
     "simulate": _simulate,
     "curve": _curve,
     "report": _report,
+    "structure": _structure,
     "fleet-report": _fleet_report,
 }
 

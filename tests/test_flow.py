@@ -44,6 +44,7 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         ("ingest", "succeeded"),
         ("simulate", "succeeded"),
         ("curve", "succeeded"),
+        ("structure", "succeeded"),
         ("report", "succeeded"),
     ]
     rates = dict(
@@ -70,6 +71,13 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     }
     assert windows == {"all", "last-half", "steady"}
     assert con.execute("SELECT count(*) FROM hit_rate_timeseries").fetchone()[0] > 0
+    # The structure stage simulated the middle capacity and its attribution adds up.
+    sources = con.execute(
+        "SELECT capacity_blocks, hit_tokens, own_session_tokens + shared_prefix_tokens "
+        "+ other_tenant_tokens FROM hit_sources WHERE tenant = '*' AND policy = 'lru'"
+    ).fetchall()
+    assert sources == [(64_000, sources[0][1], sources[0][1])]
+    assert "id='hit-sources'" in page.read_text()
     con.close()
 
     # The run is on the server's record, under the flow's name, completed.

@@ -10,6 +10,7 @@ import pytest
 
 from prefixscope import warehouse
 from prefixscope.analysis.simulate import Capacities, Settings, run_simulation
+from prefixscope.analysis.structure import StructureSettings, run_structure
 from prefixscope.dashboards import build_report
 from prefixscope.ingest import IngestOptions, ingest_files
 from tests.conftest import mooncake_line
@@ -35,6 +36,7 @@ def page(wh, write_lines, tmp_path: Path) -> Path:
         Capacities(blocks=[2, 4, 8]),
         Settings(windows=("all", "last-half")),
     )
+    run_structure(con, StructureSettings(capacity_blocks=4))
     return build_report(con, tmp_path / "out" / "report.html", "wh.duckdb")
 
 
@@ -47,6 +49,11 @@ def test_the_page_is_self_contained_and_holds_the_figures(page: Path) -> None:
     assert "tenant alpha" in html and "tenant beta" in html  # per-tenant curves
     assert html.count("<tr class='fleet'>") == 2 * (1 + 3)  # fleet rows: 2 windows × 4 configs
     assert "<td>60</td>" in html  # the fleet's request count
+    # The structure section: a hit-sources line per tenant and configuration, plain words on
+    # what breaks reuse, reuse-time shares.
+    assert "Tenant alpha, infinite cache: " in html and "Tenant beta, lru at 4 blocks: " in html
+    assert "id='shared-prefixes'" in html and "id='reuse-times'" in html
+    assert "first never-seen block" in html
 
 
 def test_a_stale_simulation_is_left_out_after_a_new_ingest(wh, write_lines, tmp_path: Path) -> None:
@@ -91,6 +98,9 @@ def test_the_page_renders_its_charts_in_headless_chromium_without_errors(page: P
             titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
             curves = tab.locator(".js-plotly-plot .scatterlayer .trace").count()
             title = titles[0] if titles else None
+            sources = tab.locator("#hit-sources li").count()
+            prefix_rows = tab.locator("#shared-prefixes tr").count()
+            structure_shown = tab.locator("#structure").is_visible()
         finally:
             browser.close()
     assert errors == []
@@ -103,3 +113,5 @@ def test_the_page_renders_its_charts_in_headless_chromium_without_errors(page: P
     # ceiling and the middle lru capacity are shown (the others are hidden in the legend)
     assert curves == len(over_capacity) + 2
     assert title is not None and "fleet" in title
+    # (fleet, alpha, beta) × (infinite cache, lru): six hit-source lines; prefixes listed
+    assert structure_shown and sources == 6 and prefix_rows >= 2

@@ -210,7 +210,7 @@ def test_simulate_command_with_every_new_option(tmp_path, capsys) -> None:
                 "--ttl",
                 "600",
                 "--pin-top",
-                "3",
+                "1",
                 "--isolation",
                 "shared,salted",
                 "--bucket",
@@ -233,7 +233,7 @@ def test_simulate_command_with_every_new_option(tmp_path, capsys) -> None:
         p: o
         for p, o in con.execute("SELECT DISTINCT policy, policy_options FROM hit_rates").fetchall()
     }
-    assert options["ttl"] == "ttl=600s" and options["pinned"].startswith("pin-top=3 (")
+    assert options["ttl"] == "ttl=600s" and options["pinned"].startswith("pin-top=1 (")
     assert con.execute("SELECT count(*) FROM request_outcomes").fetchone() == (16 * 12_031,)
     assert con.execute(
         "SELECT count(DISTINCT bucket_start) FROM hit_rate_timeseries"

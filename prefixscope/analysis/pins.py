@@ -3,10 +3,9 @@
 A pinned prefix pins its last block and every block before it.
 
 ``--pin-top K`` measures sharing on the warm-up part of the trace, the first half by position
-(so a ``last-half`` measurement never sees its own future): a *shared prefix* ends at a block
-that at least two requests look up and whose children are each looked up by fewer requests (the
-point where requests part ways). The K ends used by the most requests (ties: the longer prefix)
-are pinned with their ancestors.
+(so a ``last-half`` measurement never sees its own future): the K first shared prefixes of
+:func:`prefixes.rank` (ended where sessions part ways, ranked by sessions, then length) are
+pinned with their ancestors. Sessions are those of :mod:`turns`, inferred from the chains.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from prefixscope.analysis import prefixes
 from prefixscope.analysis.trace import Trace
+from prefixscope.analysis.turns import build_turns
 
 
 def with_ancestors(trace: Trace, ends: np.ndarray) -> np.ndarray:
@@ -30,24 +31,15 @@ def with_ancestors(trace: Trace, ends: np.ndarray) -> np.ndarray:
     return mask
 
 
-def top_shared(trace: Trace, k: int) -> np.ndarray:
-    """The pin mask of the ``k`` most shared prefixes of the trace's first half."""
+def top_shared(trace: Trace, k: int, session: np.ndarray | None = None) -> np.ndarray:
+    """The pin mask of the ``k`` most shared prefixes of the trace's first half, ranked by
+    sessions (``session`` per request; default: inferred from the block chains)."""
     if k < 1:
         raise ValueError(f"--pin-top needs K >= 1, got {k}")
-    warm = trace.request_of_lookup < trace.n_requests // 2
-    uses = np.zeros(trace.n_unique, dtype=np.int64)
-    # A block repeated within one request is one use of it.
-    pairs = np.unique(
-        trace.request_of_lookup[warm].astype(np.int64) * trace.n_unique + trace.blocks[warm]
-    )
-    np.add.at(uses, pairs % trace.n_unique, 1)
-    child_max = np.zeros(trace.n_unique, dtype=np.int64)
-    has_parent = trace.parent >= 0
-    np.maximum.at(child_max, trace.parent[has_parent], uses[has_parent])
-    ends = np.flatnonzero((uses >= 2) & (child_max < uses))
-    depth = _depth(trace)
-    order = np.lexsort((-depth[ends], -uses[ends]))
-    return with_ancestors(trace, ends[order[:k]])
+    if session is None:
+        session = build_turns(trace).session
+    warm = np.arange(trace.n_requests) < trace.n_requests // 2
+    return with_ancestors(trace, prefixes.rank(trace, session, warm).ends[:k])
 
 
 def from_file(trace: Trace, path: str | Path) -> np.ndarray:
@@ -63,10 +55,3 @@ def from_file(trace: Trace, path: str | Path) -> np.ndarray:
                 raise ValueError(f"{path}: not a block hash: {text[:40]!r}") from None
     known = np.isin(trace.hashes, np.array(wanted, dtype=np.uint64))
     return with_ancestors(trace, np.flatnonzero(known))
-
-
-def _depth(trace: Trace) -> np.ndarray:
-    depth = np.zeros(trace.n_unique, dtype=np.int64)
-    position = np.arange(trace.n_lookups) - trace.offsets[trace.request_of_lookup]
-    depth[trace.blocks] = position  # a chained hash always sits at the same depth
-    return depth

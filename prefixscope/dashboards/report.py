@@ -17,6 +17,7 @@ import plotly.offline
 import polars as pl
 
 from prefixscope import __version__, sql
+from prefixscope.dashboards.structure import structure_html
 from prefixscope.warehouse import FLEET
 
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
@@ -47,6 +48,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         mrc=_mrc_html(curves),
         table=_table_html(rates),
         miss_cost=html.escape(MISS_COST_NOTE),
+        structure=structure_html(con),
     )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""The ``fleet_report`` flow: ingest → simulate every policy × capacity → LRU curve → report.
+"""The ``fleet_report`` flow: ingest → simulate every policy × capacity → LRU curve →
+structure → report.
 
 The flow only sequences; each task opens the warehouse for its own step and closes it, so a
 task can retry or move to another worker without shared state. Simulation tasks are pure
@@ -26,6 +27,7 @@ from prefixscope.analysis.simulate import (
     simulate_grid,
     write_tables,
 )
+from prefixscope.analysis.structure import StructureSettings, run_structure
 from prefixscope.analysis.trace import Trace, load_trace
 from prefixscope.dashboards import build_report
 from prefixscope.dashboards.text import format_hit_rates
@@ -99,6 +101,19 @@ def mrc(warehouse_path: str, settings: CurveSettings) -> int:
         return run_curve(con, settings).num_rows
 
 
+def structure(warehouse_path: str, settings: StructureSettings) -> str:
+    """Turns, shared prefixes, hit sources, first new blocks and reuse times, as one run."""
+    with warehouse.connect(warehouse_path) as con:
+        run_id, _ = run_structure(con, settings)
+    return run_id
+
+
+def structure_settings(capacities_blocks: Sequence[int]) -> StructureSettings:
+    """The structure stage simulates the middle capacity of the flow's grid."""
+    caps = sorted(capacities_blocks)
+    return StructureSettings(capacity_blocks=caps[len(caps) // 2] if caps else None)
+
+
 @task(cache_policy=NO_CACHE)
 def report(warehouse_path: str, report_path: str) -> str:
     with (
@@ -135,6 +150,7 @@ def fleet_report(
     )
     curve = CurveSettings(policy="lru", windows=("all",), capacities=tuple(capacities_blocks))
     mrc(warehouse_path, curve)
+    structure(warehouse_path, structure_settings(capacities_blocks))
     page = report(warehouse_path, report_path)
     rows = [row for part in tables.result() for row in part.hit_rates if row["tenant"] == FLEET]
     fleet = pa.Table.from_pylist(rows)
