@@ -61,7 +61,11 @@ def test_flops_and_bytes_by_independent_arithmetic(model: str, new: int, cached:
     shape, gpu = CATALOG[model], GPUS["h100"]
     linear = 2 * new * (h * heads * d * 2 + h * kv * d * 2 + 3 * h * i)
     # causal pairs: query j (0-based) of the new tokens sees cached + j + 1 keys
-    pairs = sum(cached + j + 1 for j in range(new)) if new < 5000 else new * cached + new * (new + 1) // 2
+    pairs = (
+        sum(cached + j + 1 for j in range(new))
+        if new < 5000
+        else new * cached + new * (new + 1) // 2
+    )
     attention = pairs * heads * (2 * d + 2 * d)  # QKᵀ and PV, a multiply-add per element
     assert linear_flops_per_layer(shape, new) == linear
     assert attention_flops_per_layer(shape, new, cached) == attention

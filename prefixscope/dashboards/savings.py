@@ -87,9 +87,7 @@ def savings_html(con: duckdb.DuckDBPyConnection) -> str:
     if r0["cost_model"] == "calibrated":
         err = r0["holdout_median_abs_pct_err"]
         p90 = r0["holdout_p90_abs_pct_err"]
-        quality = (
-            "" if err is None else f"; held-out error: median {err:.1f}%, p90 {p90:.1f}%"
-        )
+        quality = "" if err is None else f"; held-out error: median {err:.1f}%, p90 {p90:.1f}%"
         model = (
             f"calibrated on {html.escape(str(r0['cost_model_device']))} (replay run "
             f"<code>{html.escape(str(r0['cost_model_run_id']))}</code>{quality})"

@@ -132,7 +132,10 @@ class DecoderLayer(nn.Module):
         v = self.v(r).view(t, self.kv_heads, self.head_dim)
         k_pool.index_copy_(0, inp.write_slots, k)
         v_pool.index_copy_(0, inp.write_slots, v)
-        keys, values = k_pool.index_select(0, inp.read_slots), v_pool.index_select(0, inp.read_slots)
+        keys, values = (
+            k_pool.index_select(0, inp.read_slots),
+            v_pool.index_select(0, inp.read_slots),
+        )
         x = x + self.o(attend(q, keys, values, inp.mask))
         r = self.mlp_norm(x)
         return x + self.down(F.silu(self.gate(r)) * self.up(r))

@@ -207,9 +207,16 @@ def run_replay(
         finally:
             con.unregister("new_rows")
         write_cost_model(
-            con, run_id, shape.name, device_name, spec.name, o.dtype, model, share,
+            con,
+            run_id,
+            shape.name,
+            device_name,
+            spec.name,
+            o.dtype,
+            model,
+            share,
             max(i for i, _ in shapes),
-        )  # fmt: skip
+        )
     return ReplayResult(run_id, samples, model, spec, share)
 
 

@@ -78,7 +78,10 @@ class Runner:
         try:
             miss_parts = plan(self.model, self.cache, miss_table, tokens, o.chunk)
             miss = measure(
-                lambda: run_all(self.model, self.cache, miss_parts), self.device, o.warmup, o.repeats
+                lambda: run_all(self.model, self.cache, miss_parts),
+                self.device,
+                o.warmup,
+                o.repeats,
             )
             hit_table = self.cache.fork(miss_table, cached)
             try:
