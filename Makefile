@@ -16,7 +16,7 @@ setup: $(STAMP)
 # Reinstall whenever the dependency list changes.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,replay]'
 	@touch $(STAMP)
 
 demo: setup

@@ -40,7 +40,12 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
 
     con = duckdb.connect(str(wh), read_only=True)
     commands = con.execute("SELECT command, status FROM runs ORDER BY started_at").fetchall()
-    assert commands == [("ingest", "succeeded"), ("simulate", "succeeded"), ("report", "succeeded")]
+    assert commands == [
+        ("ingest", "succeeded"),
+        ("simulate", "succeeded"),
+        ("savings", "succeeded"),
+        ("report", "succeeded"),
+    ]
     rates = dict(
         con.execute(
             "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "
@@ -56,6 +61,17 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     }
     assert windows == {"all", "last-half", "steady"}
     assert con.execute("SELECT count(*) FROM hit_rate_timeseries").fetchone()[0] > 0
+    # the savings stage priced the lru outcomes of the middle capacity with the roofline
+    outcomes = con.execute(
+        "SELECT DISTINCT policy, capacity_blocks FROM request_outcomes"
+    ).fetchall()
+    assert outcomes == [("lru", 64_000)]
+    saved = con.execute(
+        "SELECT cost_model, requests, prefill_gpu_seconds_no_cache > prefill_gpu_seconds_with_cache"
+        " FROM savings WHERE tenant = '*'"
+    ).fetchall()
+    assert saved == [("roofline", 12_031, True)]
+    assert "Decode time is unchanged" in outcome.savings
     con.close()
 
     # The run is on the server's record, under the flow's name, completed.
