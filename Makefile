@@ -13,8 +13,8 @@ BUILD := build
 
 setup: $(STAMP)
 
-# Reinstall whenever the dependency list changes.
-$(STAMP): pyproject.toml
+# Reinstall whenever the dependency list (or this recipe) changes.
+$(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[test,replay]'
 	@touch $(STAMP)
@@ -41,6 +41,7 @@ bench: setup
 	$(BIN)/python benchmarks/ingest_scale.py
 	$(BIN)/python benchmarks/hashing.py
 	$(BIN)/python benchmarks/simulator_core.py
+	$(BIN)/python benchmarks/miss_cost_cpu.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks
