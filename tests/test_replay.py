@@ -114,3 +114,14 @@ def test_stratified_sampling_covers_every_stratum_first() -> None:
     assert sorted(picks["input_tokens"].to_list()) == [100, 100, 5000, 5000]
     assert scale_to(5000, 4800, 1000) == (1000, 960)
     assert scale_to(500, 100, 1000) == (500, 100)
+
+
+def test_the_flow_replay_stage_calibrates_what_its_savings_stage_then_uses(simulated) -> None:  # type: ignore[no-untyped-def]
+    from prefixscope.analysis.simulate import Scenario
+    from prefixscope.pipelines import fleet_report as flow
+
+    scenario = Scenario("lru", 8)
+    calibrated = flow.replay.fn(str(simulated), scenario, 4)
+    assert calibrated == ("tiny-llama", "cpu")
+    text = flow.savings.fn(str(simulated), scenario, *calibrated)
+    assert "tiny-llama on cpu, calibrated cost model" in text
