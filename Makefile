@@ -13,10 +13,10 @@ BUILD := build
 
 setup: $(STAMP)
 
-# Reinstall whenever the dependency list changes.
-$(STAMP): pyproject.toml
+# Reinstall whenever the dependency list (or this recipe) changes.
+$(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,replay]'
 	@touch $(STAMP)
 
 demo: setup
@@ -43,6 +43,7 @@ bench: setup
 	$(BIN)/python benchmarks/simulator_core.py
 	$(BIN)/python benchmarks/mrc.py
 	$(BIN)/python benchmarks/turn_inference.py
+	$(BIN)/python benchmarks/miss_cost_cpu.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks

@@ -190,6 +190,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", type=_name_list, help="ceiling,lru,fifo,s3fifo,belady")
     p.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
     p.add_argument("--window", type=_name_list, help="all,last-half,steady")
+    p.add_argument("--savings-model", default="llama-3-8b", help="model the savings price")
+    p.add_argument("--savings-gpu", default="h100", help="GPU the savings price")
+    p.add_argument(
+        "--replay-samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also calibrate a cost model on N replayed requests (needs torch)",
+    )
+    _miss_cost_parsers(sub, warehouse_arg)
     return parser
 
 
@@ -219,6 +229,43 @@ def _add_curve_parser(sub, warehouse_arg) -> None:  # type: ignore[no-untyped-de
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument("--ttl", type=float, metavar="SECONDS", help="ttl: idle time before a drop")
     p.add_argument("--workers", type=int, help="grid curves: processes (one per core)")
+
+
+def _miss_cost_parsers(sub, warehouse_arg) -> None:  # type: ignore[no-untyped-def]
+    """`roofline`, `replay` and `savings`: what a miss costs, and what the cache saves."""
+    from prefixscope.analysis.savings import COST_MODEL_KINDS, DEFAULT_GPU, DEFAULT_MODEL
+
+    def outcomes_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--outcomes-run", metavar="RUN_ID", help="simulate run (default: newest)")
+        p.add_argument("--policy", help="configuration of request_outcomes to use")
+        p.add_argument("--capacity-blocks", type=int, metavar="N")
+        p.add_argument("--isolation", help="shared, salted, partitioned")
+
+    p = sub.add_parser("roofline", help="analytic FLOPs, bytes and time of a miss and a hit")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
+    p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument("--gpu", default=DEFAULT_GPU, help="a100, h100, h200 or NAME:TFLOPS:TBPS")
+    p.add_argument("--cached", type=int, required=True, help="cached prefix (tokens)")
+    p.add_argument("--new", type=int, required=True, help="new tokens of the hit")
+
+    p = sub.add_parser("replay", help="time sampled requests as miss and hit; fit a cost model")
+    warehouse_arg(p)
+    p.add_argument("--model", help="catalog model (cpu: tiny-llama, cuda: llama-3-8b)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (%(default)s)")
+    p.add_argument("--samples", type=int, default=24, metavar="N", help="requests (%(default)s)")
+    p.add_argument("--max-tokens", type=int, help="longer requests are scaled down to this")
+    p.add_argument("--gpu", help="roofline spec (default: the device's, or measured on cpu)")
+    p.add_argument("--chunk", type=int, help="prefill at most this many tokens per forward")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per shape (%(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    outcomes_args(p)
+
+    p = sub.add_parser("savings", help="prefill GPU-seconds and TTFT saved, per tenant")
+    warehouse_arg(p)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
+    p.add_argument("--gpu", default=DEFAULT_GPU, help="a100, h100, h200, NAME:TFLOPS:TBPS, cpu")
+    p.add_argument("--cost-model", default="auto", choices=COST_MODEL_KINDS)
+    outcomes_args(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -358,6 +405,9 @@ def _fleet_report(args: argparse.Namespace) -> int:
         policies=args.policy or None,
         capacities_blocks=args.capacity_blocks or list(DEFAULT_CAPACITIES),
         windows=args.window or None,
+        savings_model=args.savings_model,
+        savings_gpu=args.savings_gpu,
+        replay_samples=args.replay_samples,
     )
     print(f"warehouse: {Path(outcome.warehouse).resolve()}")
     print(f"report:    {Path(outcome.report).resolve()}")
@@ -366,6 +416,7 @@ def _fleet_report(args: argparse.Namespace) -> int:
         f" + {outcome.rejected:,} rejected"
     )
     print(outcome.table)
+    print(outcome.savings)
     return 0
 
 
@@ -425,6 +476,75 @@ _COMMANDS = {
     "structure": _structure,
     "fleet-report": _fleet_report,
 }
+
+
+def _roofline(args: argparse.Namespace) -> int:
+    from prefixscope.analysis.gpus import resolve_gpu
+    from prefixscope.analysis.models import resolve_model
+    from prefixscope.dashboards.savings import format_roofline
+
+    shape = resolve_model(args.model, args.model_config)
+    print(format_roofline(shape, resolve_gpu(args.gpu), args.cached, args.new))
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from prefixscope import warehouse
+
+    try:
+        from prefixscope.gpu_replay.replay import ReplayOptions, run_replay
+    except ImportError as exc:
+        raise ValueError(f"replay needs torch: pip install 'prefixscope[replay]' ({exc})") from None
+    options = ReplayOptions(
+        device=args.device,
+        model=args.model,
+        samples=args.samples,
+        max_tokens=args.max_tokens,
+        gpu=args.gpu,
+        chunk=args.chunk,
+        repeats=args.repeats,
+        seed=args.seed,
+        outcomes_run=args.outcomes_run,
+        policy=args.policy,
+        capacity_blocks=args.capacity_blocks,
+        isolation=args.isolation,
+    )
+    with warehouse.connect(args.warehouse) as con:
+        result = run_replay(con, options, vars(args))
+    m = result.model
+    print(
+        f"replayed {result.samples.num_rows} requests as miss and hit on "
+        f"{result.samples['device'][0]} ({result.gpu.name} roofline); run {result.run_id}"
+    )
+    print(
+        f"cost model: held-out median |error| {m.holdout_median_pct_err:.1f}%, "
+        f"p90 {m.holdout_p90_pct_err:.1f}% over {m.holdout_samples} points; "
+        f"median share of the roofline {result.roofline_share:.0%}"
+    )
+    return 0
+
+
+def _savings(args: argparse.Namespace) -> int:
+    from prefixscope import warehouse
+    from prefixscope.analysis.savings import run_savings
+    from prefixscope.dashboards.savings import format_savings
+
+    with warehouse.connect(args.warehouse) as con:
+        table = run_savings(
+            con,
+            args.model,
+            args.gpu,
+            args.cost_model,
+            args.outcomes_run,
+            args.policy,
+            args.capacity_blocks,
+            args.isolation,
+        )
+    print(format_savings(table))
+    return 0
+
+
+_COMMANDS.update({"roofline": _roofline, "replay": _replay, "savings": _savings})
 
 if __name__ == "__main__":
     sys.exit(main())

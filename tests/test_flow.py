@@ -45,6 +45,7 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         ("simulate", "succeeded"),
         ("curve", "succeeded"),
         ("structure", "succeeded"),
+        ("savings", "succeeded"),
         ("report", "succeeded"),
     ]
     rates = dict(
@@ -78,6 +79,17 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     ).fetchall()
     assert sources == [(64_000, sources[0][1], sources[0][1])]
     assert "id='hit-sources'" in page.read_text()
+    # the savings stage priced the lru outcomes of the middle capacity with the roofline
+    outcomes = con.execute(
+        "SELECT DISTINCT policy, capacity_blocks FROM request_outcomes"
+    ).fetchall()
+    assert outcomes == [("lru", 64_000)]
+    saved = con.execute(
+        "SELECT cost_model, requests, prefill_gpu_seconds_no_cache > prefill_gpu_seconds_with_cache"
+        " FROM savings WHERE tenant = '*'"
+    ).fetchall()
+    assert saved == [("roofline", 12_031, True)]
+    assert "Decode time is unchanged" in outcome.savings
     con.close()
 
     # The run is on the server's record, under the flow's name, completed.

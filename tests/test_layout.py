@@ -45,3 +45,16 @@ def test_the_analysis_stages_load_without_torch_or_prefect() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_gpu_bench_needs_only_torch_and_numpy() -> None:
+    """The benchmark runs on a machine with torch and numpy and none of the warehouse's
+    dependencies, so nothing it imports may pull them in."""
+    pytest.importorskip("torch")
+    code = (
+        "import sys, prefixscope.gpu_replay.bench; "
+        "print(sorted({'duckdb', 'polars', 'pyarrow', 'prefect', 'plotly', 'numba', 'scipy'}"
+        " & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

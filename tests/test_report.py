@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from prefixscope import warehouse
+from prefixscope.analysis.savings import run_savings
 from prefixscope.analysis.simulate import Capacities, Settings, run_simulation
 from prefixscope.analysis.structure import StructureSettings, run_structure
 from prefixscope.dashboards import build_report
@@ -34,9 +35,10 @@ def page(wh, write_lines, tmp_path: Path) -> Path:
         con,
         ["ceiling", "lru"],
         Capacities(blocks=[2, 4, 8]),
-        Settings(windows=("all", "last-half")),
+        Settings(windows=("all", "last-half"), outcomes=True),
     )
     run_structure(con, StructureSettings(capacity_blocks=4))
+    run_savings(con, policy="lru", capacity_blocks=4)
     return build_report(con, tmp_path / "out" / "report.html", "wh.duckdb")
 
 
@@ -47,13 +49,17 @@ def test_the_page_is_self_contained_and_holds_the_figures(page: Path) -> None:
     assert not re.search(r"<link[^>]+href=", html)
     assert "Plotly.newPlot" in html
     assert "tenant alpha" in html and "tenant beta" in html  # per-tenant curves
-    assert html.count("<tr class='fleet'>") == 2 * (1 + 3)  # fleet rows: 2 windows × 4 configs
+    # fleet rows: 2 windows × 4 configs, and the fleet's savings
+    assert html.count("<tr class='fleet'>") == 2 * (1 + 3) + 1
     assert "<td>60</td>" in html  # the fleet's request count
     # The structure section: a hit-sources line per tenant and configuration, plain words on
     # what breaks reuse, reuse-time shares.
     assert "Tenant alpha, infinite cache: " in html and "Tenant beta, lru at 4 blocks: " in html
     assert "id='shared-prefixes'" in html and "id='reuse-times'" in html
     assert "first never-seen block" in html
+    assert "miss cost is not measured" not in html and "No savings computed yet" not in html
+    assert "llama-3-8b</b> on <b>h100</b>, cost model: <b>roofline</b>" in html
+    assert "Decode time is unchanged by the prefix cache" in html
 
 
 def test_a_stale_simulation_is_left_out_after_a_new_ingest(wh, write_lines, tmp_path: Path) -> None:
@@ -67,6 +73,7 @@ def test_a_stale_simulation_is_left_out_after_a_new_ingest(wh, write_lines, tmp_
         )
     html = build_report(con, tmp_path / "r.html", "wh").read_text()
     assert "No simulation results yet" in html
+    assert "No savings computed yet" in html
 
 
 @pytest.mark.browser
@@ -101,6 +108,9 @@ def test_the_page_renders_its_charts_in_headless_chromium_without_errors(page: P
             sources = tab.locator("#hit-sources li").count()
             prefix_rows = tab.locator("#shared-prefixes tr").count()
             structure_shown = tab.locator("#structure").is_visible()
+            savings = tab.locator("#savings tr")
+            savings_rows = [r.inner_text() for r in savings.all()]
+            decode_note = tab.locator("#decode-note").is_visible()
         finally:
             browser.close()
     assert errors == []
@@ -115,3 +125,7 @@ def test_the_page_renders_its_charts_in_headless_chromium_without_errors(page: P
     assert title is not None and "fleet" in title
     # (fleet, alpha, beta) × (infinite cache, lru): six hit-source lines; prefixes listed
     assert structure_shown and sources == 6 and prefix_rows >= 2
+    # the savings section: a header, the fleet and both tenants, and the decode statement
+    assert len(savings_rows) == 4 and savings_rows[1].startswith("fleet")
+    assert [r.split("\t")[0] for r in savings_rows[2:]] == ["alpha", "beta"]
+    assert "GPU-s saved per hour" in savings_rows[0] and decode_note

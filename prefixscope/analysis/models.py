@@ -94,6 +94,9 @@ CATALOG: dict[str, ModelShape] = {
             kv_lora_rank=512,
             qk_rope_head_dim=64,
         ),
+        # Not a published model: a small Llama shape whose prefills take milliseconds on a
+        # CPU core, the default of `prefixscope replay --device cpu`.
+        ModelShape("tiny-llama", 2, 256, 512, 4, 2, 64, 512),
     )
 }
 

@@ -17,16 +17,11 @@ import plotly.offline
 import polars as pl
 
 from prefixscope import __version__, sql
+from prefixscope.dashboards.savings import savings_html
 from prefixscope.dashboards.structure import structure_html
 from prefixscope.warehouse import FLEET
 
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
-MISS_COST_NOTE = (
-    "A hit rate alone does not say what the cache saves: a miss is a full prefill, whose "
-    "attention work grows with the square of the prompt, while a hit computes only the new "
-    "tokens. This warehouse holds no measured miss cost yet, so this page reports hit rates "
-    "only; read them as the share of prefill tokens a cache can skip, not as a speedup."
-)
 
 
 def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name: str) -> Path:
@@ -47,8 +42,8 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         timeseries=_timeseries_html(series),
         mrc=_mrc_html(curves),
         table=_table_html(rates),
-        miss_cost=html.escape(MISS_COST_NOTE),
         structure=structure_html(con),
+        miss_cost=savings_html(con),
     )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,10 @@
 """GPU replay: the measured cost of a miss against a hit, with paged attention in torch.
 
-Not built yet. It will replay sampled requests from the simulator's outcomes through a
-paged KV cache (full prefill for a miss; t_new new tokens against L cached positions for a hit)
-and write the timings to the warehouse. It is the only subpackage allowed to import torch,
-which is the optional extra ``prefixscope[replay]``; nothing else depends on it.
+``kv_cache`` (block pools, tables, reference counts), ``model`` (a Llama-architecture decoder
+with random weights that prefills through a block table), ``timing`` (warm-up, repeats, median;
+CUDA events), ``runner`` (one shape as a miss and as a hit), ``replay`` (sampled requests from
+the simulator's outcomes into ``replay_samples`` and a fitted ``miss_cost_models`` row) and
+``bench`` (the one-command GPU benchmark, which imports only torch and numpy). It is the only
+subpackage allowed to import torch, the optional extra ``prefixscope[replay]``; nothing else
+depends on it.
 """

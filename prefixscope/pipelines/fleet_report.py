@@ -1,5 +1,5 @@
 """The ``fleet_report`` flow: ingest → simulate every policy × capacity → LRU curve →
-structure → report.
+structure → [replay] → savings → report.
 
 The flow only sequences; each task opens the warehouse for its own step and closes it, so a
 task can retry or move to another worker without shared state. Simulation tasks are pure
@@ -10,7 +10,7 @@ single recorded run.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 
 from prefixscope import warehouse
 from prefixscope.analysis.mrc import CurveSettings, run_curve
+from prefixscope.analysis.savings import DEFAULT_GPU, DEFAULT_MODEL, run_savings
 from prefixscope.analysis.simulate import (
     Scenario,
     Settings,
@@ -30,6 +31,7 @@ from prefixscope.analysis.simulate import (
 from prefixscope.analysis.structure import StructureSettings, run_structure
 from prefixscope.analysis.trace import Trace, load_trace
 from prefixscope.dashboards import build_report
+from prefixscope.dashboards.savings import format_savings
 from prefixscope.dashboards.text import format_hit_rates
 from prefixscope.ingest import IngestOptions, IngestResult, ingest_files
 from prefixscope.warehouse import FLEET
@@ -49,6 +51,7 @@ class FleetReportOutcome:
     accepted: int
     rejected: int
     table: str  # the fleet's hit rates as a short text table
+    savings: str = ""  # prefill GPU-seconds and TTFT with and without the cache, per tenant
 
 
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
@@ -115,6 +118,56 @@ def structure_settings(capacities_blocks: Sequence[int]) -> StructureSettings:
 
 
 @task(cache_policy=NO_CACHE)
+def replay(warehouse_path: str, scenario: Scenario, samples: int) -> tuple[str, str] | None:
+    """Calibrate a prefill cost model on this machine (CPU, or CUDA when present); returns the
+    (model, gpu) it was calibrated for, or None when torch is not installed."""
+    try:
+        import torch
+
+        from prefixscope.gpu_replay.replay import ReplayOptions, run_replay
+    except ImportError:
+        get_run_logger().warning("replay skipped: torch is not installed (prefixscope[replay])")
+        return None
+    options = ReplayOptions(
+        device="cuda" if torch.cuda.is_available() else "cpu",
+        samples=samples,
+        policy=scenario.policy,
+        capacity_blocks=scenario.capacity_blocks,
+        isolation=scenario.isolation,
+    )
+    with warehouse.connect(warehouse_path) as con:
+        result = run_replay(con, options)
+    return str(result.samples["model"][0]), result.gpu.name
+
+
+@task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
+def savings(warehouse_path: str, scenario: Scenario, model: str, gpu: str) -> str:
+    """Price the scenario's request outcomes: a calibrated cost model if the warehouse holds
+    one for (model, gpu), else the roofline. Needs no torch."""
+    with warehouse.connect(warehouse_path) as con:
+        table = run_savings(
+            con,
+            model,
+            gpu,
+            policy=scenario.policy,
+            capacity_blocks=scenario.capacity_blocks,
+            isolation=scenario.isolation,
+        )
+    return format_savings(table)
+
+
+def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | None) -> Scenario:
+    """The scenario whose per-request outcomes are priced: ``policy`` at ``capacity`` (default:
+    the middle capacity), else the first bounded scenario of the grid."""
+    bounded = [s for s in grid if s.policy == policy and s.capacity_blocks is not None]
+    if capacity is not None:
+        bounded = [s for s in bounded if s.capacity_blocks == capacity]
+    if bounded:
+        return bounded[len(bounded) // 2]
+    return next((s for s in grid if s.capacity_blocks is not None), grid[0])
+
+
+@task(cache_policy=NO_CACHE)
 def report(warehouse_path: str, report_path: str) -> str:
     with (
         warehouse.connect(warehouse_path) as con,
@@ -133,6 +186,11 @@ def fleet_report(
     policies: list[str] | None = None,
     capacities_blocks: list[int] | None = None,
     windows: list[str] | None = None,
+    savings_policy: str = "lru",
+    savings_capacity_blocks: int | None = None,
+    savings_model: str = DEFAULT_MODEL,
+    savings_gpu: str = DEFAULT_GPU,
+    replay_samples: int = 0,
 ) -> FleetReportOutcome:
     policies = policies or list(DEFAULT_POLICIES)
     capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
@@ -142,7 +200,12 @@ def fleet_report(
     ingested = ingest(inputs, warehouse_path, format_name, IngestOptions(tenant=tenant))
     trace = load(warehouse_path)
     settings = Settings(windows=tuple(windows))
-    tables = simulate.map(trace=unmapped(trace), scenario=grid, settings=unmapped(settings))
+    priced = outcomes_scenario(grid, savings_policy, savings_capacity_blocks)
+    tables = simulate.map(
+        trace=unmapped(trace),
+        scenario=grid,
+        settings=[replace(settings, outcomes=s == priced) for s in grid],
+    )
     store(
         warehouse_path,
         tables.result(),
@@ -151,6 +214,9 @@ def fleet_report(
     curve = CurveSettings(policy="lru", windows=("all",), capacities=tuple(capacities_blocks))
     mrc(warehouse_path, curve)
     structure(warehouse_path, structure_settings(capacities_blocks))
+    calibrated = replay(warehouse_path, priced, replay_samples) if replay_samples > 0 else None
+    model, gpu = calibrated or (savings_model, savings_gpu)
+    saved = savings(warehouse_path, priced, model, gpu)
     page = report(warehouse_path, report_path)
     rows = [row for part in tables.result() for row in part.hit_rates if row["tenant"] == FLEET]
     fleet = pa.Table.from_pylist(rows)
@@ -161,4 +227,5 @@ def fleet_report(
         accepted=ingested.accepted,
         rejected=ingested.rejected,
         table=format_hit_rates(fleet),
+        savings=saved,
     )

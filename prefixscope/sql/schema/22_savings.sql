@@ -1,0 +1,32 @@
+-- What the prefix cache saves, per tenant ('*': the fleet), for one simulated configuration's
+-- request_outcomes and one prefill cost model ('calibrated': a miss_cost_models row;
+-- 'roofline': the analytic model of `model` on `gpu`). Prefill only: decode time does not
+-- depend on the prefix cache. A request costs T(input, 0) without a cache and
+-- T(max(1, input - hit), input - max(1, input - hit)) with it. The time-to-first-token figures
+-- are those prefill times alone (an idle GPU, no queueing, no batching).
+-- gpu_seconds_saved_per_hour divides by traffic_seconds, the fleet's arrival span.
+CREATE TABLE IF NOT EXISTS savings (
+    run_id                          VARCHAR NOT NULL,
+    outcomes_run_id                 VARCHAR NOT NULL,
+    policy                          VARCHAR NOT NULL,
+    isolation                       VARCHAR NOT NULL,
+    capacity_blocks                 BIGINT,
+    tenant                          VARCHAR NOT NULL,
+    model                           VARCHAR NOT NULL,
+    gpu                             VARCHAR NOT NULL,
+    cost_model                      VARCHAR NOT NULL,
+    cost_model_run_id               VARCHAR,
+    requests                        BIGINT NOT NULL,
+    input_tokens                    BIGINT NOT NULL,
+    hit_tokens                      BIGINT NOT NULL,
+    traffic_seconds                 DOUBLE,
+    prefill_gpu_seconds_no_cache    DOUBLE NOT NULL,
+    prefill_gpu_seconds_with_cache  DOUBLE NOT NULL,
+    gpu_seconds_saved               DOUBLE NOT NULL,
+    saved_share                     DOUBLE,
+    gpu_seconds_saved_per_hour      DOUBLE,
+    ttft_p50_no_cache_s             DOUBLE NOT NULL,
+    ttft_p95_no_cache_s             DOUBLE NOT NULL,
+    ttft_p50_with_cache_s           DOUBLE NOT NULL,
+    ttft_p95_with_cache_s           DOUBLE NOT NULL
+);

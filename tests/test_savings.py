@@ -1,0 +1,65 @@
+"""Savings: the per-request arithmetic, the choice of configuration and cost model."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from prefixscope.analysis.savings import MissCost, resolve_cost_model, savings_rows
+from prefixscope.cli import main
+from tests.conftest import mooncake_line
+
+
+def linear_cost(new: np.ndarray, cached: np.ndarray) -> np.ndarray:
+    return np.asarray(new, dtype=float) + 0.001 * np.asarray(cached, dtype=float)
+
+
+def test_savings_rows_by_hand() -> None:
+    outcomes = pl.DataFrame(
+        {
+            "tenant": ["a", "a", "b"],
+            "input_tokens": [100, 200, 50],
+            "hit_tokens": [0, 150, 50],  # a miss, a partial hit, a full hit
+        }
+    )
+    rows = savings_rows(outcomes, 1800.0, MissCost("roofline", "m", "g", linear_cost))
+    fleet, a, b = rows
+    assert [r["tenant"] for r in rows] == ["*", "a", "b"]
+    # without: 100, 200, 50; with: 100, 50 + 0.15, 1 + 0.049 (a full hit computes one token)
+    assert fleet["prefill_gpu_seconds_no_cache"] == pytest.approx(350)
+    assert fleet["prefill_gpu_seconds_with_cache"] == pytest.approx(100 + 50.15 + 1.049)
+    assert a["gpu_seconds_saved"] == pytest.approx(300 - 150.15)
+    assert b["gpu_seconds_saved_per_hour"] == pytest.approx((50 - 1.049) * 2)
+    assert fleet["ttft_p50_no_cache_s"] == pytest.approx(100)
+    assert fleet["ttft_p50_with_cache_s"] == pytest.approx(50.15)
+    assert a["ttft_p95_no_cache_s"] == pytest.approx(100 + 0.95 * 100)
+    assert (a["requests"], a["input_tokens"], a["hit_tokens"]) == (2, 300, 150)
+
+
+def test_choosing_a_configuration_and_a_cost_model(wh, write_lines, capsys) -> None:  # type: ignore[no-untyped-def]
+    path, con = wh
+    src = write_lines([mooncake_line(timestamp=i, hash_ids=[1, 2 + i % 2]) for i in range(6)])
+    assert (
+        main(["ingest", "--format", "mooncake", "--input", str(src), "--warehouse", str(path)]) == 0
+    )
+    assert main(["savings", "--warehouse", str(path)]) == 2
+    assert "simulate --outcomes" in capsys.readouterr().err
+    argv = ["simulate", "--warehouse", str(path), "--policy", "lru", "--capacity-blocks", "2,3"]
+    assert main([*argv, "--outcomes"]) == 0
+    assert main(["savings", "--warehouse", str(path)]) == 2
+    assert "several configurations match" in capsys.readouterr().err
+    assert main(["savings", "--warehouse", str(path), "--capacity-blocks", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "lru shared @ 3 blocks" in out and "roofline" in out and "Decode time" in out
+    with pytest.raises(ValueError, match="no calibrated cost model"):
+        resolve_cost_model(con, "llama-3-8b", "h100", "calibrated")
+    with pytest.raises(ValueError, match="needs a GPU spec"):
+        resolve_cost_model(con, "tiny-llama", "cpu", "roofline")
+
+
+def test_the_roofline_command_prints_the_worked_example(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["roofline", "--model", "llama-2-70b", "--cached", "4096", "--new", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "68.98 B parameters" in out
+    assert "32.76" in out  # miss / hit attention FLOPs
