@@ -51,7 +51,6 @@ def _add_dead(tree, n_chunks, c, count):  # type: ignore[no-untyped-def]
         i += i & -i
 
 
-@numba.njit(cache=True, nogil=True)
 def stack_curve(  # type: ignore[no-untyped-def]
     offsets, blocks, n_unique, points, input_tokens, block_size, groups, n_groups, keep_buckets
 ):
@@ -66,18 +65,47 @@ def stack_curve(  # type: ignore[no-untyped-def]
     leading run of ``h`` blocks serves ``min(h * block_size, input_tokens)``, the simulator's
     rule. Depths are taken before the request touches anything; then its blocks are touched
     deepest first, as the LRU kernel does."""
-    n = offsets.size - 1
+    # The large arrays come from numpy, which asks for huge pages; the compiled loop's own
+    # allocations would page-fault through millions of distinct blocks.
     total = blocks.size
+    n_chunks = (total >> 6) + 1
+    return _stack_curve_loop(
+        offsets,
+        blocks,
+        points,
+        input_tokens,
+        block_size,
+        groups,
+        np.zeros((groups.shape[0], n_groups, points.size + 1), np.int64),
+        np.empty(total if keep_buckets else 0, np.int32),
+        np.zeros(n_unique, np.int32),  # latest touch position of each block, 0: never
+        # Dead positions: a bit each, and a Fenwick tree of their count per chunk of 64
+        # positions (small enough to stay in the CPU caches).
+        np.zeros(n_chunks, np.uint64),
+        np.zeros(n_chunks + 1, np.int32),
+        keep_buckets,
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _stack_curve_loop(  # type: ignore[no-untyped-def]
+    offsets,
+    blocks,
+    points,
+    input_tokens,
+    block_size,
+    groups,
+    hist,
+    out,
+    last,
+    words,
+    tree,
+    keep_buckets,
+):
+    n = offsets.size - 1
     n_points = points.size
     rows = groups.shape[0]
-    hist = np.zeros((rows, n_groups, n_points + 1), np.int64)
-    out = np.empty(total if keep_buckets else 0, np.int32)
-    last = np.zeros(n_unique, np.int32)  # latest touch position of each block, 0: never
-    # Dead positions: a bit each, and a Fenwick tree of their count per chunk of 64 positions
-    # (small enough to stay in the CPU caches).
-    n_chunks = (total >> 6) + 1
-    words = np.zeros(n_chunks, np.uint64)
-    tree = np.zeros(n_chunks + 1, np.int32)
+    n_chunks = words.size
     clock = 0  # touches so far: positions 1..clock are used
     dead = 0
     for r in range(n):
