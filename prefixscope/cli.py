@@ -191,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
     p.add_argument("--window", type=_name_list, help="all,last-half,steady")
     p.add_argument("--savings-model", default="llama-3-8b", help="model the savings price")
+    p.add_argument(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help="run the simulations on this running Dask cluster (default: threads here)",
+    )
     p.add_argument("--savings-gpu", default="h100", help="GPU the savings price")
     p.add_argument(
         "--replay-samples",
@@ -395,8 +400,11 @@ def _report(args: argparse.Namespace) -> int:
 
 def _fleet_report(args: argparse.Namespace) -> int:
     from prefixscope.pipelines.fleet_report import DEFAULT_CAPACITIES, fleet_report
+    from prefixscope.pipelines.runners import run_flow
 
-    outcome = fleet_report(
+    outcome = run_flow(
+        fleet_report,
+        args.dask_address,
         inputs=[str(p) for p in args.input],
         warehouse_path=args.warehouse,
         report_path=args.out,

@@ -1,0 +1,65 @@
+"""The fleet_report flow with its simulations fanned out on a real Dask cluster (two worker
+processes), against the same simulations run in this process."""
+
+from __future__ import annotations
+
+import os
+
+import duckdb
+import pytest
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster():  # type: ignore[no-untyped-def]
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as c:
+        yield c
+
+
+def test_the_flow_runs_its_simulations_on_the_dask_workers(cluster, sample_path, tmp_path) -> None:
+    from distributed import Client, get_task_stream
+
+    from prefixscope.analysis.simulate import Settings, scenarios, simulate_grid
+    from prefixscope.analysis.trace import load_trace
+    from prefixscope.pipelines.fleet_report import fleet_report
+    from prefixscope.pipelines.runners import run_flow
+
+    wh = tmp_path / "wh.duckdb"
+    policies, capacities = ["ceiling", "lru", "fifo"], [4_000, 64_000]
+    with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
+        outcome = run_flow(
+            fleet_report,
+            cluster.scheduler_address,
+            inputs=[str(sample_path)],
+            warehouse_path=str(wh),
+            report_path=str(tmp_path / "report.html"),
+            policies=policies,
+            capacities_blocks=capacities,
+            windows=["all"],
+        )
+    grid = scenarios(policies, capacities)
+    assert outcome.accepted == 12_031
+    # Every scenario was one task on the cluster, spread over both workers.
+    ran = [t for t in stream.data if "simulate" in t["key"]]
+    assert len(ran) == len(grid)
+    assert len({t["worker"] for t in ran}) == 2
+
+    con = duckdb.connect(str(wh), read_only=True)
+    stored = con.execute(
+        "SELECT policy, coalesce(capacity_blocks, -1), hit_tokens FROM hit_rates "
+        "WHERE tenant = '*' AND measure_window = 'all' ORDER BY 1, 2"
+    ).fetchall()
+    here = simulate_grid(load_trace(con), grid, Settings(windows=("all",)))
+    con.close()
+    expected = sorted(
+        (r["policy"], r["capacity_blocks"] or -1, r["hit_tokens"])
+        for r in here.hit_rates
+        if r["tenant"] == "*"
+    )
+    assert stored == expected
