@@ -5,9 +5,11 @@
    check that the curve equals those 30 runs to the token.
 2. Sampling error (mean and max absolute error in token hit rate against the exact curve) at
    rates 0.1 and 0.01, on a 25 M-lookup trace of the synthetic generator below and on the
-   bundled trace.
-3. A sampled curve (rate 0.01) of a 250 M-lookup synthetic trace, streamed through the sampler
-   in chunks: time and peak memory (``ru_maxrss``), in a fresh process so nothing else counts.
+   bundled trace: block sampling (both estimators; over all capacities, and split at 100
+   sampled blocks) and family sampling.
+3. A sampled curve (rate 0.01, block and family sampling) of a 250 M-lookup synthetic trace,
+   streamed through the sampler in chunks: time and peak memory (``ru_maxrss``), each in a
+   fresh process so nothing else counts.
 
     make bench        # or: .venv/bin/python benchmarks/mrc.py
 
@@ -31,9 +33,11 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope import warehouse
+from prefixscope.analysis.block_sampling import sample_block_batches, sample_blocks
 from prefixscope.analysis.mrc import capacity_points, lru_curve
 from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.sampling import mix, sample_batches, sample_trace
+from prefixscope.analysis.sampled_curve import ESTIMATORS, estimates, sampled_sums
+from prefixscope.analysis.sampling import keep, mix, sample_batches, sample_trace
 from prefixscope.analysis.simulate import hit_tokens
 from prefixscope.analysis.trace import Trace, build_trace, load_trace
 from prefixscope.ingest import IngestOptions, ingest_files
@@ -172,45 +176,83 @@ def speed(trace: Trace, name: str) -> None:
     )
 
 
+def exact_at(trace: Trace, small: np.ndarray, rate: float) -> np.ndarray:
+    """The exact fleet token hit rate at the full-scale capacities of sampled ones."""
+    full = np.maximum(1, np.round(small / rate).astype(np.int64))
+    axis = np.unique(full)
+    return fleet_hits(trace, axis)[np.searchsorted(axis, full)] / trace.input_tokens.sum()
+
+
+def errors(err: np.ndarray) -> str:
+    return f"mean {err.mean():.4f}, max {err.max():.4f}" if len(err) else "—"
+
+
 def sampling_error(trace: Trace, name: str) -> None:
+    # A block is in or out of a block sample whole: the heaviest one bounds how coarse it is.
+    tokens = np.bincount(trace.blocks, weights=trace.token_sizes, minlength=trace.n_unique)
+    heavy = int(np.argmax(tokens))
+    print(
+        f"  {name}: the heaviest block holds {tokens[heavy] / trace.input_tokens.sum():.4f} of "
+        f"the input tokens; in the sample at 0.1: {bool(keep(trace.hashes[[heavy]], 0.1)[0])}, "
+        f"at 0.01: {bool(keep(trace.hashes[[heavy]], 0.01)[0])}"
+    )
     for rate in (0.1, 0.01):
-        try:
-            sample = sample_trace(trace, rate)
-        except ValueError as exc:
-            print(f"  {name} @ {rate}: no estimate ({exc})")
-            continue
-        small = capacity_points(sample.n_unique, 256)
-        full = np.maximum(1, np.round(small / rate).astype(np.int64))
-        est = fleet_hits(sample, small) / sample.input_tokens.sum()
-        exact = fleet_hits(trace, np.unique(full))[np.searchsorted(np.unique(full), full)]
-        err = np.abs(est - exact / trace.input_tokens.sum())
+        sample = sample_blocks(trace, rate)
+        small = capacity_points(sample.trace.n_unique, 256)
+        exact = exact_at(trace, small, rate)
+        fleet = next(s for s in sampled_sums(sample, small, ["all"]) if s.tenant == "*")
         print(
-            f"  {name} @ {rate}: kept {sample.n_requests:,} of {trace.n_requests:,} requests "
-            f"({sample.n_requests / trace.n_requests:.3f}), {sample.n_lookups:,} lookups; "
-            f"abs error in token hit rate over {len(small)} capacities: "
-            f"mean {err.mean():.4f}, max {err.max():.4f}"
+            f"  {name} @ {rate}, block: kept {sample.trace.n_lookups:,} of {trace.n_lookups:,} "
+            f"lookups ({sample.trace.n_lookups / trace.n_lookups:.3f}), "
+            f"{sample.trace.n_unique:,} blocks; {len(small)} capacities"
+        )
+        big = small >= 100
+        for estimator in ESTIMATORS:
+            err = np.abs(estimates(fleet, rate, estimator) / fleet.input_tokens - exact)
+            print(
+                f"    {estimator:>6}: {errors(err)}; sampled capacity >= 100 blocks "
+                f"({big.sum()}): {errors(err[big])}; below ({(~big).sum()}): {errors(err[~big])}"
+            )
+        try:
+            family = sample_trace(trace, rate)
+        except ValueError as exc:
+            print(f"  {name} @ {rate}, family: no estimate ({exc})")
+            continue
+        small = capacity_points(family.n_unique, 256)
+        est = fleet_hits(family, small) / family.input_tokens.sum()
+        err = np.abs(est - exact_at(trace, small, rate))
+        print(
+            f"  {name} @ {rate}, family: kept {family.n_requests:,} of {trace.n_requests:,} "
+            f"requests ({family.n_requests / trace.n_requests:.3f}), {family.n_lookups:,} "
+            f"lookups; {len(small)} capacities: {errors(err)}"
         )
 
 
-def large(lookups: int, rate: float) -> None:
+def large(lookups: int, rate: float, by: str) -> None:
     """Runs in its own process: the sampled curve of a trace that is never held whole."""
     t = time.perf_counter()
-    sample = sample_batches(synthetic_batches(lookups), rate, BLOCK)
-    t_sample = time.perf_counter() - t
-    points = capacity_points(sample.n_unique, 256)
-    lru_curve(sample, points, ["all"])
+    if by == "block":
+        sample = sample_block_batches(synthetic_batches(lookups), rate, BLOCK)
+        t_sample = time.perf_counter() - t
+        kept = sample.trace.n_lookups
+        sampled_sums(sample, capacity_points(sample.trace.n_unique, 256), ["all"])
+    else:
+        family = sample_batches(synthetic_batches(lookups), rate, BLOCK)
+        t_sample = time.perf_counter() - t
+        kept = family.n_lookups
+        lru_curve(family, capacity_points(family.n_unique, 256), ["all"])
     total = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
     print(
-        f"  sampled curve @ {rate}: {total:.1f} s on one core ({t_sample:.1f} s generating and "
-        f"sampling the stream, the rest the curve of {sample.n_lookups:,} kept lookups); "
+        f"  {by} sample @ {rate}: {total:.1f} s on one core ({t_sample:.1f} s generating and "
+        f"sampling the stream, the rest the curve of {kept:,} kept lookups); "
         f"peak RSS {peak:.2f} GiB"
     )
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--large":
-        large(int(sys.argv[2]), float(sys.argv[3]))
+        large(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
         return
     base = bundled()
     print("== exact curve: speed ==")
@@ -220,7 +262,8 @@ def main() -> None:
     sampling_error(synthetic(25_000_000), "synthetic, 25 M lookups")
     sampling_error(base, "bundled trace")
     print("== sampled curve of 250 M lookups (a fresh process) ==")
-    subprocess.run([sys.executable, __file__, "--large", "250000000", "0.01"], check=True)
+    for by in ("block", "family"):
+        subprocess.run([sys.executable, __file__, "--large", "250000000", "0.01", by], check=True)
 
 
 if __name__ == "__main__":

@@ -222,7 +222,13 @@ def _add_curve_parser(sub, warehouse_arg) -> None:  # type: ignore[no-untyped-de
         type=float,
         default=1.0,
         metavar="R",
-        help="keep a share R of the prefix families, scale capacities by 1/R (1: exact)",
+        help="estimate from a sample of a share R, capacities scaled by 1/R (1: exact)",
+    )
+    p.add_argument(
+        "--sample-by",
+        default="block",
+        choices=["block", "family"],
+        help="what a sample keeps: blocks (lru; default) or whole prefix families (any policy)",
     )
     p.add_argument("--points", type=int, help="log-spaced capacities (lru 256, others 24)")
     cap = p.add_mutually_exclusive_group()
@@ -364,6 +370,7 @@ def _curve(args: argparse.Namespace) -> int:
         isolation=args.isolation,
         points=args.points,
         sample_rate=args.sample_rate,
+        sample_by=args.sample_by,
         model=args.model,
         model_config=args.model_config,
         kv_dtype=args.kv_dtype,

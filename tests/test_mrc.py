@@ -226,9 +226,13 @@ def test_a_sampled_curve_scales_capacities_and_says_it_is_an_estimate() -> None:
     trace = make_trace(requests, ["t"] * len(requests))
     sample = sample_trace(trace, 0.25)
     assert 0.15 < sample.n_requests / trace.n_requests < 0.35
-    table = compute_curves(sample, CurveSettings(sample_rate=0.25, capacities=(400,)))
+    table = compute_curves(
+        sample, CurveSettings(sample_rate=0.25, sample_by="family", capacities=(400,))
+    )
     rows = table.to_pylist()
-    assert {r["exact"] for r in rows} == {False} and {r["sample_rate"] for r in rows} == {0.25}
+    assert {(r["exact"], r["sample_rate"], r["sample_by"]) for r in rows} == {
+        (False, 0.25, "family")
+    }
     by_cap = {r["capacity_blocks"]: r["token_hit_rate"] for r in rows if r["tenant"] == "*"}
     # Every family is reused right away, so any capacity of 3+ blocks (full scale: 12+) hits 4/5.
     assert by_cap[400] == pytest.approx(0.8, abs=0.01)

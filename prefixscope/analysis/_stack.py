@@ -52,7 +52,16 @@ def _add_dead(tree, n_chunks, c, count):  # type: ignore[no-untyped-def]
 
 
 def stack_curve(  # type: ignore[no-untyped-def]
-    offsets, blocks, n_unique, points, input_tokens, block_size, groups, n_groups, keep_buckets
+    offsets,
+    blocks,
+    n_unique,
+    points,
+    input_tokens,
+    block_size,
+    groups,
+    n_groups,
+    keep_buckets,
+    lookup_tokens=None,
 ):
     """One pass: hit tokens by (row, group, bucket), and per lookup its bucket when
     ``keep_buckets``. A lookup's bucket is the first index ``j`` of the sorted ``points`` with
@@ -63,8 +72,10 @@ def stack_curve(  # type: ignore[no-untyped-def]
     ``groups[w, r]`` is request ``r``'s group in row ``w`` (-1: not counted there); a lookup at
     position ``k`` holds ``clip(input_tokens - k * block_size, 0, block_size)`` tokens, so a
     leading run of ``h`` blocks serves ``min(h * block_size, input_tokens)``, the simulator's
-    rule. Depths are taken before the request touches anything; then its blocks are touched
-    deepest first, as the LRU kernel does."""
+    rule. ``lookup_tokens`` (one per lookup) replaces that rule when a request's lookups are not
+    its leading blocks (a block sample keeps some blocks of each request, each weighing what it
+    weighs in the full request). Depths are taken before the request touches anything; then its
+    blocks are touched deepest first, as the LRU kernel does."""
     # The large arrays come from numpy, which asks for huge pages; the compiled loop's own
     # allocations would page-fault through millions of distinct blocks.
     total = blocks.size
@@ -84,6 +95,7 @@ def stack_curve(  # type: ignore[no-untyped-def]
         np.zeros(n_chunks, np.uint64),
         np.zeros(n_chunks + 1, np.int32),
         keep_buckets,
+        np.zeros(0, np.int32) if lookup_tokens is None else lookup_tokens,
     )
 
 
@@ -101,7 +113,9 @@ def _stack_curve_loop(  # type: ignore[no-untyped-def]
     words,
     tree,
     keep_buckets,
+    lookup_tokens,
 ):
+    sized = lookup_tokens.size > 0
     n = offsets.size - 1
     n_points = points.size
     rows = groups.shape[0]
@@ -145,8 +159,11 @@ def _stack_curve_loop(  # type: ignore[no-untyped-def]
                 break
             if keep_buckets:
                 out[p] = worst
-            tokens = min(max(left, 0), block_size)
-            left -= block_size
+            if sized:
+                tokens = np.int64(lookup_tokens[p])
+            else:
+                tokens = min(max(left, 0), block_size)
+                left -= block_size
             for w in range(rows):
                 g = groups[w, r]
                 if g >= 0:

@@ -6,8 +6,10 @@
   plus the ones asked for.
 - every other bounded policy: the simulator itself at a grid of capacities, one process per
   core (``ProcessPoolExecutor``); each point is the simulator's own figure.
-- ``sample_rate < 1``: the curve of a spatial sample of prefix families (``sampling.py``), its
-  capacities scaled by ``1 / rate``: an estimate, flagged ``exact = false``.
+- ``sample_rate < 1``: an estimate from a spatial sample, flagged ``exact = false``, its
+  capacities scaled by ``1 / rate``: of blocks (``sample_by = 'block'``, the default: LRU only,
+  ``block_sampling.py`` and ``sampled_curve.py``) or of prefix families (``'family'``,
+  ``sampling.py``: any policy, the sample replayed as a trace of its own).
 
 Pure functions from a trace to an Arrow table; ``run_curve`` alone touches the warehouse.
 """
@@ -24,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis import isolation as iso
+from prefixscope.analysis.block_sampling import BlockSample, load_block_sample
 from prefixscope.analysis.models import GIB, resolve_model
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
 from prefixscope.analysis.sampling import load_sampled_trace
@@ -34,6 +37,7 @@ from prefixscope.analysis.windows import WINDOWS
 from prefixscope.warehouse import FLEET, recorded_run
 
 STEADY = "steady"
+SAMPLE_BY = ("block", "family")
 #: Log-spaced points of a one-pass curve (it costs nothing to add more), and of a grid curve
 #: (each point is a full replay).
 STACK_POINTS = 256
@@ -58,6 +62,7 @@ MRC_SCHEMA = pa.schema(
         ("token_hit_rate", pa.float64()),
         ("exact", pa.bool_()),
         ("sample_rate", pa.float64()),
+        ("sample_by", pa.string()),
     ]
 )
 
@@ -72,6 +77,7 @@ class CurveSettings:
     points: int | None = None  # log-spaced points (default: STACK_POINTS or GRID_POINTS)
     capacities: tuple[int, ...] = ()  # capacities asked for, in blocks of the full trace
     sample_rate: float = 1.0
+    sample_by: str = "block"  # what a sample keeps: blocks or whole prefix families
     model: str | None = None
     model_config: str | None = None
     kv_dtype: str = "bf16"
@@ -94,10 +100,26 @@ class CurveSettings:
             raise ValueError("a steady window per capacity is not defined for partitioned curves")
         if not 0 < self.sample_rate <= 1:
             raise ValueError(f"a sample rate is in (0, 1], got {self.sample_rate}")
+        if self.sample_by not in SAMPLE_BY:
+            raise ValueError(f"sample_by is one of {SAMPLE_BY}, got {self.sample_by!r}")
+        if self.by_block:
+            # Block sampling estimates stack depths, so it answers the stack algorithm only; a
+            # per-capacity warm-up and per-tenant caches would need their own estimators.
+            if not self.stack:
+                raise ValueError("block sampling estimates the lru curve; use --sample-by family")
+            if STEADY in self.windows or self.isolation == "partitioned":
+                raise ValueError(
+                    "a block-sampled curve has windows all and last-half, shared or salted; "
+                    "use --sample-by family or the exact curve"
+                )
 
     @property
     def stack(self) -> bool:
         return self.policy == "lru"
+
+    @property
+    def by_block(self) -> bool:
+        return self.sample_rate < 1 and self.sample_by == "block"
 
     @property
     def n_points(self) -> int:
@@ -153,13 +175,8 @@ def lru_curve(
     from prefixscope.analysis import _stack
 
     points = np.asarray(points, dtype=np.int64)
-    n_tenants, n = len(trace.tenants), trace.n_requests
-    plain = [w for w in windows if w != STEADY]
-    masks = masks or {w: WINDOWS[w](trace) for w in plain}
-    groups = np.full((len(plain), n), -1, np.int32)
-    for row, w in enumerate(plain):
-        mask = masks[w]
-        groups[row, mask] = trace.tenant_codes[mask]
+    n_tenants = len(trace.tenants)
+    plain, groups = window_groups(trace, windows, masks)
     hist, buckets = _stack.stack_curve(
         trace.offsets,
         trace.blocks,
@@ -176,7 +193,7 @@ def lru_curve(
     out = Curve(points)
     for row, w in enumerate(plain):
         mask = groups[row] >= 0
-        for name, code in _members(trace, mask):
+        for name, code in members(trace, mask):
             sel = mask if code < 0 else mask & (trace.tenant_codes == code)
             h = hits[row].sum(axis=0) if code < 0 else hits[row, code]
             out.groups.append(_constant(name, w, sel, trace, h))
@@ -185,7 +202,21 @@ def lru_curve(
     return out
 
 
-def _members(trace: Trace, measured: np.ndarray) -> list[tuple[str, int]]:
+def window_groups(
+    trace: Trace, windows: Sequence[str], masks: dict[str, np.ndarray] | None = None
+) -> tuple[list[str], np.ndarray]:
+    """The windows measured by request (all but ``steady``), and per such window (a row) each
+    request's tenant code where the window measures it, -1 where it does not."""
+    plain = [w for w in windows if w != STEADY]
+    masks = masks or {w: WINDOWS[w](trace) for w in plain}
+    groups = np.full((len(plain), trace.n_requests), -1, np.int32)
+    for row, w in enumerate(plain):
+        mask = masks[w]
+        groups[row, mask] = trace.tenant_codes[mask]
+    return plain, groups
+
+
+def members(trace: Trace, measured: np.ndarray) -> list[tuple[str, int]]:
     """The fleet (code -1), then each tenant with measured requests."""
     present = np.unique(trace.tenant_codes[measured])
     return [(FLEET, -1)] + [(trace.tenants[c], int(c)) for c in present]
@@ -254,7 +285,7 @@ def _steady(trace: Trace, points: np.ndarray, buckets: np.ndarray) -> list[Measu
     )
     after = np.arange(n)[None, :] >= starts[:, None]  # (point, request)
     out = []
-    for name, code in _members(trace, np.ones(n, bool)):
+    for name, code in members(trace, np.ones(n, bool)):
         sel = after if code < 0 else after & (trace.tenant_codes == code)[None, :]
         out.append(
             Measured(
@@ -349,7 +380,7 @@ def _measure_point(trace, policy, capacity, isolation, windows, quota_file, ttl_
             measured = np.arange(trace.n_requests) >= wu.end
         else:
             measured = WINDOWS[w](trace)
-        for name, code in _members(trace, measured) if measured.any() else [(FLEET, -1)]:
+        for name, code in members(trace, measured) if measured.any() else [(FLEET, -1)]:
             sel = measured if code < 0 else measured & (trace.tenant_codes == code)
             rows.append(
                 (
@@ -414,12 +445,14 @@ def collect_grid(points: np.ndarray, results: Sequence[list]) -> Curve:
 
 
 def compute_curves(trace: Trace, settings: CurveSettings) -> pa.Table:
-    """Every row of the ``mrc`` table for ``trace`` (already sampled when
-    ``settings.sample_rate < 1``: its capacities are then scaled by ``1 / rate``)."""
+    """Every row of the ``mrc`` table for ``trace`` (a family sample when
+    ``settings.sample_rate < 1``: its capacities are then scaled by ``1 / rate``; a block
+    sample goes to ``sampled_curve.compute_sampled_curves``)."""
     settings.check()
-    rate = settings.sample_rate
+    if settings.by_block:
+        raise ValueError("a block-sampled curve is computed from a BlockSample")
     keyed = iso.salted(trace) if settings.isolation == "salted" else trace
-    asked = [max(1, round(c * rate)) for c in settings.capacities]
+    asked = sampled_capacities(settings)
     points = capacity_points(keyed.n_unique, settings.n_points, asked)
     curves: list[Curve] = []
     if settings.stack and settings.isolation == "partitioned":
@@ -431,17 +464,26 @@ def compute_curves(trace: Trace, settings: CurveSettings) -> pa.Table:
         curves = [lru_curve(keyed, points, settings.windows)]
     else:
         curves = [grid_curve(trace, points, settings)]
+    return curve_table(trace.block_size, curves, settings)
+
+
+def sampled_capacities(settings: CurveSettings) -> list[int]:
+    """The capacities asked for, on the sample's scale (a sampled block stands for 1 / rate)."""
+    return [max(1, round(c * settings.sample_rate)) for c in settings.capacities]
+
+
+def curve_table(block_size: int, curves: Sequence[Curve], settings: CurveSettings) -> pa.Table:
+    """The ``mrc`` rows of ``curves``, their capacities on the full trace's scale."""
     shape = (
         resolve_model(settings.model, settings.model_config)
         if (settings.model or settings.model_config)
         else None
     )
-    return _table(
-        trace, curves, settings, shape, dict(zip(asked, settings.capacities, strict=True))
-    )
+    asked = dict(zip(sampled_capacities(settings), settings.capacities, strict=True))
+    return _table(block_size, curves, settings, shape, asked)
 
 
-def _table(trace, curves, settings, shape, asked) -> pa.Table:  # type: ignore[no-untyped-def]
+def _table(block_size, curves, settings, shape, asked) -> pa.Table:  # type: ignore[no-untyped-def]
     rate = settings.sample_rate
     cols: dict[str, list] = {f.name: [] for f in MRC_SCHEMA}
     method = "stack" if settings.stack else "grid"
@@ -464,16 +506,17 @@ def _table(trace, curves, settings, shape, asked) -> pa.Table:  # type: ignore[n
     cols["policy"] = [settings.policy] * n
     cols["isolation"] = [settings.isolation] * n
     cols["method"] = [method] * n
-    cols["capacity_tokens"] = [c * trace.block_size for c in cols["capacity_blocks"]]
-    per_block = shape.kv_bytes_per_token(settings.kv_dtype) * trace.block_size if shape else None
+    cols["capacity_tokens"] = [c * block_size for c in cols["capacity_blocks"]]
+    per_block = shape.kv_bytes_per_token(settings.kv_dtype) * block_size if shape else None
     cols["capacity_gib"] = [
         c * per_block / GIB if per_block else None for c in cols["capacity_blocks"]
     ]
     cols["model"] = [shape.name if shape else None] * n
     cols["kv_dtype"] = [settings.kv_dtype if shape else None] * n
-    cols["block_size"] = [trace.block_size] * n
+    cols["block_size"] = [block_size] * n
     cols["exact"] = [rate == 1] * n
     cols["sample_rate"] = [rate] * n
+    cols["sample_by"] = [settings.sample_by if rate < 1 else None] * n
     return pa.table(cols, schema=MRC_SCHEMA)
 
 
@@ -496,30 +539,44 @@ def run_curve(
     ``capacities`` are points to add to the curve (blocks, tokens or GiB of a model)."""
     settings.check()
     with recorded_run(con, "curve", parameters or dict(settings.__dict__)) as run_id:
-        if settings.sample_rate < 1:
-            trace = load_sampled_trace(con, settings.sample_rate)
+        if settings.by_block:
+            source: Trace | BlockSample = load_block_sample(con, settings.sample_rate)
+        elif settings.sample_rate < 1:
+            source = load_sampled_trace(con, settings.sample_rate)
         else:
-            trace = load_trace(con)
+            source = load_trace(con)
+        block_size = source.block_size if isinstance(source, Trace) else source.trace.block_size
         if capacities is not None:
-            blocks, _ = capacities.resolve(trace.block_size)
+            blocks, _ = capacities.resolve(block_size)
             settings = replace(
                 settings,
                 capacities=tuple(blocks),
                 model=settings.model or capacities.model,
                 model_config=settings.model_config or capacities.model_config,
             )
-        table = compute_curves(trace, settings)
+        if isinstance(source, Trace):
+            table = compute_curves(source, settings)
+        else:
+            from prefixscope.analysis.sampled_curve import compute_sampled_curves
+
+            table = compute_sampled_curves(source, settings)
         write_mrc(con, table, run_id)
     return table
 
 
 __all__ = [
     "MRC_SCHEMA",
+    "SAMPLE_BY",
+    "Curve",
     "CurveSettings",
+    "Measured",
     "capacity_points",
     "compute_curves",
+    "curve_table",
     "grid_curve",
     "lru_curve",
+    "members",
     "run_curve",
+    "window_groups",
     "write_mrc",
 ]

@@ -1,9 +1,11 @@
 """Spatial sampling of prefix families, in the spirit of SHARDS (Waldspurger et al., FAST'15).
 
 SHARDS keeps the references to a hashed subset of the keys and scales the cache by the sampling
-rate. A prefix cache cannot sample single blocks: a block only hits after its parent does, so a
-sample must keep whole *prefix families*. Block hashes are chained, so two requests that share
-any block share their first block: the first block names the family, and a request is kept iff
+rate. ``block_sampling.py`` does that with blocks, for the LRU curve (a stack algorithm: a sampled
+block's depth among sampled blocks decides its hit). Replaying a sample through the simulator
+(any policy) needs a trace of whole requests instead, so this sampler keeps whole *prefix
+families*. Block hashes are chained, so two requests that share any block share their first
+block: the first block names the family, and a request is kept iff
 ``mix(first block hash) mod 2**24 < rate * 2**24``. A family is kept or dropped whole, so the
 sampled trace shares blocks exactly as the full one does, within the families it keeps.
 
@@ -121,5 +123,5 @@ def load_sampled_trace(con: duckdb.DuckDBPyConnection, rate: float) -> Trace:
     reader = con.sql(
         "SELECT block_hashes, input_tokens, tenant, epoch_us(arrival_ts) / 1e6 AS t "
         f"FROM requests ORDER BY {REPLAY_ORDER}"
-    ).fetch_record_batch(BATCH_ROWS)
+    ).to_arrow_reader(BATCH_ROWS)
     return sample_batches(reader, rate, sizes[0])

@@ -96,19 +96,20 @@ def _mrc_html(curves: pl.DataFrame) -> str:
     for (window,), rows in curves.group_by(["measure_window"], maintain_order=True):
         in_gib = rows["capacity_gib"].null_count() == 0
         fig = go.Figure()
-        keys = rows.select("policy", "isolation", "sample_rate", "tenant").unique(
+        keys = rows.select("policy", "isolation", "sample_rate", "sample_by", "tenant").unique(
             maintain_order=True
         )
-        for i, (policy, mode, rate, tenant) in enumerate(keys.iter_rows()):
+        for i, (policy, mode, rate, by, tenant) in enumerate(keys.iter_rows()):
             line = rows.filter(
                 (pl.col("policy") == policy)
                 & (pl.col("isolation") == mode)
                 & (pl.col("sample_rate") == rate)
+                & pl.col("sample_by").eq_missing(by)
                 & (pl.col("tenant") == tenant)
             ).sort("capacity_blocks")
             who = "fleet" if tenant == FLEET else f"tenant {tenant}"
             name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
-                "" if rate == 1 else f", sampled {rate:g}"
+                "" if rate == 1 else f", sampled{' by ' + by if by else ''} {rate:g}"
             )
             fig.add_trace(
                 go.Scatter(

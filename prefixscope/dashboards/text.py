@@ -73,7 +73,8 @@ def format_curve(table: pa.Table) -> str:
     ):
         rows = rows.sort("capacity_blocks")
         first = rows.row(0, named=True)
-        kind = "exact" if first["exact"] else f"sampled at {first['sample_rate']:g}"
+        by = f" by {first['sample_by']}" if first.get("sample_by") else ""
+        kind = "exact" if first["exact"] else f"sampled{by} at {first['sample_rate']:g}"
         lines.append(
             f"{first['policy']} ({first['isolation']}, {first['method']}, {kind}), window "
             f"{window}: {rows.height} capacities, fleet and {tenants} tenant(s)"

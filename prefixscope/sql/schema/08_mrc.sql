@@ -2,7 +2,10 @@
 -- tenant '*' is the whole fleet. method 'stack': the one-pass LRU curve; 'grid': the simulator
 -- run at each capacity. exact is true when every figure is the simulator's own at that capacity
 -- (sample_rate 1); a sampled curve (sample_rate < 1) is an estimate, its capacities scaled by
--- 1 / sample_rate. Under 'partitioned', a tenant's capacity is its own partition's size and the
+-- 1 / sample_rate, and sample_by says what the sample kept: 'block' (every reference to a hashed
+-- subset of blocks; requests and input_tokens are then the full trace's and hit_tokens the
+-- estimate) or 'family' (whole prefix families; every figure is the sample's); NULL when exact.
+-- Under 'partitioned', a tenant's capacity is its own partition's size and the
 -- fleet's is the whole cache. token_hit_rate = hit_tokens / input_tokens of the measured requests.
 CREATE TABLE IF NOT EXISTS mrc (
     run_id           VARCHAR NOT NULL,
@@ -22,5 +25,8 @@ CREATE TABLE IF NOT EXISTS mrc (
     hit_tokens       BIGINT NOT NULL,
     token_hit_rate   DOUBLE,
     exact            BOOLEAN NOT NULL,
-    sample_rate      DOUBLE NOT NULL
+    sample_rate      DOUBLE NOT NULL,
+    sample_by        VARCHAR
 );
+-- Warehouses written before sample_by existed: their sampled rows say NULL (unknown).
+ALTER TABLE mrc ADD COLUMN IF NOT EXISTS sample_by VARCHAR;
