@@ -51,6 +51,13 @@ def api_for_workers(dask_address: str | None) -> Iterator[None]:
     try:
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
             yield
+            # This process's log and event senders are bound to this server: flush and stop
+            # them while it is up, or they retry against a dead address until the process ends.
+            from prefect.events.worker import EventsWorker
+            from prefect.logging.handlers import APILogWorker
+
+            APILogWorker.drain_all(timeout=30)
+            EventsWorker.drain_all(timeout=30)
         # Workers send their task logs in batches: let the last batch land before the server goes.
         time.sleep(PREFECT_LOGGING_TO_API_BATCH_INTERVAL.value() + 0.5)
     finally:
