@@ -60,12 +60,12 @@ def main() -> None:
     lru.hit_blocks(trace, CAPACITY)  # compile, or load the cached machine code
     requests = [trace.blocks[trace.offsets[i] : trace.offsets[i + 1]].tolist() for i in range(n)]
     # Timings on a shared machine drift by tens of percent: each round times the compiled loop
-    # (best of 3) right beside one run of the reference, so a ratio compares runs that saw the
+    # (best of 5) right beside one run of the reference, so a ratio compares runs that saw the
     # same machine; the summary gives the best of each and the median of the rounds' ratios.
     compiled_times, reference_times, ratios = [], [], []
     for _ in range(ROUNDS):
         best = float("inf")
-        for _ in range(3):
+        for _ in range(5):
             t = time.perf_counter()
             compiled = lru.hit_blocks(trace, CAPACITY)
             best = min(best, time.perf_counter() - t)
