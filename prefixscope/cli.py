@@ -240,6 +240,11 @@ def _add_curve_parser(sub, warehouse_arg) -> None:  # type: ignore[no-untyped-de
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument("--ttl", type=float, metavar="SECONDS", help="ttl: idle time before a drop")
     p.add_argument("--workers", type=int, help="grid curves: processes (one per core)")
+    p.add_argument(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help="grid curves: run the capacities on this running Dask cluster",
+    )
 
 
 def _miss_cost_parsers(sub, warehouse_arg) -> None:  # type: ignore[no-untyped-def]
@@ -377,6 +382,7 @@ def _curve(args: argparse.Namespace) -> int:
         quota_file=args.quota_file,
         ttl_s=args.ttl,
         workers=args.workers,
+        dask_address=args.dask_address,
     )
     capacities = Capacities(
         blocks=args.capacity_blocks,

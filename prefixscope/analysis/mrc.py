@@ -5,7 +5,8 @@
   gives at each capacity, to the token. Rows are written at ``points`` log-spaced capacities
   plus the ones asked for.
 - every other bounded policy: the simulator itself at a grid of capacities, one process per
-  core (``ProcessPoolExecutor``); each point is the simulator's own figure.
+  core (``ProcessPoolExecutor``), or one task per capacity on a running Dask cluster; each
+  point is the simulator's own figure.
 - ``sample_rate < 1``: an estimate from a spatial sample, flagged ``exact = false``, its
   capacities scaled by ``1 / rate``: of blocks (``sample_by = 'block'``, the default: LRU only,
   ``block_sampling.py`` and ``sampled_curve.py``) or of prefix families (``'family'``,
@@ -84,6 +85,7 @@ class CurveSettings:
     quota_file: str | None = None
     ttl_s: float | None = None
     workers: int | None = None  # grid curves: processes (default: one per core)
+    dask_address: str | None = None  # grid curves: a running Dask cluster's scheduler instead
 
     def check(self) -> None:
         if self.policy not in POLICIES or not POLICIES[self.policy].bounded:
@@ -396,8 +398,8 @@ def _measure_point(trace, policy, capacity, isolation, windows, quota_file, ttl_
 
 def grid_curve(trace: Trace, points: np.ndarray, settings: CurveSettings) -> Curve:
     """The simulator at each capacity of ``points``, in parallel: one process per core (or
-    ``settings.workers``); results come back in capacity order, so the curve is the same
-    whatever the number of processes."""
+    ``settings.workers``), or the workers of a running Dask cluster (``settings.dask_address``);
+    results come back in capacity order, so the curve is the same wherever the points ran."""
     jobs = [
         (
             settings.policy,
@@ -409,6 +411,8 @@ def grid_curve(trace: Trace, points: np.ndarray, settings: CurveSettings) -> Cur
         )
         for c in points
     ]
+    if settings.dask_address:
+        return collect_grid(points, _on_dask(settings.dask_address, trace, jobs))
     workers = settings.workers or os.cpu_count() or 1
     if workers == 1 or len(jobs) == 1:
         _init_worker(trace)
@@ -422,6 +426,20 @@ def grid_curve(trace: Trace, points: np.ndarray, settings: CurveSettings) -> Cur
         ) as pool:
             results = list(pool.map(_grid_point, jobs))
     return collect_grid(points, results)
+
+
+def _on_dask(address: str, trace: Trace, jobs: list) -> list[list]:
+    """The grid points as tasks on the Dask cluster at ``address``: the trace goes to every
+    worker once (scattered), then one task per capacity; results in capacity order."""
+    from distributed import Client
+
+    with Client(address) as client:
+        [shared] = client.scatter([trace], broadcast=True)
+        return client.gather(client.map(_point_of, [shared] * len(jobs), jobs, pure=False))
+
+
+def _point_of(trace: Trace, job: tuple) -> list:
+    return _measure_point(trace, *job)
 
 
 def collect_grid(points: np.ndarray, results: Sequence[list]) -> Curve:
