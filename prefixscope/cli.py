@@ -181,29 +181,39 @@ def build_parser() -> argparse.ArgumentParser:
     warehouse_arg(p)
     p.add_argument("--out", default="report.html")
 
+    def fleet_report_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--input", nargs="+", required=True, metavar="FILE")
+        p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
+        warehouse_arg(p)
+        p.add_argument("--out", default="report.html")
+        p.add_argument("--tenant", default=DEFAULT_TENANT)
+        p.add_argument("--policy", type=_name_list, help="ceiling,lru,fifo,s3fifo,belady")
+        p.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
+        p.add_argument("--window", type=_name_list, help="all,last-half,steady")
+        p.add_argument("--savings-model", default="llama-3-8b", help="model the savings price")
+        p.add_argument(
+            "--dask-address",
+            metavar="tcp://HOST:PORT",
+            help="run the simulations on this running Dask cluster (default: threads here)",
+        )
+        p.add_argument("--savings-gpu", default="h100", help="GPU the savings price")
+        p.add_argument(
+            "--replay-samples",
+            type=int,
+            default=0,
+            metavar="N",
+            help="also calibrate a cost model on N replayed requests (needs torch)",
+        )
+
     p = sub.add_parser("fleet-report", help="run the fleet_report flow: ingest, simulate, report")
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE")
-    p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
-    warehouse_arg(p)
-    p.add_argument("--out", default="report.html")
-    p.add_argument("--tenant", default=DEFAULT_TENANT)
-    p.add_argument("--policy", type=_name_list, help="ceiling,lru,fifo,s3fifo,belady")
-    p.add_argument("--capacity-blocks", type=_int_list, metavar="N[,N...]")
-    p.add_argument("--window", type=_name_list, help="all,last-half,steady")
-    p.add_argument("--savings-model", default="llama-3-8b", help="model the savings price")
-    p.add_argument(
-        "--dask-address",
-        metavar="tcp://HOST:PORT",
-        help="run the simulations on this running Dask cluster (default: threads here)",
+    fleet_report_args(p)
+    p = sub.add_parser(
+        "schedule",
+        help="serve the fleet_report flow on a cron schedule (needs a running Prefect server)",
     )
-    p.add_argument("--savings-gpu", default="h100", help="GPU the savings price")
-    p.add_argument(
-        "--replay-samples",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also calibrate a cost model on N replayed requests (needs torch)",
-    )
+    fleet_report_args(p)
+    p.add_argument("--cron", required=True, help='e.g. "0 * * * *": every hour')
+    p.add_argument("--name", default="fleet-report", help="deployment name (%(default)s)")
     _miss_cost_parsers(sub, warehouse_arg)
     return parser
 
@@ -411,25 +421,51 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fleet_report_parameters(args: argparse.Namespace) -> dict[str, object]:
+    from prefixscope.pipelines.fleet_report import DEFAULT_CAPACITIES
+
+    return {
+        "inputs": [str(p) for p in args.input],
+        "warehouse_path": args.warehouse,
+        "report_path": args.out,
+        "format_name": args.format,
+        "tenant": args.tenant,
+        "policies": args.policy or None,
+        "capacities_blocks": args.capacity_blocks or list(DEFAULT_CAPACITIES),
+        "windows": args.window or None,
+        "savings_model": args.savings_model,
+        "savings_gpu": args.savings_gpu,
+        "replay_samples": args.replay_samples,
+    }
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    from prefixscope.pipelines.deployments import serve_fleet_report
+
+    if args.dask_address:
+        print("schedule: --dask-address is for one-off runs", file=sys.stderr)
+        return 2
+    parameters = _fleet_report_parameters(args)
+    # Scheduled runs start elsewhere: paths must not depend on this shell's directory.
+    for key in ("warehouse_path", "report_path"):
+        parameters[key] = str(Path(str(parameters[key])).resolve())
+    parameters["inputs"] = [
+        p if Path(p).is_absolute() else str(Path.cwd() / p)
+        for p in parameters["inputs"]  # type: ignore[attr-defined]
+    ]
+    try:
+        serve_fleet_report(args.cron, parameters, args.name)
+    except RuntimeError as e:
+        print(f"schedule: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _fleet_report(args: argparse.Namespace) -> int:
-    from prefixscope.pipelines.fleet_report import DEFAULT_CAPACITIES, fleet_report
+    from prefixscope.pipelines.fleet_report import fleet_report
     from prefixscope.pipelines.runners import run_flow
 
-    outcome = run_flow(
-        fleet_report,
-        args.dask_address,
-        inputs=[str(p) for p in args.input],
-        warehouse_path=args.warehouse,
-        report_path=args.out,
-        format_name=args.format,
-        tenant=args.tenant,
-        policies=args.policy or None,
-        capacities_blocks=args.capacity_blocks or list(DEFAULT_CAPACITIES),
-        windows=args.window or None,
-        savings_model=args.savings_model,
-        savings_gpu=args.savings_gpu,
-        replay_samples=args.replay_samples,
-    )
+    outcome = run_flow(fleet_report, args.dask_address, **_fleet_report_parameters(args))
     print(f"warehouse: {Path(outcome.warehouse).resolve()}")
     print(f"report:    {Path(outcome.report).resolve()}")
     print(
@@ -496,6 +532,7 @@ _COMMANDS = {
     "report": _report,
     "structure": _structure,
     "fleet-report": _fleet_report,
+    "schedule": _schedule,
 }
 
 

@@ -9,6 +9,7 @@ single recorded run.
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +53,22 @@ class FleetReportOutcome:
     rejected: int
     table: str  # the fleet's hit rates as a short text table
     savings: str = ""  # prefill GPU-seconds and TTFT with and without the cache, per tenant
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """Input paths, with glob patterns expanded (sorted) when the run starts: a scheduled run
+    picks up the logs that landed since the last. A pattern that matches nothing is an error,
+    as a missing file is."""
+    paths: list[str] = []
+    for item in inputs:
+        if glob.has_magic(item):
+            matched = sorted(glob.glob(item))
+            if not matched:
+                raise FileNotFoundError(f"no input file matches {item!r}")
+            paths += matched
+        else:
+            paths.append(item)
+    return paths
 
 
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
@@ -197,7 +214,9 @@ def fleet_report(
     windows = windows or list(DEFAULT_WINDOWS)
     grid = scenarios(policies, capacities_blocks)  # fail on a bad policy before any work
 
-    ingested = ingest(inputs, warehouse_path, format_name, IngestOptions(tenant=tenant))
+    ingested = ingest(
+        expand_inputs(inputs), warehouse_path, format_name, IngestOptions(tenant=tenant)
+    )
     trace = load(warehouse_path)
     settings = Settings(windows=tuple(windows))
     priced = outcomes_scenario(grid, savings_policy, savings_capacity_blocks)

@@ -1,0 +1,48 @@
+"""``fleet_report`` on a schedule: a Prefect deployment served by a long-running process.
+
+A schedule needs a Prefect server that outlives any one run (``prefect server start``, with
+``PREFECT_API_URL`` pointing at it): the temporary server a one-off run starts for itself goes
+away with the run, and it cannot schedule. Input paths may be glob patterns; they are expanded
+when each run starts, so logs that land between runs are picked up. A file seen before is
+recognised by its content and replaced, not counted twice (docs/ingest.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect.deployments.runner import EntrypointType
+from prefect.settings import PREFECT_API_URL
+
+from prefixscope.pipelines.fleet_report import fleet_report
+
+DEFAULT_NAME = "fleet-report"
+
+
+def fleet_report_deployment(
+    cron: str, parameters: dict[str, Any], name: str = DEFAULT_NAME, tags: Sequence[str] = ()
+) -> Any:
+    """The deployment that runs ``fleet_report`` with ``parameters`` on the ``cron`` schedule."""
+    return fleet_report.to_deployment(
+        name=name,
+        cron=cron,
+        parameters=parameters,
+        tags=list(tags),
+        description="ingest → simulate → curve → structure → savings → report, on a schedule",
+        # By module, not file: the runs import the installed package from any directory.
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+
+
+def serve_fleet_report(cron: str, parameters: dict[str, Any], name: str = DEFAULT_NAME) -> None:
+    """Register the deployment with the server at ``PREFECT_API_URL`` and run its scheduled
+    flow runs in this process until it is stopped."""
+    if not PREFECT_API_URL.value():
+        raise RuntimeError(
+            "a schedule needs a running Prefect server: start one with `prefect server start` "
+            "and set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)"
+        )
+    from prefect import serve
+
+    serve(fleet_report_deployment(cron, parameters, name))

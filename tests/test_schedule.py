@@ -1,0 +1,54 @@
+"""fleet_report on a schedule: the deployment, run-time input patterns, and the refusal
+without a server that outlives the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prefixscope import cli
+
+pytestmark = pytest.mark.flow
+
+
+def test_the_deployment_carries_the_cron_schedule_and_the_parameters() -> None:
+    from prefixscope.pipelines.deployments import fleet_report_deployment
+
+    parameters = {"inputs": ["/logs/*.gz"], "warehouse_path": "/w.duckdb", "report_path": "/r"}
+    deployment = fleet_report_deployment("15 * * * *", parameters, name="hourly")
+    assert deployment.name == "hourly"
+    assert [s.schedule.cron for s in deployment.schedules] == ["15 * * * *"]
+    assert deployment.parameters == parameters
+    assert deployment.entrypoint == "prefixscope.pipelines.fleet_report.fleet_report"
+
+
+@pytest.mark.parametrize(
+    ("names", "inputs", "expected"),
+    [
+        (["b.jsonl", "a.jsonl", "c.txt"], ["*.jsonl"], ["a.jsonl", "b.jsonl"]),
+        (["a.jsonl"], ["a.jsonl", "missing.jsonl"], ["a.jsonl", "missing.jsonl"]),  # kept as is
+        (["h01.gz", "h02.gz"], ["h0[2].gz", "h01.gz"], ["h02.gz", "h01.gz"]),
+    ],
+)
+def test_input_patterns_are_expanded_when_a_run_starts(tmp_path: Path, names, inputs, expected):  # type: ignore[no-untyped-def]
+    from prefixscope.pipelines.fleet_report import expand_inputs
+
+    for n in names:
+        (tmp_path / n).write_text("")
+    got = expand_inputs([str(tmp_path / i) for i in inputs])
+    assert got == [str(tmp_path / e) for e in expected]
+
+
+def test_a_pattern_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
+    from prefixscope.pipelines.fleet_report import expand_inputs
+
+    with pytest.raises(FileNotFoundError, match="no input file matches"):
+        expand_inputs([str(tmp_path / "*.jsonl")])
+
+
+def test_schedule_refuses_without_a_prefect_server(monkeypatch, capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    argv = ["schedule", "--cron", "0 * * * *", "--input", "x", "--warehouse", str(tmp_path / "w")]
+    assert cli.main(argv) == 2
+    assert "prefect server start" in capsys.readouterr().err
