@@ -6,8 +6,10 @@
 2. Sampling error (mean and max absolute error in token hit rate against the exact curve) at
    rates 0.1 and 0.01, on a 25 M-lookup trace of the synthetic generator below and on the
    bundled trace: block sampling (both estimators; over all capacities, and split at 100
-   sampled blocks) and family sampling.
-3. A sampled curve (rate 0.01, block and family sampling) of a 250 M-lookup synthetic trace,
+   sampled blocks), plain and with heads (the first block of each request kept whole,
+   ``--sample-head 1``), and family sampling.
+3. A sampled curve (rate 0.01: block sampling plain and with heads, family sampling) of a
+   250 M-lookup synthetic trace,
    streamed through the sampler in chunks: time and peak memory (``ru_maxrss``), each in a
    fresh process so nothing else counts.
 
@@ -46,6 +48,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversatio
 BLOCK = 512
 FAMILIES, ZIPF, CONCURRENT, TURNS, PER_TURN = 2_000, 1.1, 2_000, 8, 3
 CHUNK_REQUESTS = 1 << 16
+HEADS = (0, 1)  # block sampling plain, and with the first block of each request kept whole
 
 
 def best(fn, repeats: int = 3) -> tuple[float, object]:  # type: ignore[no-untyped-def]
@@ -197,22 +200,8 @@ def sampling_error(trace: Trace, name: str) -> None:
         f"at 0.01: {bool(keep(trace.hashes[[heavy]], 0.01)[0])}"
     )
     for rate in (0.1, 0.01):
-        sample = sample_blocks(trace, rate)
-        small = capacity_points(sample.trace.n_unique, 256)
-        exact = exact_at(trace, small, rate)
-        fleet = next(s for s in sampled_sums(sample, small, ["all"]) if s.tenant == "*")
-        print(
-            f"  {name} @ {rate}, block: kept {sample.trace.n_lookups:,} of {trace.n_lookups:,} "
-            f"lookups ({sample.trace.n_lookups / trace.n_lookups:.3f}), "
-            f"{sample.trace.n_unique:,} blocks; {len(small)} capacities"
-        )
-        big = small >= 100
-        for estimator in ESTIMATORS:
-            err = np.abs(estimates(fleet, rate, estimator) / fleet.input_tokens - exact)
-            print(
-                f"    {estimator:>6}: {errors(err)}; sampled capacity >= 100 blocks "
-                f"({big.sum()}): {errors(err[big])}; below ({(~big).sum()}): {errors(err[~big])}"
-            )
+        for head in HEADS:
+            block_error(trace, name, rate, head)
         try:
             family = sample_trace(trace, rate)
         except ValueError as exc:
@@ -228,11 +217,31 @@ def sampling_error(trace: Trace, name: str) -> None:
         )
 
 
+def block_error(trace: Trace, name: str, rate: float, head: int) -> None:
+    sample = sample_blocks(trace, rate, head)
+    small = capacity_points(sample.trace.n_unique, 256)
+    exact = exact_at(trace, small, rate)
+    fleet = next(s for s in sampled_sums(sample, small, ["all"]) if s.tenant == "*")
+    print(
+        f"  {name} @ {rate}, block, head {head}: kept {sample.trace.n_lookups:,} of "
+        f"{trace.n_lookups:,} lookups ({sample.trace.n_lookups / trace.n_lookups:.3f}), "
+        f"{sample.trace.n_unique:,} blocks; {len(small)} capacities"
+    )
+    big = small >= 100
+    for estimator in ESTIMATORS:
+        err = np.abs(estimates(fleet, rate, estimator) / fleet.input_tokens - exact)
+        print(
+            f"    {estimator:>6}: {errors(err)}; sampled capacity >= 100 blocks "
+            f"({big.sum()}): {errors(err[big])}; below ({(~big).sum()}): {errors(err[~big])}"
+        )
+
+
 def large(lookups: int, rate: float, by: str) -> None:
     """Runs in its own process: the sampled curve of a trace that is never held whole."""
     t = time.perf_counter()
-    if by == "block":
-        sample = sample_block_batches(synthetic_batches(lookups), rate, BLOCK)
+    if by.startswith("block"):
+        head = int(by.partition(":")[2] or 0)
+        sample = sample_block_batches(synthetic_batches(lookups), rate, BLOCK, head)
         t_sample = time.perf_counter() - t
         kept = sample.trace.n_lookups
         sampled_sums(sample, capacity_points(sample.trace.n_unique, 256), ["all"])
@@ -255,14 +264,21 @@ def main() -> None:
         large(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
         return
     base = bundled()
+    if len(sys.argv) > 1 and sys.argv[1] == "--sampling":  # sections 2 and 3 only
+        sampling(base)
+        return
     print("== exact curve: speed ==")
     speed(base, "bundled trace")
     speed(tiled(base, 25_000_000), "bundled trace tiled to 25 M lookups")
+    sampling(base)
+
+
+def sampling(base: Trace) -> None:
     print("== sampling error against the exact curve (fleet, window all) ==")
     sampling_error(synthetic(25_000_000), "synthetic, 25 M lookups")
     sampling_error(base, "bundled trace")
     print("== sampled curve of 250 M lookups (a fresh process) ==")
-    for by in ("block", "family"):
+    for by in ("block", *(f"block:{h}" for h in HEADS if h), "family"):
         subprocess.run([sys.executable, __file__, "--large", "250000000", "0.01", by], check=True)
 
 

@@ -237,8 +237,9 @@ def _add_curve_parser(sub, warehouse_arg) -> None:  # type: ignore[no-untyped-de
     p.add_argument(
         "--sample-by",
         default="block",
-        choices=["block", "family"],
-        help="what a sample keeps: blocks (lru; default) or whole prefix families (any policy)",
+        choices=["block", "block-head", "family"],
+        help="what a sample keeps: blocks (lru; default), blocks with the first block of every "
+        "request kept whole (lru), or whole prefix families (any policy)",
     )
     p.add_argument("--points", type=int, help="log-spaced capacities (lru 256, others 24)")
     cap = p.add_mutually_exclusive_group()

@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 from prefixscope import warehouse
 from prefixscope.analysis.block_sampling import sample_block_batches, sample_blocks
 from prefixscope.analysis.mrc import CurveSettings, capacity_points, compute_curves, lru_curve
-from prefixscope.analysis.sampled_curve import compute_sampled_curves, sampled_sums
+from prefixscope.analysis.sampled_curve import (
+    compute_sampled_curves,
+    sampled_lru_curve,
+    sampled_sums,
+)
 from prefixscope.analysis.sampling import keep
 from prefixscope.analysis.trace import Trace, build_trace
 from prefixscope.cli import main
@@ -38,16 +42,39 @@ def test_a_block_sample_at_rate_one_is_the_exact_curve(requests, tenants, mode) 
     assert curve_rows(sampled) == curve_rows(exact)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    requests=st.one_of(prefix_chains(max_requests=40), arbitrary),
+    tenants=tenant_lists,
+    head=st.sampled_from([1, 2, 5]),
+)
+def test_a_block_sample_with_heads_at_rate_one_is_the_exact_curve(requests, tenants, head) -> None:
+    # The weighted kernel counts head blocks 1 and the others 1 / rate: at rate 1 both are 1,
+    # and the head blocks' exact hits plus the others' estimate is the exact curve.
+    trace = make_trace(requests, tenants[: len(requests)])
+    every = np.arange(1, trace.n_unique + 2)
+    sample = sample_blocks(trace, 1.0, head)
+    assert sample.kept_whole is not None
+    want = {(g.tenant, g.window): g for g in lru_curve(trace, every, ["all", "last-half"]).groups}
+    got = sampled_lru_curve(sample, every, ["all", "last-half"]).groups
+    assert {(g.tenant, g.window) for g in got} == set(want)
+    for g in got:
+        assert np.array_equal(g.hit_tokens, want[g.tenant, g.window].hit_tokens)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     requests=prefix_chains(n_roots=4, max_requests=40),
     rate=st.sampled_from([0.2, 0.5]),
     chunk=st.integers(1, 9),
+    head=st.sampled_from([0, 1, 2]),
 )
-def test_a_block_is_kept_for_all_its_references_or_none(requests, rate, chunk) -> None:
+def test_a_block_is_kept_for_all_its_references_or_none(requests, rate, chunk, head) -> None:
     trace = make_trace(requests, (["a", "b"] * 20)[: len(requests)])
-    sample = sample_blocks(trace, rate)
-    kept = set(trace.hashes[keep(trace.hashes, rate)].tolist())
+    sample = sample_blocks(trace, rate, head)
+    # With chained hashes a block's position is fixed: the heads are blocks, not references.
+    heads = {h for r in requests for h in r[:head]}
+    kept = set(trace.hashes[keep(trace.hashes, rate)].tolist()) | heads
     # Every request stays, with exactly its kept blocks, in order: a block is in for all its
     # references or for none.
     assert [
@@ -73,12 +100,17 @@ def test_a_block_is_kept_for_all_its_references_or_none(requests, rate, chunk) -
             "t": trace.times,
         }
     ).to_batches(max_chunksize=chunk)
-    streamed = sample_block_batches(batches, rate, trace.block_size)
+    if head:
+        looked_up = sample.trace.hashes[sample.trace.blocks]
+        assert np.array_equal(sample.kept_whole, np.isin(looked_up, list(heads)))
+    streamed = sample_block_batches(batches, rate, trace.block_size, head)
     assert np.array_equal(streamed.trace.offsets, sample.trace.offsets)
     assert np.array_equal(
         streamed.trace.hashes[streamed.trace.blocks], sample.trace.hashes[sample.trace.blocks]
     )
     assert np.array_equal(streamed.trace.tenant_codes, sample.trace.tenant_codes)
+    if head:
+        assert np.array_equal(streamed.kept_whole, sample.kept_whole)
 
 
 def conversations(n_sessions: int = 6_000, seed: int = 3) -> Trace:

@@ -238,3 +238,122 @@ def suffix_tally(buckets, offsets, input_tokens, block_size, tenants, n_tenants,
                 out[g, j] = s
             q += 1
     return out
+
+
+def weighted_stack_curve(  # type: ignore[no-untyped-def]
+    offsets, blocks, n_unique, points, input_tokens, groups, n_groups, lookup_tokens, head, rate
+):
+    """The sampled curve of a block sample that keeps some blocks whole (``head[p]``: lookup
+    ``p``'s block is one of them) and the others at ``rate``. A full-scale depth is about
+    ``heads + others / rate`` (``heads``, ``others``: the distinct kept blocks of each kind at
+    or above the block), so on the sample's scale (capacities times ``rate``, as
+    ``stack_curve`` reads a block sample) it is ``rate * heads + others``: one pass counts the
+    live positions of both kinds. Hit tokens go to ``hist[w, g, bucket]`` for a sampled block
+    and to ``hist[w, n_groups + g, bucket]`` for a block kept whole, so an estimator can weigh
+    them apart. At ``rate == 1`` the depth is the plain count, and this is ``stack_curve``."""
+    total = blocks.size
+    n_chunks = (total >> 6) + 1
+    return _weighted_loop(
+        offsets,
+        blocks,
+        points,
+        input_tokens,
+        groups,
+        np.zeros((groups.shape[0], 2 * n_groups, points.size + 1), np.int64),
+        n_groups,
+        np.zeros(n_unique, np.int32),
+        np.zeros(n_chunks, np.uint64),  # dead positions, all kinds
+        np.zeros(n_chunks + 1, np.int32),
+        np.zeros(n_chunks, np.uint64),  # dead positions of blocks kept whole
+        np.zeros(n_chunks + 1, np.int32),
+        np.zeros(total + 1, np.int32),  # touches of blocks kept whole at positions 1..x
+        lookup_tokens,
+        head,
+        float(rate),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _weighted_loop(  # type: ignore[no-untyped-def]
+    offsets,
+    blocks,
+    points,
+    input_tokens,
+    groups,
+    hist,
+    n_groups,
+    last,
+    words,
+    tree,
+    head_words,
+    head_tree,
+    head_touches,
+    lookup_tokens,
+    head,
+    rate,
+):
+    n = offsets.size - 1
+    n_points = points.size
+    rows = groups.shape[0]
+    n_chunks = words.size
+    clock = 0
+    dead = 0
+    head_dead = 0
+    for r in range(n):
+        start, end = offsets[r], offsets[r + 1]
+        worst = 0
+        prev_x = -1
+        heads = 0  # live positions of blocks kept whole in [x, clock]
+        others = 0  # the other live positions there
+        for p in range(start, end):
+            x = np.int64(last[blocks[p]])
+            if x == 0:
+                worst = n_points
+            else:
+                if x == prev_x - 1:
+                    # Right below the previous block, and live: one block deeper, of its kind.
+                    if head_touches[x] != head_touches[x - 1]:
+                        heads += 1
+                    else:
+                        others += 1
+                elif x != prev_x:
+                    live = clock - x + 1 - (dead - _dead_before(tree, words, x))
+                    touched = head_touches[clock] - head_touches[x - 1]
+                    heads = touched - (head_dead - _dead_before(head_tree, head_words, x))
+                    others = live - heads
+                prev_x = x
+                depth = rate * heads + others
+                lo, hi = worst, n_points
+                if depth <= points[worst]:
+                    hi = worst
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if points[mid] < depth:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                worst = lo
+            if worst == n_points:
+                break  # a miss at every listed capacity, and so is the rest of the request
+            tokens = np.int64(lookup_tokens[p])
+            kind = n_groups if head[p] else 0
+            for w in range(rows):
+                g = groups[w, r]
+                if g >= 0:
+                    hist[w, kind + g, worst] += tokens
+        for p in range(end - 1, start - 1, -1):  # deepest first, as stack_curve
+            b = blocks[p]
+            x = np.int64(last[b])
+            if x > 0:
+                bit = np.uint64(1) << np.uint64(x & 63)
+                words[x >> 6] |= bit
+                _add_dead(tree, n_chunks, x >> 6, 1)
+                dead += 1
+                if head_touches[x] != head_touches[x - 1]:  # the kind of that touch
+                    head_words[x >> 6] |= bit
+                    _add_dead(head_tree, n_chunks, x >> 6, 1)
+                    head_dead += 1
+            clock += 1
+            head_touches[clock] = head_touches[clock - 1] + (1 if head[p] else 0)
+            last[b] = clock
+    return hist

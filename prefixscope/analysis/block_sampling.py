@@ -8,6 +8,16 @@ the unsampled blocks left out: a sampled block's depth among sampled blocks coun
 ones among the ``d`` blocks above it, about ``rate * d``. A cache of ``rate * C`` blocks of the
 sample therefore stands for a cache of ``C`` blocks of the full trace.
 
+*Heads.* A block that starts many requests (a fleet-wide system prompt) carries a large share of
+the tokens, and a block is in or out of a hashed sample whole: one such block outside the sample
+moves the estimate by its whole share at every capacity. With ``head = P`` the blocks at the first
+``P`` positions of a request are kept whole (at rate 1, every reference) and the others at
+``rate``. With chained hashes (as the warehouse stores them) a block's position in its request is
+fixed, so "at position < P" is a property of the block and each block is still kept for all its
+references or none. The head blocks are an exactly tracked set in the spirit of SHARDS's hot keys,
+but chosen by position, which a stream knows at once: the hottest block of a chained trace is
+always a first block (every request that looks up a block looks up its ancestors).
+
 Every request stays in the sample, even one none of whose blocks is kept: windows are by
 position in the full replay, and each group's request and token counts are the full trace's.
 Only the lookups are sampled, so a fleet-scale trace never has to fit; the per-request arrays
@@ -40,6 +50,8 @@ class BlockSample:
     lookup_tokens: np.ndarray  # int32, one per sampled lookup
     covered_tokens: np.ndarray  # int64, one per request
     rate: float
+    head: int = 0  # the blocks at positions < head are kept whole
+    kept_whole: np.ndarray | None = None  # bool, one per sampled lookup (None: head == 0)
 
 
 @dataclass
@@ -53,25 +65,43 @@ class _Parts:
     input_tokens: list[np.ndarray]
     tenant_codes: list[np.ndarray]
     times: list[np.ndarray]
+    kept_whole: list[np.ndarray]
 
 
 def sample_lists(
-    offsets: np.ndarray, values: np.ndarray, input_tokens: np.ndarray, block_size: int, rate: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    offsets: np.ndarray,
+    values: np.ndarray,
+    input_tokens: np.ndarray,
+    block_size: int,
+    rate: float,
+    head: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Of a CSR list of requests (``values[offsets[i]:offsets[i+1]]``, block hashes): per
     request the number of sampled blocks, the sampled hashes in order, the tokens each holds,
-    and per request the tokens all its blocks hold."""
+    per request the tokens all its blocks hold, and per sampled block whether it is kept whole
+    (its position is below ``head``)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     values = np.asarray(values, dtype=np.uint64)[offsets[0] : offsets[-1]]
     offsets = offsets - offsets[0]
     input_tokens = np.asarray(input_tokens, dtype=np.int64)
-    kept = np.flatnonzero(keep(values, rate))
+    chosen = keep(values, rate)
+    if head:  # the first `head` lookups of each request, kept whole
+        sizes = np.diff(offsets)
+        firsts = np.repeat(offsets[:-1], np.minimum(sizes, head))
+        chosen[firsts + _ranks(np.minimum(sizes, head))] = True
+    kept = np.flatnonzero(chosen)
     request = np.searchsorted(offsets, kept, side="right") - 1
     position = kept - offsets[request]
     tokens = np.clip(input_tokens[request] - position * block_size, 0, block_size)
     counts = np.bincount(request, minlength=len(input_tokens))
     covered = np.clip(np.minimum(np.diff(offsets) * block_size, input_tokens), 0, None)
-    return counts, values[kept], tokens.astype(np.int32), covered
+    return counts, values[kept], tokens.astype(np.int32), covered, position < head
+
+
+def _ranks(sizes: np.ndarray) -> np.ndarray:
+    """``0 .. sizes[i]-1`` for each ``i``, concatenated."""
+    ends = np.cumsum(sizes)
+    return np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - sizes, sizes)
 
 
 def _tenant_codes(column: pa.Array, names: dict[str, int]) -> np.ndarray:
@@ -83,33 +113,37 @@ def _tenant_codes(column: pa.Array, names: dict[str, int]) -> np.ndarray:
 
 
 def sample_block_batches(
-    batches: Iterable[pa.RecordBatch], rate: float, block_size: int
+    batches: Iterable[pa.RecordBatch], rate: float, block_size: int, head: int = 0
 ) -> BlockSample:
     """Stream record batches (``block_hashes``, ``input_tokens``, ``tenant``, ``t`` seconds, in
     replay order) through the block sampler."""
-    parts = _Parts([], [], [], [], [], [], [])
+    parts = _Parts([], [], [], [], [], [], [], [])
     names: dict[str, int] = {}
     for batch in batches:
         lists = batch.column("block_hashes")
         inp = np.asarray(batch.column("input_tokens").to_numpy(), dtype=np.int64)
-        counts, values, tokens, covered = sample_lists(
+        counts, values, tokens, covered, whole = sample_lists(
             np.asarray(lists.offsets, dtype=np.int64),
             np.asarray(lists.values, dtype=np.uint64),
             inp,
             block_size,
             rate,
+            head,
         )
         parts.counts.append(counts)
         parts.values.append(values)
         parts.lookup_tokens.append(tokens)
         parts.covered.append(covered)
+        parts.kept_whole.append(whole)
         parts.input_tokens.append(inp)
         parts.tenant_codes.append(_tenant_codes(batch.column("tenant"), names))
         parts.times.append(np.asarray(batch.column("t").to_numpy(), dtype=np.float64))
-    return _assemble(parts, names, block_size, rate)
+    return _assemble(parts, names, block_size, rate, head)
 
 
-def _assemble(parts: _Parts, names: dict[str, int], block_size: int, rate: float) -> BlockSample:
+def _assemble(
+    parts: _Parts, names: dict[str, int], block_size: int, rate: float, head: int
+) -> BlockSample:
     def cat(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
         return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
 
@@ -135,11 +169,16 @@ def _assemble(parts: _Parts, names: dict[str, int], block_size: int, rate: float
         start_s=float(times[0]) if len(times) else 0.0,
     )
     return BlockSample(
-        trace, cat(parts.lookup_tokens, np.int32), cat(parts.covered, np.int64), rate
+        trace,
+        cat(parts.lookup_tokens, np.int32),
+        cat(parts.covered, np.int64),
+        rate,
+        head,
+        cat(parts.kept_whole, np.bool_) if head else None,
     )
 
 
-def sample_blocks(trace: Trace, rate: float) -> BlockSample:
+def sample_blocks(trace: Trace, rate: float, head: int = 0) -> BlockSample:
     """The block sample of a trace already in memory (the same as streaming it)."""
     batch = pa.RecordBatch.from_arrays(
         [
@@ -154,10 +193,10 @@ def sample_blocks(trace: Trace, rate: float) -> BlockSample:
         ],
         names=["block_hashes", "input_tokens", "tenant", "t"],
     )
-    return sample_block_batches([batch], rate, trace.block_size)
+    return sample_block_batches([batch], rate, trace.block_size, head)
 
 
-def load_block_sample(con: duckdb.DuckDBPyConnection, rate: float) -> BlockSample:
+def load_block_sample(con: duckdb.DuckDBPyConnection, rate: float, head: int = 0) -> BlockSample:
     """The warehouse's trace, block-sampled as it streams out of DuckDB."""
     sizes = [r[0] for r in con.execute("SELECT DISTINCT block_size FROM requests").fetchall()]
     if not sizes:
@@ -168,4 +207,4 @@ def load_block_sample(con: duckdb.DuckDBPyConnection, rate: float) -> BlockSampl
         "SELECT block_hashes, input_tokens, tenant, epoch_us(arrival_ts) / 1e6 AS t "
         f"FROM requests ORDER BY {REPLAY_ORDER}"
     ).to_arrow_reader(BATCH_ROWS)
-    return sample_block_batches(reader, rate, sizes[0])
+    return sample_block_batches(reader, rate, sizes[0], head)

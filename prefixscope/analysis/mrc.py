@@ -38,7 +38,11 @@ from prefixscope.analysis.windows import WINDOWS
 from prefixscope.warehouse import FLEET, recorded_run
 
 STEADY = "steady"
-SAMPLE_BY = ("block", "family")
+#: What a sample keeps: blocks by hash; blocks by hash with the first block of every request
+#: kept whole (``block_sampling.py``, "Heads"); whole prefix families.
+SAMPLE_BY = ("block", "block-head", "family")
+#: Per block-sampling mode, the leading positions of each request whose blocks are kept whole.
+HEAD_BLOCKS = {"block": 0, "block-head": 1}
 #: Log-spaced points of a one-pass curve (it costs nothing to add more), and of a grid curve
 #: (each point is a full replay).
 STACK_POINTS = 256
@@ -121,7 +125,12 @@ class CurveSettings:
 
     @property
     def by_block(self) -> bool:
-        return self.sample_rate < 1 and self.sample_by == "block"
+        return self.sample_rate < 1 and self.sample_by in HEAD_BLOCKS
+
+    @property
+    def head(self) -> int:
+        """Leading blocks of each request a block sample keeps whole."""
+        return HEAD_BLOCKS.get(self.sample_by, 0)
 
     @property
     def n_points(self) -> int:
@@ -558,7 +567,9 @@ def run_curve(
     settings.check()
     with recorded_run(con, "curve", parameters or dict(settings.__dict__)) as run_id:
         if settings.by_block:
-            source: Trace | BlockSample = load_block_sample(con, settings.sample_rate)
+            source: Trace | BlockSample = load_block_sample(
+                con, settings.sample_rate, settings.head
+            )
         elif settings.sample_rate < 1:
             source = load_sampled_trace(con, settings.sample_rate)
         else:

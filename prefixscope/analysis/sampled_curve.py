@@ -15,6 +15,12 @@ estimator*: the hit share of its sampled tokens times the tokens its blocks hold
 times ``1 / rate`` over the exact input tokens, is off by the sample's share of tokens
 (a binomial draw) at every capacity; the ratio cancels that draw, and measured smaller errors
 on both benchmark traces (docs/simulation.md). ``estimates`` gives both.
+
+A sample with heads (``BlockSample.head``: the first blocks of each request kept whole) is read
+in two parts: the head blocks' hit tokens are known exactly (every reference is in the sample),
+and only the other blocks' are estimated, by either reading, over the tokens the other blocks
+hold (``covered_tokens`` less the head tokens). Their depths weigh a head block 1 and another
+``1 / rate`` (``_stack.weighted_stack_curve``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import pyarrow as pa
 from prefixscope.analysis import isolation as iso
 from prefixscope.analysis.block_sampling import BlockSample
 from prefixscope.analysis.mrc import (
+    HEAD_BLOCKS,
     Curve,
     CurveSettings,
     Measured,
@@ -53,6 +60,8 @@ class SampledSums:
     covered_tokens: int
     sampled_tokens: int
     sampled_hits: np.ndarray
+    head_tokens: int = 0  # of the sampled ones, what the blocks kept whole hold
+    head_hits: np.ndarray | None = None  # their hit tokens by sampled capacity (exact)
 
 
 def keyed(sample: BlockSample, isolation: str) -> BlockSample:
@@ -72,19 +81,39 @@ def sampled_sums(
     points = np.asarray(points, dtype=np.int64)
     n_tenants = len(trace.tenants)
     plain, groups = window_groups(trace, windows)
-    hist, _ = _stack.stack_curve(
-        trace.offsets,
-        trace.blocks,
-        trace.n_unique,
-        points,
-        trace.input_tokens,
-        trace.block_size,
-        groups,
-        n_tenants,
-        False,
-        sample.lookup_tokens,
-    )
-    hits = np.cumsum(hist, axis=2)[:, :, : len(points)]
+    whole = sample.kept_whole
+    if whole is None:
+        hist, _ = _stack.stack_curve(
+            trace.offsets,
+            trace.blocks,
+            trace.n_unique,
+            points,
+            trace.input_tokens,
+            trace.block_size,
+            groups,
+            n_tenants,
+            False,
+            sample.lookup_tokens,
+        )
+        whole = np.zeros(trace.n_lookups, np.bool_)
+        hist = np.concatenate([hist, np.zeros_like(hist)], axis=1)
+    else:
+        hist = _stack.weighted_stack_curve(
+            trace.offsets,
+            trace.blocks,
+            trace.n_unique,
+            points,
+            trace.input_tokens,
+            groups,
+            n_tenants,
+            sample.lookup_tokens,
+            whole,
+            sample.rate,
+        )
+    # hist[:, :n] by group: the sampled blocks; hist[:, n:]: the blocks kept whole.
+    cum = np.cumsum(hist, axis=2)[:, :, : len(points)]
+    hits, head_hits = cum[:, :n_tenants], cum[:, n_tenants:]
+    head_weights = np.where(whole, sample.lookup_tokens, 0).astype(float)
     out = []
     for row, w in enumerate(plain):
         g = groups[row]
@@ -98,6 +127,7 @@ def sampled_sums(
         inp = per_tenant(trace.input_tokens.astype(float))
         covered = per_tenant(sample.covered_tokens.astype(float))
         sampled = per_tenant(sample.lookup_tokens.astype(float), code[trace.request_of_lookup])
+        heads = per_tenant(head_weights, code[trace.request_of_lookup])
         present = np.flatnonzero(requests > 0)
         out.append(
             SampledSums(
@@ -108,6 +138,8 @@ def sampled_sums(
                 int(covered.sum()),
                 int(sampled.sum()),
                 hits[row].sum(axis=0),
+                int(heads.sum()),
+                head_hits[row].sum(axis=0),
             )
         )
         out.extend(
@@ -119,6 +151,8 @@ def sampled_sums(
                 int(covered[c]),
                 int(sampled[c]),
                 hits[row, c],
+                int(heads[c]),
+                head_hits[row, c],
             )
             for c in present
         )
@@ -128,15 +162,18 @@ def sampled_sums(
 def estimates(s: SampledSums, rate: float, estimator: str = "ratio") -> np.ndarray | None:
     """Estimated hit tokens of the group at each capacity (full scale); None where the sample
     holds none of the group's blocks, so there is nothing to estimate from."""
-    if s.covered_tokens == 0:  # no block at all: nothing can hit, and that is known exactly
-        return np.zeros(len(s.sampled_hits), np.int64)
-    if s.sampled_tokens == 0:
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
+    exact = np.zeros(len(s.sampled_hits)) if s.head_hits is None else s.head_hits
+    covered = s.covered_tokens - s.head_tokens  # what the blocks not kept whole hold
+    sampled = s.sampled_tokens - s.head_tokens
+    if covered == 0:  # every block kept whole (or none at all): known exactly
+        return np.asarray(exact, np.int64)
+    if sampled == 0:
         return None
     if estimator == "ratio":
-        return np.rint(s.sampled_hits * (s.covered_tokens / s.sampled_tokens)).astype(np.int64)
-    if estimator == "scaled":
-        return np.rint(s.sampled_hits / rate).astype(np.int64)
-    raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
+        return np.rint(exact + s.sampled_hits * (covered / sampled)).astype(np.int64)
+    return np.rint(exact + s.sampled_hits / rate).astype(np.int64)
 
 
 def sampled_lru_curve(sample: BlockSample, points: np.ndarray, windows: Sequence[str]) -> Curve:
@@ -164,7 +201,10 @@ def compute_sampled_curves(sample: BlockSample, settings: CurveSettings) -> pa.T
     """Every row of the ``mrc`` table from a block sample: requests and input tokens are the
     full trace's, hit tokens the estimate, capacities scaled by ``1 / rate``."""
     settings.check()
-    if settings.sample_rate != sample.rate or settings.sample_by != "block":
+    if settings.sample_by not in HEAD_BLOCKS or (settings.sample_rate, settings.head) != (
+        sample.rate,
+        sample.head,
+    ):
         raise ValueError("the settings do not describe this block sample")
     sample = keyed(sample, settings.isolation)
     points = capacity_points(sample.trace.n_unique, settings.n_points, sampled_capacities(settings))
