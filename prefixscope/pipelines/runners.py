@@ -46,22 +46,16 @@ def api_for_workers(dask_address: str | None) -> Iterator[None]:
         return
     from prefect.server.api.server import SubprocessASGIServer
 
+    # Prefect's own temporary server (one per process), started now rather than by the flow.
+    # Like the flow's, it stops when the process exits, not when the flow does: log and event
+    # senders (here and on the workers) may still be flushing, and a server stopped under
+    # them leaves them retrying against a dead address.
     server = SubprocessASGIServer()
     server.start()
-    try:
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield
-            # This process's log and event senders are bound to this server: flush and stop
-            # them while it is up, or they retry against a dead address until the process ends.
-            from prefect.events.worker import EventsWorker
-            from prefect.logging.handlers import APILogWorker
-
-            APILogWorker.drain_all(timeout=30)
-            EventsWorker.drain_all(timeout=30)
-        # Workers send their task logs in batches: let the last batch land before the server goes.
-        time.sleep(PREFECT_LOGGING_TO_API_BATCH_INTERVAL.value() + 0.5)
-    finally:
-        server.stop()
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        yield
+    # Workers send their task logs in batches: let the last batch land before a CLI run exits.
+    time.sleep(PREFECT_LOGGING_TO_API_BATCH_INTERVAL.value() + 0.5)
 
 
 def run_flow(flow: Callable[..., Any], dask_address: str | None = None, **parameters: Any) -> Any:
