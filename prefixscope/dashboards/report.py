@@ -57,6 +57,8 @@ def _summary_html(summary: pl.DataFrame) -> str:
     if row["first_arrival"] is not None:
         minutes = (row["last_arrival"] - row["first_arrival"]).total_seconds() / 60
         span = f"{row['first_arrival']:%Y-%m-%d %H:%M:%S} UTC, {minutes:,.1f} min"
+        if row["first_arrival"].year == 1970:  # offsets from the start, as hash-id traces give
+            span += " (relative times: the log carries no date; `ingest --start` sets one)"
     items = [
         ("Requests", f"{row['requests']:,}"),
         ("Rejected input lines", f"{row['rejected_lines']:,}"),
