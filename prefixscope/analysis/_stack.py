@@ -44,6 +44,24 @@ def _dead_before(tree, words, x):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(inline="always")
+def _bucket(points, worst, depth):  # type: ignore[no-untyped-def]
+    """The first index ``j >= worst`` with ``points[j] >= depth`` (``len(points)``: none).
+    Buckets only grow along a request, so the search starts at the current one, and most
+    lookups stay within it, which needs no search."""
+    n = points.size
+    if worst < n and depth <= points[worst]:
+        return worst
+    lo, hi = worst, n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if points[mid] < depth:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(inline="always")
 def _add_dead(tree, n_chunks, c, count):  # type: ignore[no-untyped-def]
     i = c + 1  # chunk c is tree index c + 1
     while i <= n_chunks:
@@ -141,16 +159,7 @@ def _stack_curve_loop(  # type: ignore[no-untyped-def]
                 elif x != prev_x:  # (equal: the same block again, the same depth)
                     depth = clock - x + 1 - (dead - _dead_before(tree, words, x))
                 prev_x = x
-                lo, hi = worst, n_points  # buckets only grow along a request
-                if depth <= points[worst]:
-                    hi = worst  # still within the bucket (the common case): no search
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    if points[mid] < depth:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                worst = lo
+                worst = _bucket(points, worst, depth)
             if worst == n_points:
                 # A miss at every listed capacity, and so is the rest of the request; the last
                 # bucket is never counted, so there is nothing more to tally.
@@ -323,16 +332,7 @@ def _weighted_loop(  # type: ignore[no-untyped-def]
                     others = live - heads
                 prev_x = x
                 depth = rate * heads + others
-                lo, hi = worst, n_points
-                if depth <= points[worst]:
-                    hi = worst
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    if points[mid] < depth:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                worst = lo
+                worst = _bucket(points, worst, depth)
             if worst == n_points:
                 break  # a miss at every listed capacity, and so is the rest of the request
             tokens = np.int64(lookup_tokens[p])

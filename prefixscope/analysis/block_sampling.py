@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope.analysis.sampling import BATCH_ROWS, keep
-from prefixscope.analysis.trace import REPLAY_ORDER, Trace
+from prefixscope.analysis.trace import Trace, block_size_of, replay_relation
 
 
 @dataclass(frozen=True, eq=False)
@@ -198,13 +198,7 @@ def sample_blocks(trace: Trace, rate: float, head: int = 0) -> BlockSample:
 
 def load_block_sample(con: duckdb.DuckDBPyConnection, rate: float, head: int = 0) -> BlockSample:
     """The warehouse's trace, block-sampled as it streams out of DuckDB."""
-    sizes = [r[0] for r in con.execute("SELECT DISTINCT block_size FROM requests").fetchall()]
-    if not sizes:
-        raise ValueError("the warehouse holds no requests: run `prefixscope ingest` first")
-    if len(sizes) != 1:
-        raise ValueError("sampling needs a warehouse with requests of one block size")
-    reader = con.sql(
-        "SELECT block_hashes, input_tokens, tenant, epoch_us(arrival_ts) / 1e6 AS t "
-        f"FROM requests ORDER BY {REPLAY_ORDER}"
-    ).to_arrow_reader(BATCH_ROWS)
-    return sample_block_batches(reader, rate, sizes[0], head)
+    block_size = block_size_of(con)
+    columns = replay_relation(con).select("block_hashes, input_tokens, tenant, t")
+    reader = columns.to_arrow_reader(BATCH_ROWS)
+    return sample_block_batches(reader, rate, block_size, head)

@@ -25,7 +25,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from prefixscope.analysis.trace import REPLAY_ORDER, Trace, build_trace
+from prefixscope.analysis.trace import Trace, block_size_of, build_trace, replay_relation
 
 #: Resolution of the sampling threshold: rates are multiples of 2**-24.
 SCALE_BITS = 24
@@ -117,11 +117,7 @@ def sample_batches(batches: Iterable[pa.RecordBatch], rate: float, block_size: i
 
 def load_sampled_trace(con: duckdb.DuckDBPyConnection, rate: float) -> Trace:
     """The warehouse's trace, sampled as it streams out of DuckDB."""
-    sizes = [r[0] for r in con.execute("SELECT DISTINCT block_size FROM requests").fetchall()]
-    if len(sizes) != 1:
-        raise ValueError("sampling needs a warehouse with requests of one block size")
-    reader = con.sql(
-        "SELECT block_hashes, input_tokens, tenant, epoch_us(arrival_ts) / 1e6 AS t "
-        f"FROM requests ORDER BY {REPLAY_ORDER}"
-    ).to_arrow_reader(BATCH_ROWS)
-    return sample_batches(reader, rate, sizes[0])
+    block_size = block_size_of(con)
+    columns = replay_relation(con).select("block_hashes, input_tokens, tenant, t")
+    reader = columns.to_arrow_reader(BATCH_ROWS)
+    return sample_batches(reader, rate, block_size)

@@ -128,24 +128,36 @@ def build_trace(
     )
 
 
-def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
-    """Every request of the warehouse, in replay order. One block size per trace: a cache has
-    one, so a warehouse that mixes them must be split before it is simulated."""
+def block_size_of(con: duckdb.DuckDBPyConnection) -> int:
+    """The warehouse's one block size. A cache has one, so a warehouse that mixes them must be
+    split before it is simulated."""
     sizes = [r[0] for r in con.execute("SELECT DISTINCT block_size FROM requests").fetchall()]
     if not sizes:
         raise ValueError("the warehouse holds no requests: run `prefixscope ingest` first")
     if len(sizes) > 1:
         raise ValueError(f"the warehouse mixes block sizes {sorted(sizes)}; a cache has one")
-    table = con.sql(
+    return int(sizes[0])
+
+
+def replay_relation(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+    """Every request in replay order: id, tenant, input tokens, block hashes, arrival (``t``,
+    epoch seconds)."""
+    return con.sql(
         "SELECT request_id, tenant, input_tokens, block_hashes, "
         "epoch_us(arrival_ts) / 1e6 AS t "
         f"FROM requests ORDER BY {REPLAY_ORDER}"
-    ).to_arrow_table()
+    )
+
+
+def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
+    """Every request of the warehouse, in replay order, with the warehouse's one block size."""
+    block_size = block_size_of(con)
+    table = replay_relation(con).to_arrow_table()
     return build_trace(
         table.column("block_hashes").combine_chunks(),
         table.column("input_tokens").to_numpy(),
         table.column("tenant").to_numpy(zero_copy_only=False),
-        sizes[0],
+        block_size,
         times=table.column("t").to_numpy(),
         request_ids=table.column("request_id").combine_chunks(),
     )
