@@ -30,6 +30,12 @@ os.environ.pop("PREFECT_API_URL", None)
 
 import duckdb  # noqa: E402
 
+# Prefect binds its console log handler to sys.stderr when it is first imported. Imported here,
+# that is the session's stream; imported first inside a test that captures output (capsys), it
+# would be that test's buffer, closed when the test ends, and any later Prefect warning (from a
+# background service) would fail to print.
+import prefect  # noqa: E402, F401
+
 from prefixscope import warehouse  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
