@@ -304,6 +304,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _capacities(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The capacity flags shared by ``simulate`` and ``curve``."""
+    from prefixscope.analysis.simulate import Capacities
+
+    return Capacities(
+        blocks=args.capacity_blocks,
+        tokens=args.capacity_tokens,
+        gib=args.capacity_gib,
+        model=args.model,
+        model_config=args.model_config,
+        kv_dtype=args.kv_dtype,
+    )
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from prefixscope import warehouse
     from prefixscope.ingest import IngestOptions, ingest_files
@@ -348,17 +362,10 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from prefixscope import warehouse
-    from prefixscope.analysis.simulate import Capacities, Settings, run_simulation
+    from prefixscope.analysis.simulate import Settings, run_simulation
     from prefixscope.dashboards.text import format_hit_rates
 
-    capacities = Capacities(
-        blocks=args.capacity_blocks,
-        tokens=args.capacity_tokens,
-        gib=args.capacity_gib,
-        model=args.model,
-        model_config=args.model_config,
-        kv_dtype=args.kv_dtype,
-    )
+    capacities = _capacities(args)
     settings = Settings(
         windows=tuple(args.window),
         ttl_s=args.ttl,
@@ -377,7 +384,6 @@ def _simulate(args: argparse.Namespace) -> int:
 def _curve(args: argparse.Namespace) -> int:
     from prefixscope import warehouse
     from prefixscope.analysis.mrc import CurveSettings, run_curve
-    from prefixscope.analysis.simulate import Capacities
     from prefixscope.dashboards.text import format_curve
 
     settings = CurveSettings(
@@ -395,14 +401,7 @@ def _curve(args: argparse.Namespace) -> int:
         workers=args.workers,
         dask_address=args.dask_address,
     )
-    capacities = Capacities(
-        blocks=args.capacity_blocks,
-        tokens=args.capacity_tokens,
-        gib=args.capacity_gib,
-        model=args.model,
-        model_config=args.model_config,
-        kv_dtype=args.kv_dtype,
-    )
+    capacities = _capacities(args)
     with warehouse.connect(args.warehouse) as con:
         table = run_curve(con, settings, capacities, vars(args))
     print(format_curve(table))

@@ -69,6 +69,23 @@ def _add_dead(tree, n_chunks, c, count):  # type: ignore[no-untyped-def]
         i += i & -i
 
 
+def trace_stack_curve(trace, points, groups, keep_buckets=False, lookup_tokens=None):  # type: ignore[no-untyped-def]
+    """:func:`stack_curve` over a :class:`~prefixscope.analysis.trace.Trace`, its groups
+    numbered by tenant code."""
+    return stack_curve(
+        trace.offsets,
+        trace.blocks,
+        trace.n_unique,
+        points,
+        trace.input_tokens,
+        trace.block_size,
+        groups,
+        len(trace.tenants),
+        keep_buckets,
+        lookup_tokens,
+    )
+
+
 def stack_curve(  # type: ignore[no-untyped-def]
     offsets,
     blocks,

@@ -186,19 +186,8 @@ def lru_curve(
     from prefixscope.analysis import _stack
 
     points = np.asarray(points, dtype=np.int64)
-    n_tenants = len(trace.tenants)
     plain, groups = window_groups(trace, windows, masks)
-    hist, buckets = _stack.stack_curve(
-        trace.offsets,
-        trace.blocks,
-        trace.n_unique,
-        points,
-        trace.input_tokens,
-        trace.block_size,
-        groups,
-        n_tenants,
-        STEADY in windows,
-    )
+    hist, buckets = _stack.trace_stack_curve(trace, points, groups, STEADY in windows)
     # Hits at points[j]: the lookups whose bucket is at most j.
     hits = np.cumsum(hist, axis=2)[:, :, : len(points)]
     out = Curve(points)

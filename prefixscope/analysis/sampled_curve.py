@@ -83,18 +83,7 @@ def sampled_sums(
     plain, groups = window_groups(trace, windows)
     whole = sample.kept_whole
     if whole is None:
-        hist, _ = _stack.stack_curve(
-            trace.offsets,
-            trace.blocks,
-            trace.n_unique,
-            points,
-            trace.input_tokens,
-            trace.block_size,
-            groups,
-            n_tenants,
-            False,
-            sample.lookup_tokens,
-        )
+        hist, _ = _stack.trace_stack_curve(trace, points, groups, False, sample.lookup_tokens)
         whole = np.zeros(trace.n_lookups, np.bool_)
         hist = np.concatenate([hist, np.zeros_like(hist)], axis=1)
     else:

@@ -25,7 +25,13 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from prefixscope.analysis.trace import Trace, block_size_of, build_trace, replay_relation
+from prefixscope.analysis.trace import (
+    Trace,
+    block_size_of,
+    build_trace,
+    replay_relation,
+    trace_from_table,
+)
 
 #: Resolution of the sampling threshold: rates are multiples of 2**-24.
 SCALE_BITS = 24
@@ -105,14 +111,7 @@ def sample_batches(batches: Iterable[pa.RecordBatch], rate: float, block_size: i
             kept.append(batch.filter(pa.array(mask)))
     if not kept:
         raise ValueError(f"a sample at rate {rate} keeps no request: raise the rate")
-    table = pa.Table.from_batches(kept)
-    return build_trace(
-        table.column("block_hashes").combine_chunks(),
-        table.column("input_tokens").to_numpy(),
-        table.column("tenant").to_numpy(zero_copy_only=False),
-        block_size,
-        times=table.column("t").to_numpy(),
-    )
+    return trace_from_table(pa.Table.from_batches(kept), block_size)
 
 
 def load_sampled_trace(con: duckdb.DuckDBPyConnection, rate: float) -> Trace:

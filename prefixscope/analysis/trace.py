@@ -149,15 +149,21 @@ def replay_relation(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
     )
 
 
-def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
-    """Every request of the warehouse, in replay order, with the warehouse's one block size."""
-    block_size = block_size_of(con)
-    table = replay_relation(con).to_arrow_table()
+def trace_from_table(table: pa.Table, block_size: int) -> Trace:
+    """A trace from rows of :func:`replay_relation` (already in replay order); request ids only
+    where the table has them."""
+    ids = "request_id" in table.column_names
     return build_trace(
         table.column("block_hashes").combine_chunks(),
         table.column("input_tokens").to_numpy(),
         table.column("tenant").to_numpy(zero_copy_only=False),
         block_size,
         times=table.column("t").to_numpy(),
-        request_ids=table.column("request_id").combine_chunks(),
+        request_ids=table.column("request_id").combine_chunks() if ids else None,
     )
+
+
+def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
+    """Every request of the warehouse, in replay order, with the warehouse's one block size."""
+    block_size = block_size_of(con)
+    return trace_from_table(replay_relation(con).to_arrow_table(), block_size)
