@@ -35,14 +35,16 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope import warehouse
-from prefixscope.analysis.block_sampling import sample_block_batches, sample_blocks
-from prefixscope.analysis.mrc import capacity_points, lru_curve
+from prefixscope.analysis.curves.block_sampling import sample_block_batches, sample_blocks
+from prefixscope.analysis.curves.curve import capacity_points
+from prefixscope.analysis.curves.exact import lru_curve
+from prefixscope.analysis.curves.sampled import ESTIMATORS, estimates, sampled_sums
+from prefixscope.analysis.curves.sampling import keep, mix, sample_batches, sample_trace
 from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.sampled_curve import ESTIMATORS, estimates, sampled_sums
-from prefixscope.analysis.sampling import keep, mix, sample_batches, sample_trace
-from prefixscope.analysis.simulate import hit_tokens
-from prefixscope.analysis.trace import Trace, build_trace, load_trace
-from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.analysis.trace.csr import Trace, build_trace
+from prefixscope.analysis.trace.load import load_trace
+from prefixscope.analysis.trace.measure import hit_tokens
+from prefixscope.stages import ingest
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversation_trace.jsonl.gz"
 BLOCK = 512
@@ -65,11 +67,10 @@ def best(fn, repeats: int = 3) -> tuple[float, object]:  # type: ignore[no-untyp
 
 def bundled() -> Trace:
     with tempfile.TemporaryDirectory() as tmp:
-        con = warehouse.connect(Path(tmp) / "bench.duckdb")
-        with warehouse.recorded_run(con, "ingest", {}) as run_id:
-            ingest_files(con, [SAMPLE], "mooncake", IngestOptions(), run_id)
-        trace = load_trace(con)
-        con.close()
+        path = Path(tmp) / "bench.duckdb"
+        ingest.run(path, ingest.IngestSettings((str(SAMPLE),)))
+        with warehouse.reading(path) as con:
+            trace = load_trace(con)
     return trace
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.policies.reference import reference_hit_blocks
-from prefixscope.analysis.trace import REPLAY_ORDER, load_trace
-from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.analysis.trace.load import REPLAY_ORDER, load_trace
+from prefixscope.stages import ingest
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversation_trace.jsonl.gz"
 REPEATS = 7
@@ -31,13 +31,11 @@ def median_seconds(fn, repeats: int = REPEATS) -> float:  # type: ignore[no-unty
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        con = warehouse.connect(Path(tmp) / "bench.duckdb")
-
-        def ingest() -> None:
-            with warehouse.recorded_run(con, "ingest", {}) as run_id:
-                ingest_files(con, [SAMPLE], "mooncake", IngestOptions(), run_id)
-
-        t_ingest = median_seconds(ingest, 3)
+        path = Path(tmp) / "bench.duckdb"
+        t_ingest = median_seconds(
+            lambda: ingest.run(path, ingest.IngestSettings((str(SAMPLE),))), 3
+        )
+        con = warehouse.connect(path)
         t_load = median_seconds(lambda: load_trace(con), 3)
         trace = load_trace(con)
         requests = [

@@ -20,8 +20,9 @@ import pyarrow as pa
 from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
 from prefixscope.analysis.policies.reference import reference_lru
-from prefixscope.analysis.trace import REPLAY_ORDER, build_trace
-from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.analysis.trace.csr import build_trace
+from prefixscope.analysis.trace.load import REPLAY_ORDER
+from prefixscope.stages import ingest
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversation_trace.jsonl.gz"
 TARGET_LOOKUPS = 25_000_000
@@ -31,13 +32,12 @@ ROUNDS = 3
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        con = warehouse.connect(Path(tmp) / "bench.duckdb")
-        with warehouse.recorded_run(con, "ingest", {}) as run_id:
-            ingest_files(con, [SAMPLE], "mooncake", IngestOptions(), run_id)
-        base = con.sql(
-            f"SELECT block_hashes, input_tokens FROM requests ORDER BY {REPLAY_ORDER}"
-        ).to_arrow_table()
-        con.close()
+        path = Path(tmp) / "bench.duckdb"
+        ingest.run(path, ingest.IngestSettings((str(SAMPLE),)))
+        with warehouse.reading(path) as con:
+            base = con.sql(
+                f"SELECT block_hashes, input_tokens FROM requests ORDER BY {REPLAY_ORDER}"
+            ).to_arrow_table()
     lists = base["block_hashes"].combine_chunks()
     per_copy = len(lists.flatten())
     copies = -(-TARGET_LOOKUPS // per_copy)

@@ -12,10 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from prefixscope import warehouse
-from prefixscope.analysis import turns
-from prefixscope.analysis.structure import load_log
-from prefixscope.analysis.trace import load_trace
-from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.analysis.structure import turns
+from prefixscope.analysis.structure.log import load_log
+from prefixscope.analysis.trace.load import load_trace
+from prefixscope.ingest import IngestOptions
+from prefixscope.stages import ingest
 from prefixscope.synthetic import Workload, write_bailian
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/formats/bailian.jsonl"
@@ -23,15 +24,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/formats/bailian.json
 
 def accuracy(path: Path, tmp: Path, max_forks: int, block_size: int) -> tuple[int, int, int]:
     db = tmp / f"{path.stem}-{max_forks}.duckdb"
-    with warehouse.connect(db) as con:
-        with warehouse.recorded_run(con, "ingest", {}) as run_id:
-            ingest_files(
-                con,
-                [path],
-                "bailian",
-                IngestOptions(tenant_from="type", block_size=block_size),
-                run_id,
-            )
+    options = IngestOptions(tenant_from="type", block_size=block_size)
+    ingest.run(db, ingest.IngestSettings((str(path),), "bailian", options))
+    with warehouse.reading(db) as con:
         trace = load_trace(con)
         truth = turns.logged_parents(load_log(con, trace).ids)
     guessed, _ = turns.infer_parents(trace, max_forks)

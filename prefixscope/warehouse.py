@@ -11,16 +11,15 @@ import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from prefixscope import __version__, sql
-
-#: The ``tenant`` value of rows that cover the whole fleet (all tenants together).
-FLEET = "*"
 
 
 def connect(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -35,9 +34,32 @@ def connect(path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConn
     con = duckdb.connect(str(path), read_only=read_only)
     con.execute("SET TimeZone = 'UTC'")
     if not read_only:
-        for name in sql.schema_files():
-            con.execute(sql.load(name))
+        apply_schema(con)
     return con
+
+
+def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create every table that is missing, then (re)create every view: tables are data and
+    are never replaced; views are code and always match this version's ``.sql`` files."""
+    for name in sql.schema_files():
+        con.execute(sql.load(name))
+    for name in sql.view_files():
+        # views/00_fresh_runs -> fresh_runs: a leading NN_ only orders the files
+        view = name.rsplit("/", 1)[-1].lstrip("0123456789").removeprefix("_")
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS\n{sql.load(name)}")
+
+
+def append(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, run_id: str) -> int:
+    """Append ``rows`` to ``table`` under ``run_id``, columns matched by name; returns the
+    number of rows. The one way a stage writes its results."""
+    if rows.num_rows == 0:
+        return 0
+    con.register("new_rows", rows)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT ? AS run_id, * FROM new_rows", [run_id])
+    finally:
+        con.unregister("new_rows")
+    return rows.num_rows
 
 
 def new_run_id() -> str:
@@ -71,3 +93,34 @@ def recorded_run(
     con.execute(
         "UPDATE runs SET finished_at = now(), status = 'succeeded' WHERE run_id = ?", [run_id]
     )
+
+
+def parameters_of(settings: object) -> dict[str, Any]:
+    """A stage's settings as the ``runs.parameters`` it is recorded with."""
+    if is_dataclass(settings) and not isinstance(settings, type):
+        return asdict(settings)
+    return dict(settings)  # type: ignore[call-overload]
+
+
+@contextmanager
+def stage_run(
+    path: str | Path, command: str, settings: object
+) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
+    """Open the warehouse at ``path`` and record ``command`` with ``settings`` around the block;
+    yields the connection and the run id, and closes the connection after."""
+    con = connect(path)
+    try:
+        with recorded_run(con, command, parameters_of(settings)) as run_id:
+            yield con, run_id
+    finally:
+        con.close()
+
+
+@contextmanager
+def reading(path: str | Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The warehouse at ``path``, opened to read; closed after the block."""
+    con = connect(path)
+    try:
+        yield con
+    finally:
+        con.close()

@@ -6,8 +6,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,9 @@ import duckdb  # noqa: E402
 import prefect  # noqa: E402, F401
 
 from prefixscope import warehouse  # noqa: E402
+from prefixscope.analysis.trace.csr import Trace  # noqa: E402
+from prefixscope.analysis.trace.load import load_trace  # noqa: E402
+from prefixscope.ingest import IngestResult  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "mooncake" / "conversation_trace.jsonl.gz"
@@ -45,6 +50,50 @@ SAMPLE = REPO / "data" / "sample" / "mooncake" / "conversation_trace.jsonl.gz"
 @pytest.fixture
 def sample_path() -> Path:
     return SAMPLE
+
+
+@dataclass(frozen=True)
+class Bundled:
+    """The bundled trace, ingested once for the session by the ingest stage. Open ``path``
+    read-only only (``warehouse.connect(path, read_only=True)``), and close the connection
+    before the test ends; a test that writes works on ``copy_to(tmp_path)``."""
+
+    path: Path
+    result: IngestResult
+
+    def copy_to(self, folder: Path) -> Path:
+        """A copy of the warehouse file in ``folder`` that a test may write to."""
+        target = folder / "bundled.duckdb"
+        shutil.copy(self.path, target)
+        return target
+
+
+@pytest.fixture(scope="session")
+def bundled_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Bundled:
+    """The bundled trace (12,031 requests), ingested once per test session."""
+    from prefixscope.stages import ingest
+
+    path = tmp_path_factory.mktemp("bundled") / "bundled.duckdb"
+    result = ingest.run(path, ingest.IngestSettings((str(SAMPLE),), "mooncake"))
+    return Bundled(path, result)
+
+
+@pytest.fixture(scope="session")
+def bundled_trace(bundled_warehouse: Bundled) -> Trace:
+    """The bundled warehouse's requests as a trace, loaded once per session (treat it as
+    read-only)."""
+    with warehouse.connect(bundled_warehouse.path, read_only=True) as con:
+        return load_trace(con)
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """Prefect's local server, started once per session for the flow tests (it takes tens of
+    seconds to start on a small machine)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
 
 
 @pytest.fixture

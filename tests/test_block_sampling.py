@@ -11,15 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscope import warehouse
-from prefixscope.analysis.block_sampling import sample_block_batches, sample_blocks
-from prefixscope.analysis.mrc import CurveSettings, capacity_points, compute_curves, lru_curve
-from prefixscope.analysis.sampled_curve import (
+from prefixscope.analysis.curves.block_sampling import sample_block_batches, sample_blocks
+from prefixscope.analysis.curves.compute import compute_curves
+from prefixscope.analysis.curves.curve import capacity_points
+from prefixscope.analysis.curves.exact import lru_curve
+from prefixscope.analysis.curves.sampled import (
     compute_sampled_curves,
     sampled_lru_curve,
     sampled_sums,
 )
-from prefixscope.analysis.sampling import keep
-from prefixscope.analysis.trace import Trace, build_trace
+from prefixscope.analysis.curves.sampling import keep
+from prefixscope.analysis.curves.settings import CurveSettings
+from prefixscope.analysis.trace.csr import Trace, build_trace
 from prefixscope.cli import main
 from prefixscope.ingest import IngestOptions, ingest_files
 from tests.conftest import mooncake_line

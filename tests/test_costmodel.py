@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from prefixscope.analysis import costmodel
+from prefixscope.analysis.cost import costmodel
 
 
 def brute_force_nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:

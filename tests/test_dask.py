@@ -24,31 +24,32 @@ def cluster():  # type: ignore[no-untyped-def]
         yield c
 
 
-def test_the_flow_runs_its_simulations_on_the_dask_workers(cluster, sample_path, tmp_path) -> None:
+def test_the_flow_runs_its_simulations_on_the_dask_workers(
+    prefect_server, cluster, sample_path, tmp_path
+) -> None:
     from distributed import Client, get_task_stream
 
-    from prefixscope.analysis.simulate import Settings, scenarios, simulate_grid
-    from prefixscope.analysis.trace import load_trace
+    from prefixscope.analysis.simulation.grid import simulate_grid
+    from prefixscope.analysis.simulation.scenarios import Settings, scenarios
+    from prefixscope.analysis.trace.load import load_trace
     from prefixscope.pipelines.fleet_report import fleet_report
-    from prefixscope.pipelines.runners import run_flow
 
     wh = tmp_path / "wh.duckdb"
     policies, capacities = ["ceiling", "lru", "fifo"], [4_000, 64_000]
     with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
-        outcome = run_flow(
-            fleet_report,
-            cluster.scheduler_address,
+        outcome = fleet_report(
             inputs=[str(sample_path)],
             warehouse_path=str(wh),
             report_path=str(tmp_path / "report.html"),
             policies=policies,
             capacities_blocks=capacities,
             windows=["all"],
+            dask_address=cluster.scheduler_address,
         )
     grid = scenarios(policies, capacities)
     assert outcome.accepted == 12_031
     # Every scenario was one task on the cluster, spread over both workers.
-    ran = [t for t in stream.data if "simulate" in t["key"]]
+    ran = [t for t in stream.data if "simulate_scenario" in t["key"]]
     assert len(ran) == len(grid)
     assert len({t["worker"] for t in ran}) == 2
 
@@ -58,6 +59,10 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(cluster, sample_path,
         "WHERE tenant = '*' AND measure_window = 'all' ORDER BY 1, 2"
     ).fetchall()
     here = simulate_grid(load_trace(con), grid, Settings(windows=("all",)))
+    # The priced scenario's per-request outcomes came back from its worker.
+    outcomes = con.execute(
+        "SELECT DISTINCT policy, capacity_blocks FROM request_outcomes"
+    ).fetchall()
     con.close()
     expected = sorted(
         (r["policy"], r["capacity_blocks"] or -1, r["hit_tokens"])
@@ -65,11 +70,13 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(cluster, sample_path,
         if r["tenant"] == "*"
     )
     assert stored == expected
+    assert outcomes == [("lru", 64_000)]
 
 
 def test_a_grid_curve_on_the_dask_workers_equals_the_one_computed_here(cluster) -> None:
-    from prefixscope.analysis.mrc import CurveSettings, grid_curve
-    from prefixscope.analysis.trace import build_trace
+    from prefixscope.analysis.curves.grid import grid_curve
+    from prefixscope.analysis.curves.settings import CurveSettings
+    from prefixscope.analysis.trace.csr import build_trace
 
     # Three tenants' conversations of 1..6 turns over shared system prompts.
     rng = np.random.default_rng(7)

@@ -10,14 +10,6 @@ import pytest
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def prefect_server():  # type: ignore[no-untyped-def]
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 def test_fleet_report_flow_ingests_simulates_and_reports(
     prefect_server, sample_path, tmp_path
 ) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.trace import load_trace
+from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
 from prefixscope.ingest import IngestOptions, ingest_files
 from prefixscope.ingest.loader import FormatMismatch

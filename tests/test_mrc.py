@@ -12,20 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscope import warehouse
-from prefixscope.analysis import isolation as iso
-from prefixscope.analysis.mrc import (
-    CurveSettings,
-    capacity_points,
-    compute_curves,
-    filled_at,
-    run_curve,
-)
+from prefixscope.analysis.curves.compute import compute_curves
+from prefixscope.analysis.curves.curve import capacity_points
+from prefixscope.analysis.curves.exact import filled_at
+from prefixscope.analysis.curves.sampling import family_keys, keep, sample_batches, sample_trace
+from prefixscope.analysis.curves.settings import CurveSettings
 from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.sampling import family_keys, keep, sample_batches, sample_trace
-from prefixscope.analysis.simulate import Settings, scenarios, simulate_grid
-from prefixscope.analysis.trace import Trace, build_trace, load_trace
+from prefixscope.analysis.simulation.grid import simulate_grid
+from prefixscope.analysis.simulation.scenarios import Settings, scenarios
+from prefixscope.analysis.trace import isolation as iso
+from prefixscope.analysis.trace.csr import Trace, build_trace
 from prefixscope.cli import main
 from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.stages import curve
+from prefixscope.stages.curve import CurveStageSettings
 from tests.conftest import mooncake_line
 from tests.test_policies import arbitrary, prefix_chains
 
@@ -92,9 +92,13 @@ def test_the_lru_curve_is_simulate_at_every_capacity(requests, tenants, mode) ->
 
 
 @settings(max_examples=40, deadline=None)
-@given(requests=prefix_chains(max_requests=40), tenants=tenant_lists)
+@given(
+    requests=prefix_chains(max_requests=40).filter(lambda r: len(r) >= 2),
+    tenants=tenant_lists,
+)
 def test_partitioned_curves_are_each_tenants_own_cache(requests, tenants) -> None:
-    trace = make_trace(requests, tenants[: len(requests)])
+    # The first two requests are tenants a and b: there are always tenants to check.
+    trace = make_trace(requests, ["a", "b", *tenants][: len(requests)])
     windows = ("all", "last-half")
     every = list(range(1, trace.n_unique + 2))
     table = compute_curves(
@@ -103,13 +107,19 @@ def test_partitioned_curves_are_each_tenants_own_cache(requests, tenants) -> Non
     )
     got = curve_rows(table)
     want = simulated(trace, "lru", every, "partitioned", windows)
+    assert {t for _, t, _ in want} == {"*", *trace.tenants} and len(trace.tenants) >= 2
     shares = dict(zip(trace.tenants, iso.quotas(trace), strict=True))
+    # A tenant's axis ends at its own working set: a larger partition holds every block of it.
+    working_set = {
+        t: iso.subset(trace, np.flatnonzero(trace.tenant_codes == code)).n_unique
+        for code, t in enumerate(trace.tenants)
+    }
     for (window, tenant, cap), value in want.items():
         if tenant == "*":  # the fleet's axis: the whole cache
             assert got[(window, tenant, cap)] == value
-        elif (window, tenant, max(1, int(shares[tenant] * cap))) in got:
-            # a tenant's axis: its own partition, of max(1, floor(share · C)) blocks
-            assert got[(window, tenant, max(1, int(shares[tenant] * cap)))] == value
+        else:  # a tenant's axis: its own partition, of max(1, floor(share · C)) blocks
+            quota = max(1, int(shares[tenant] * cap))
+            assert got[(window, tenant, min(quota, working_set[tenant]))] == value
 
 
 def test_steady_windows_start_where_simulate_starts_them() -> None:
@@ -128,19 +138,8 @@ def test_steady_windows_start_where_simulate_starts_them() -> None:
     assert filled_at(trace, np.array([1, trace.n_unique, trace.n_unique + 1]))[-1] == -1
 
 
-@pytest.fixture(scope="module")
-def bundled(tmp_path_factory, sample_path=None) -> Trace:  # type: ignore[no-untyped-def]
-    from tests.conftest import SAMPLE
-
-    con = warehouse.connect(tmp_path_factory.mktemp("bundled") / "wh.duckdb")
-    with warehouse.recorded_run(con, "ingest", {}) as run_id:
-        ingest_files(con, [SAMPLE], "mooncake", IngestOptions(), run_id)
-    trace = load_trace(con)
-    con.close()
-    return trace
-
-
-def test_the_lru_curve_is_simulate_on_the_bundled_trace(bundled: Trace) -> None:
+def test_the_lru_curve_is_simulate_on_the_bundled_trace(bundled_trace: Trace) -> None:
+    bundled = bundled_trace
     caps = [1, 1_000, 16_000, 64_000, 150_000, bundled.n_unique]
     table = compute_curves(
         bundled, CurveSettings(windows=("all", "last-half"), capacities=tuple(caps))
@@ -252,7 +251,11 @@ def test_the_mrc_table_holds_a_drawable_monotone_curve_per_tenant(wh, write_line
             ingest_files(
                 con, [write_lines(lines)], "mooncake", IngestOptions(tenant=tenant), run_id
             )
-    run_curve(con, CurveSettings(model="llama-3-8b"))
+    con.close()
+    result = curve.run(path, CurveStageSettings(CurveSettings(model="llama-3-8b")))
+    con = warehouse.connect(path)
+    assert con.execute("SELECT DISTINCT run_id FROM mrc").fetchall() == [(result.run_id,)]
+    assert con.execute("SELECT count(*) FROM mrc").fetchone() == (result.table.num_rows,)
     counts = dict(con.execute("SELECT tenant, count(*) FROM mrc GROUP BY ALL").fetchall())
     assert set(counts) == {"*", "alpha", "beta"} and min(counts.values()) >= 200
     for tenant in counts:
@@ -283,7 +286,11 @@ def test_policies_without_a_curve_are_refused() -> None:
             CurveSettings(policy=policy).check()
     with pytest.raises(ValueError, match="partitioned"):
         CurveSettings(windows=("steady",), isolation="partitioned").check()
-    assert POLICIES["lru"].bounded
+    # every other bounded policy has one (a grid curve, or lru's one-pass curve)
+    curved = sorted(n for n, p in POLICIES.items() if p.bounded and n != "pinned")
+    assert "lru" in curved and "fifo" in curved
+    for policy in curved:
+        CurveSettings(policy=policy).check()
 
 
 def test_the_curve_command_prints_the_fleets_curve(wh, write_lines, capsys, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from prefixscope.analysis.models import CATALOG, ModelShape  # noqa: E402
+from prefixscope.analysis.cost.models import CATALOG, ModelShape  # noqa: E402
 from prefixscope.gpu_replay.kv_cache import BlockTable, PagedKVCache  # noqa: E402
 from prefixscope.gpu_replay.model import LlamaDecoder, attend, prefill  # noqa: E402
 

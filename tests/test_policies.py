@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
 from prefixscope.analysis.policies.reference import reference_hit_blocks, reference_replay
-from prefixscope.analysis.trace import Trace, build_trace
+from prefixscope.analysis.trace.csr import Trace, build_trace
 
 
 def make_trace(

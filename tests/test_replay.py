@@ -10,9 +10,11 @@ import polars as pl
 import pytest
 
 from prefixscope import warehouse
-from prefixscope.analysis.simulate import Capacities, Settings, run_simulation
+from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.analysis.simulation.scenarios import Settings
 from prefixscope.cli import main
 from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.stages import simulate
 from tests.conftest import mooncake_line
 
 torch = pytest.importorskip("torch")
@@ -36,8 +38,11 @@ def simulated(wh, write_lines):  # type: ignore[no-untyped-def]
             ingest_files(
                 con, [write_lines(lines)], "mooncake", IngestOptions(tenant=tenant), run_id
             )
-    run_simulation(con, ["lru"], Capacities(blocks=[8]), Settings(outcomes=True))
     con.close()
+    settings = simulate.SimulateSettings(
+        ("lru",), Capacities(blocks=[8]), measure=Settings(outcomes=True)
+    )
+    simulate.run(path, settings)
     return path
 
 
@@ -117,11 +122,15 @@ def test_stratified_sampling_covers_every_stratum_first() -> None:
 
 
 def test_the_flow_replay_stage_calibrates_what_its_savings_stage_then_uses(simulated) -> None:  # type: ignore[no-untyped-def]
-    from prefixscope.analysis.simulate import Scenario
+    from prefixscope.analysis.simulation.scenarios import Scenario
     from prefixscope.pipelines import fleet_report as flow
 
     scenario = Scenario("lru", 8)
     calibrated = flow.replay.fn(str(simulated), scenario, 4)
     assert calibrated == ("tiny-llama", "cpu")
-    text = flow.savings.fn(str(simulated), scenario, *calibrated)
+    model, gpu = calibrated
+    settings = flow.savings_stage.SavingsSettings(
+        model=model, gpu=gpu, policy="lru", capacity_blocks=8, isolation="shared"
+    )
+    text = flow.savings.fn(str(simulated), settings)
     assert "tiny-llama on cpu, calibrated cost model" in text

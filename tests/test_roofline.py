@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from prefixscope.analysis.gpus import GPUS, GpuSpec, register_gpu, resolve_gpu
-from prefixscope.analysis.models import CATALOG, ModelShape
-from prefixscope.analysis.roofline import (
+from prefixscope.analysis.cost.gpus import GPUS, GpuSpec, register_gpu, resolve_gpu
+from prefixscope.analysis.cost.models import CATALOG, ModelShape
+from prefixscope.analysis.cost.roofline import (
     attention_flops_per_layer,
     linear_flops_per_layer,
     miss_and_hit,

@@ -6,8 +6,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from prefixscope.analysis.savings import MissCost, resolve_cost_model, savings_rows
+from prefixscope.analysis.cost.savings import MissCost, cost_model, savings_rows
 from prefixscope.cli import main
+from prefixscope.stages.outcomes import calibrated
 from tests.conftest import mooncake_line
 
 
@@ -52,10 +53,12 @@ def test_choosing_a_configuration_and_a_cost_model(wh, write_lines, capsys) -> N
     assert main(["savings", "--warehouse", str(path), "--capacity-blocks", "3"]) == 0
     out = capsys.readouterr().out
     assert "lru shared @ 3 blocks" in out and "roofline" in out and "Decode time" in out
+    assert calibrated(con, "llama-3-8b", "h100") is None  # no replay run fitted one
     with pytest.raises(ValueError, match="no calibrated cost model"):
-        resolve_cost_model(con, "llama-3-8b", "h100", "calibrated")
+        cost_model("llama-3-8b", "h100", "calibrated", None)
+    assert cost_model("llama-3-8b", "h100", "auto", None).kind == "roofline"
     with pytest.raises(ValueError, match="needs a GPU spec"):
-        resolve_cost_model(con, "tiny-llama", "cpu", "roofline")
+        cost_model("tiny-llama", "cpu", "roofline")
 
 
 def test_the_roofline_command_prints_the_worked_example(capsys) -> None:  # type: ignore[no-untyped-def]

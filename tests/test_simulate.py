@@ -10,35 +10,28 @@ import pytest
 from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.policies.reference import reference_hit_blocks
-from prefixscope.analysis.simulate import (
-    Capacities,
-    Scenario,
-    Settings,
-    capacities_in_blocks,
-    hit_tokens,
-    run_simulation,
-    scenarios,
-    simulate_grid,
-)
-from prefixscope.analysis.trace import REPLAY_ORDER, build_trace, load_trace
+from prefixscope.analysis.simulation.capacities import Capacities, capacities_in_blocks
+from prefixscope.analysis.simulation.grid import simulate_grid
+from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
+from prefixscope.analysis.trace.csr import Trace, build_trace
+from prefixscope.analysis.trace.load import REPLAY_ORDER
+from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.ingest import IngestOptions, ingest_files
-from tests.conftest import SAMPLE, mooncake_line
+from prefixscope.stages import simulate
+from prefixscope.stages.simulate import SimulateSettings
+from tests.conftest import Bundled, mooncake_line
 
 
 @pytest.fixture(scope="module")
-def bundled(tmp_path_factory):  # type: ignore[no-untyped-def]
-    """The bundled trace, ingested once for the module."""
-    path = tmp_path_factory.mktemp("bundled") / "wh.duckdb"
-
-    con = warehouse.connect(path)
-    with warehouse.recorded_run(con, "ingest", {}) as run_id:
-        ingest_files(con, [SAMPLE], "mooncake", IngestOptions(), run_id)
-    yield path, con, load_trace(con)
-    con.close()
+def bundled_requests(bundled_warehouse: Bundled) -> list[list[int]]:
+    """The bundled trace's block hashes, request by request in replay order."""
+    with warehouse.connect(bundled_warehouse.path, read_only=True) as con:
+        rows = con.execute(f"SELECT block_hashes FROM requests ORDER BY {REPLAY_ORDER}").fetchall()
+    return [r[0] for r in rows]
 
 
-def test_bundled_ceiling_matches_the_published_prefix_hit_rate(bundled) -> None:
-    _, _, trace = bundled
+def test_bundled_ceiling_matches_the_published_prefix_hit_rate(bundled_trace: Trace) -> None:
+    trace = bundled_trace
     table = (
         simulate_grid(trace, [Scenario("ceiling", None)], Settings(windows=tuple(["all"])))
         .arrow()[0]
@@ -50,16 +43,15 @@ def test_bundled_ceiling_matches_the_published_prefix_hit_rate(bundled) -> None:
 
 
 @pytest.mark.parametrize("capacity", [1_000, 20_000, 100_000])
-def test_bundled_lru_matches_the_python_reference(bundled, capacity: int) -> None:
-    _, con, trace = bundled
-    rows = con.execute(f"SELECT block_hashes FROM requests ORDER BY {REPLAY_ORDER}").fetchall()
-    requests = [r[0] for r in rows]
-    want = reference_hit_blocks("lru", requests, capacity)
-    assert POLICIES["lru"].hit_blocks(trace, capacity).tolist() == want
+def test_bundled_lru_matches_the_python_reference(
+    bundled_trace: Trace, bundled_requests: list[list[int]], capacity: int
+) -> None:
+    want = reference_hit_blocks("lru", bundled_requests, capacity)
+    assert POLICIES["lru"].hit_blocks(bundled_trace, capacity).tolist() == want
 
 
-def test_bundled_lru_rises_with_capacity_towards_the_ceiling(bundled) -> None:
-    _, _, trace = bundled
+def test_bundled_lru_rises_with_capacity_towards_the_ceiling(bundled_trace: Trace) -> None:
+    trace = bundled_trace
     caps = [500, 2_000, 8_000, 32_000, 128_000, trace.n_unique]
     table = (
         simulate_grid(trace, scenarios(["ceiling", "lru"], caps), Settings(windows=tuple(["all"])))
@@ -73,8 +65,8 @@ def test_bundled_lru_rises_with_capacity_towards_the_ceiling(bundled) -> None:
     assert lru[-1] == pytest.approx(ceiling, abs=1e-12)
 
 
-def test_bundled_belady_is_at_least_lru_at_every_capacity(bundled) -> None:
-    _, _, trace = bundled
+def test_bundled_belady_is_at_least_lru_at_every_capacity(bundled_trace: Trace) -> None:
+    trace = bundled_trace
     for capacity in (500, 2_000, 8_000, 32_000, 128_000):
         lru = POLICIES["lru"].hit_blocks(trace, capacity)
         belady = POLICIES["belady"].hit_blocks(trace, capacity)
@@ -144,12 +136,21 @@ def test_bad_scenarios_fail_with_a_message(policies, caps, error) -> None:
         scenarios(policies, caps)
 
 
-def test_run_simulation_records_its_run_and_rows(wh, write_lines) -> None:
-    _, con = wh
-    path = write_lines([mooncake_line(timestamp=i, hash_ids=[100, i % 3]) for i in range(9)])
+def test_the_simulate_stage_records_its_run_and_rows(wh, write_lines) -> None:
+    path, con = wh
+    src = write_lines([mooncake_line(timestamp=i, hash_ids=[100, i % 3]) for i in range(9)])
     with warehouse.recorded_run(con, "ingest", {}) as run_id:
-        ingest_files(con, [path], "mooncake", IngestOptions(tenant="acme"), run_id)
-    run_simulation(con, ["ceiling", "lru"], Capacities(tokens=[1024, 4096]), Settings())
+        ingest_files(con, [src], "mooncake", IngestOptions(tenant="acme"), run_id)
+    con.close()
+    result = simulate.run(
+        path, SimulateSettings(("ceiling", "lru"), Capacities(tokens=[1024, 4096]))
+    )
+    assert [(s.policy, s.capacity_blocks) for s in result.grid] == [
+        ("ceiling", None),
+        ("lru", 2),
+        ("lru", 8),
+    ]
+    con = warehouse.connect(path, read_only=True)
     rows = con.execute(
         "SELECT tenant, policy, capacity_blocks, capacity_tokens, requests, hit_tokens "
         "FROM hit_rates ORDER BY policy, capacity_blocks, tenant"
@@ -168,14 +169,16 @@ def test_run_simulation_records_its_run_and_rows(wh, write_lines) -> None:
         "SELECT command, parameters, status FROM runs WHERE command = 'simulate'"
     ).fetchall()
     assert status == "succeeded" and json.loads(params)["capacities"]["tokens"] == [1024, 4096]
-    assert con.execute(
-        "SELECT count(DISTINCT run_id) FROM hit_rates WHERE run_id IN (SELECT run_id FROM runs)"
-    ).fetchone() == (1,)
+    assert con.execute("SELECT DISTINCT run_id FROM hit_rates").fetchall() == [(result.run_id,)]
+    con.close()
 
 
-def test_a_warehouse_without_requests_says_so(wh) -> None:
-    _, con = wh
+def test_a_warehouse_without_requests_says_so(tmp_path) -> None:
+    path = tmp_path / "wh.duckdb"
     with pytest.raises(ValueError, match="no requests"):
-        run_simulation(con, ["ceiling"])
-    assert con.execute("SELECT status FROM runs").fetchone() == ("failed",)
-    assert np.int64(0) == con.execute("SELECT count(*) FROM hit_rates").fetchone()[0]
+        simulate.run(path, SimulateSettings(("ceiling",)))
+    with warehouse.connect(path, read_only=True) as con:
+        assert con.execute("SELECT command, status FROM runs").fetchall() == [
+            ("simulate", "failed")
+        ]
+        assert np.int64(0) == con.execute("SELECT count(*) FROM hit_rates").fetchone()[0]

@@ -10,15 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscope.analysis import isolation as iso
-from prefixscope.analysis import pins
-from prefixscope.analysis.models import CATALOG, ModelShape, resolve_model
+from prefixscope.analysis.cost.models import CATALOG, ModelShape, resolve_model
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
-from prefixscope.analysis.simulate import Scenario, Settings, simulate_grid
-from prefixscope.analysis.steady import batch_means_ci, mser5, warm_up
-from prefixscope.analysis.trace import build_trace
+from prefixscope.analysis.simulation.grid import simulate_grid
+from prefixscope.analysis.simulation.replay import replay
+from prefixscope.analysis.simulation.scenarios import Scenario, Settings
+from prefixscope.analysis.structure import pins
+from prefixscope.analysis.trace import isolation as iso
+from prefixscope.analysis.trace.csr import build_trace
+from prefixscope.analysis.trace.steady import batch_means_ci, mser5, warm_up
 from prefixscope.cli import main
-from tests.conftest import SAMPLE
+from tests.conftest import Bundled
 
 # --- capacity in the units people buy -----------------------------------------------------
 
@@ -77,11 +79,11 @@ def test_salted_tenants_never_hit_each_other(policy, requests, data, capacity) -
     tenants = data.draw(st.lists(st.integers(0, 2), min_size=len(requests), max_size=len(requests)))
     trace = trace_of(requests, tenants)
     cap = capacity if POLICIES[policy].bounded else None
-    salted = iso.replay(trace, policy, cap, PolicyOptions(), "salted")
+    salted = replay(trace, policy, cap, PolicyOptions(), "salted")
     assert not salted.cross.any()
-    shared = iso.replay(trace, "ceiling", None, PolicyOptions(), "shared")
+    shared = replay(trace, "ceiling", None, PolicyOptions(), "shared")
     assert np.all(
-        iso.replay(trace, "ceiling", None, PolicyOptions(), "salted").hit_blocks
+        replay(trace, "ceiling", None, PolicyOptions(), "salted").hit_blocks
         <= shared.hit_blocks
     )
 
@@ -90,7 +92,7 @@ def test_partitions_are_each_tenants_own_cache() -> None:
     # tenant a: 3 requests of 2 blocks; tenant b: 1 request of 2 blocks -> quotas 6/8 and 2/8
     requests = [[1, 2], [3, 4], [1, 2], [5, 6]]
     trace = trace_of(requests, ["a", "a", "a", "b"])
-    out = iso.replay(trace, "lru", 8, PolicyOptions(), "partitioned")
+    out = replay(trace, "lru", 8, PolicyOptions(), "partitioned")
     a = iso.subset(trace, np.array([0, 1, 2]))
     alone = POLICIES["lru"].hit_blocks(a, 6)
     assert out.hit_blocks[[0, 1, 2]].tolist() == alone.tolist() == [0, 0, 2]
@@ -185,12 +187,11 @@ def test_pin_file_pins_prefixes_with_their_ancestors(tmp_path) -> None:
 # --- the command line ---------------------------------------------------------------------
 
 
-def test_simulate_command_with_every_new_option(tmp_path, capsys) -> None:
-    wh = tmp_path / "wh.duckdb"
-    assert (
-        main(["ingest", "--format", "mooncake", "--input", str(SAMPLE), "--warehouse", str(wh)])
-        == 0
-    )
+@pytest.mark.slow
+def test_simulate_command_with_every_new_option(
+    bundled_warehouse: Bundled, tmp_path, capsys
+) -> None:
+    wh = bundled_warehouse.copy_to(tmp_path)
     assert (
         main(
             [

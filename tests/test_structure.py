@@ -10,14 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscope import warehouse
-from prefixscope.analysis import attribution, firstnew, pins, prefixes, reuse, turns
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
-from prefixscope.analysis.simulate import Capacities, hit_tokens, run_simulation
-from prefixscope.analysis.structure import StructureSettings, run_structure
-from prefixscope.analysis.trace import build_trace
+from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.analysis.structure import attribution, firstnew, pins, prefixes, reuse, turns
+from prefixscope.analysis.structure.tables import StructureSettings
+from prefixscope.analysis.trace.csr import build_trace
+from prefixscope.analysis.trace.load import load_trace
+from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.cli import main
-from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.ingest import IngestOptions
+from prefixscope.stages import ingest, simulate, structure
+from prefixscope.stages.simulate import SimulateSettings
 from prefixscope.synthetic import Workload, write_bailian
+from tests.conftest import mooncake_line
 
 BS = 4
 
@@ -116,11 +121,14 @@ def bailian_wh(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("bailian")
     path = write_bailian(tmp / "log.jsonl", Workload(sessions=200), seed=7)
     db = tmp / "wh.duckdb"
-    with warehouse.connect(db) as con:
-        with warehouse.recorded_run(con, "ingest", {}) as run_id:
-            ingest_files(con, [path], "bailian", IngestOptions(tenant_from="type"), run_id)
-        run_simulation(con, ["ceiling", "lru"], Capacities(blocks=[3_000]))
-        run_structure(con, StructureSettings(capacity_blocks=3_000, simulate_top=3))
+    options = IngestOptions(tenant_from="type")
+    ingest.run(db, ingest.IngestSettings((str(path),), "bailian", options))
+    simulate.run(db, SimulateSettings(("ceiling", "lru"), Capacities(blocks=[3_000])))
+    result = structure.run(db, StructureSettings(capacity_blocks=3_000, simulate_top=3))
+    assert sorted(result.tables) == sorted(
+        ("turns", "session_stats", "shared_prefixes", "hit_sources", "first_new_blocks",
+         "reuse_times")
+    )  # fmt: skip
     return db
 
 
@@ -226,13 +234,13 @@ def test_a_unique_block_early_in_every_prompt_reads_as_a_spike(second_block, spi
 
 
 def test_reuse_shares_from_sql_match_the_gaps(bailian_wh: Path) -> None:
-    from prefixscope import sql
-
     with warehouse.connect(bailian_wh, read_only=True) as con:
-        run_id = con.execute(sql.load("marts/latest_structure_run")).fetchall()[0][0]
-        shares = con.execute(sql.load("marts/reuse_shares"), [run_id]).fetchall()
-        from prefixscope.analysis.trace import load_trace
-
+        ((run_id,),) = con.execute("SELECT run_id FROM runs WHERE command = 'structure'").fetchall()
+        shares = con.execute(
+            "SELECT tenant, request_kind, reuses, within_10s, within_1m, within_10m, within_1h "
+            "FROM reuse_shares WHERE run_id = ?",
+            [run_id],
+        ).fetchall()
         gaps = reuse.reuses(load_trace(con)).gap_s
     fleet = next(r for r in shares if r[0] == "*" and r[1] == "*")
     assert fleet[2] == len(gaps)
@@ -241,8 +249,6 @@ def test_reuse_shares_from_sql_match_the_gaps(bailian_wh: Path) -> None:
 
 
 def test_structure_from_the_command_line(tmp_path: Path, write_lines, capsys) -> None:
-    from tests.conftest import mooncake_line
-
     wh = tmp_path / "wh.duckdb"
     lines = [
         mooncake_line(timestamp=i * 1000, input_length=1500, hash_ids=[1, 2, 10 + i])

@@ -1,5 +1,6 @@
-"""Analysis: replay the canonical ``requests`` table through simulated prefix caches.
+"""Analysis: pure computation over a trace, in data-flow order: ``trace`` → ``policies`` →
+``structure`` → ``simulation`` → ``curves``; ``cost`` prices what they find.
 
-Never imports torch: the cache simulator and everything it reports run on a machine with
-only the analysis dependencies installed.
+Never imports torch, and never writes the warehouse: the stages (``prefixscope.stages``) load
+inputs, call these functions and store what they return.
 """

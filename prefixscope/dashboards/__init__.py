@@ -1,6 +1,8 @@
 """Dashboards: the warehouse rendered as one self-contained HTML page (no server, no network).
 
-Reads only warehouse tables (through ``prefixscope/sql/marts``); never imports torch.
+Reads only the warehouse's views (``prefixscope/sql/views``: ``latest_*``, ``trace_summary``)
+and renders them through the Jinja templates beside this module, autoescaped; never imports
+torch.
 """
 
 from prefixscope.dashboards.report import build_report

@@ -1,49 +1,61 @@
 """The fleet report page: trace summary, hit-rate curves per policy, fleet and tenant tables.
 
-The page embeds plotly.js itself, so it opens from disk with no server and no network.
+The page embeds plotly.js itself, so it opens from disk with no server and no network. It is
+rendered from ``templates/report.html`` with autoescaping: Python prepares plain values
+(formatted strings, row dicts); the only markup it hands over is plotly's (the figures and the
+plotly.js bundle). Names that go into a figure are escaped for Plotly, which renders some HTML
+in titles, legends and hover labels.
 """
 
 from __future__ import annotations
 
 import html
 from datetime import UTC, datetime
-from importlib.resources import files
 from pathlib import Path
-from string import Template
+from typing import Any
 
 import duckdb
 import plotly.graph_objects as go
 import plotly.offline
 import polars as pl
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
-from prefixscope import __version__, sql
-from prefixscope.dashboards.savings import savings_html
-from prefixscope.dashboards.structure import structure_html
-from prefixscope.warehouse import FLEET
+from prefixscope import __version__
+from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.savings import DECODE_NOTE, savings_section
+from prefixscope.dashboards.structure import structure_section
+from prefixscope.dashboards.views import read_view
 
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
+
+TEMPLATES = Environment(
+    loader=PackageLoader("prefixscope.dashboards"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
 
 
 def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name: str) -> Path:
     """Write the report page for the warehouse behind ``con`` to ``out`` and return its path."""
-    summary = con.sql(sql.load("marts/trace_summary")).pl()
-    rates = con.sql(sql.load("marts/latest_hit_rates")).pl()
-    series = con.sql(sql.load("marts/latest_timeseries")).pl()
-    curves = con.sql(sql.load("marts/latest_mrc")).pl()
-    page = Template(
-        (files("prefixscope.dashboards") / "templates" / "report.html").read_text("utf-8")
-    ).substitute(
-        plotlyjs=plotly.offline.get_plotlyjs(),
+    summary = read_view(con, "trace_summary").row(0, named=True)
+    rates = read_view(con, "latest_hit_rates")
+    page = TEMPLATES.get_template("report.html").render(
+        plotlyjs=Markup(plotly.offline.get_plotlyjs()),
         generated=f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
-        version=html.escape(__version__),
-        warehouse=html.escape(warehouse_name),
-        summary=_summary_html(summary),
-        charts=_charts_html(rates),
-        timeseries=_timeseries_html(series),
-        mrc=_mrc_html(curves),
-        table=_table_html(rates),
-        structure=structure_html(con),
-        miss_cost=savings_html(con),
+        version=__version__,
+        warehouse=warehouse_name,
+        summary=summary_items(summary),
+        charts=capacity_figures(rates),
+        mrc=curve_figures(read_view(con, "latest_mrc")),
+        timeseries=timeseries_figure(read_view(con, "latest_timeseries")),
+        rates=rate_rows(rates),
+        structure=structure_section(con, int(summary["max_block_size"] or 1)),
+        savings=savings_section(con),
+        decode_note=DECODE_NOTE,
     )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -51,33 +63,43 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
     return out
 
 
-def _summary_html(summary: pl.DataFrame) -> str:
-    row = summary.row(0, named=True)
-    span = "—"
-    if row["first_arrival"] is not None:
-        minutes = (row["last_arrival"] - row["first_arrival"]).total_seconds() / 60
-        span = f"{row['first_arrival']:%Y-%m-%d %H:%M:%S} UTC, {minutes:,.1f} min"
-        if row["first_arrival"].year == 1970:  # offsets from the start, as hash-id traces give
-            span += " (relative times: the log carries no date; `ingest --start` sets one)"
-    items = [
-        ("Requests", f"{row['requests']:,}"),
-        ("Rejected input lines", f"{row['rejected_lines']:,}"),
-        ("Files", f"{row['files']:,}"),
-        ("Tenants", f"{row['tenants']:,}"),
-        ("Input tokens", f"{row['input_tokens']:,}"),
-        ("Output tokens", f"{row['output_tokens']:,}"),
-        ("Block lookups", f"{row['block_lookups']:,}"),
-        ("Distinct blocks", f"{row['unique_blocks']:,}"),
-        ("Block size (tokens)", html.escape(str(row["block_sizes"] or "—"))),
-        ("First arrival, span", span),
-    ]
-    cells = "".join(f"<tr><th class='text'>{k}</th><td>{v}</td></tr>" for k, v in items)
-    return f"<table>{cells}</table>"
+# --- figures ---------------------------------------------------------------------------------
 
 
-def _charts_html(rates: pl.DataFrame) -> str:
+def plotly_text(text: str) -> str:
+    """``text`` as Plotly shows it literally: Plotly renders some HTML (<b>, <br>, <a>, entities)
+    in titles, legend entries, annotations and hover labels, so markup is escaped."""
+    return html.escape(text, quote=False)
+
+
+def base_layout(
+    title: str, x_title: str, *, log_x: bool = False, height: int = 420, **extra: Any
+) -> dict[str, Any]:
+    """The layout every chart of the page shares: token hit rate on y from 0, ``title`` and
+    ``x_title`` as plain text (escaped here), the same margins."""
+    xaxis: dict[str, Any] = {"title": plotly_text(x_title)}
+    if log_x:
+        xaxis["type"] = "log"
+    return {
+        "title": plotly_text(title),
+        "xaxis": xaxis,
+        "yaxis": {"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
+        "height": height,
+        "margin": {"l": 60, "r": 20, "t": 60, "b": 50},
+        **extra,
+    }
+
+
+def figure_markup(fig: go.Figure) -> Markup:
+    """A figure as page markup (plotly.js is embedded once, in the page's head)."""
+    return Markup(fig.to_html(full_html=False, include_plotlyjs=False))
+
+
+def capacity_figures(rates: pl.DataFrame) -> list[Markup]:
+    """Per window: the fleet's hit rate over capacity, and each tenant's when there are two or
+    more."""
     if rates.is_empty():
-        return "<p>No simulation results yet: run <code>prefixscope simulate</code>.</p>"
+        return []
     parts = []
     for window in rates["measure_window"].unique(maintain_order=True):
         in_window = rates.filter(pl.col("measure_window") == window)
@@ -85,15 +107,15 @@ def _charts_html(rates: pl.DataFrame) -> str:
         groups = [FLEET] + ([t for t in tenants if t != FLEET] if len(tenants) > 2 else [])
         for tenant in groups:
             fig = _curve_figure(in_window.filter(pl.col("tenant") == tenant), window, tenant)
-            parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
-    return "\n".join(parts)
+            parts.append(figure_markup(fig))
+    return parts
 
 
-def _mrc_html(curves: pl.DataFrame) -> str:
+def curve_figures(curves: pl.DataFrame) -> list[Markup]:
     """The ``mrc`` curves: token hit rate against capacity (log axis; in GiB of KV cache when
     the curve was computed for a model), one chart per window, a line per tenant and curve."""
     if curves.is_empty():
-        return "<p>No curve yet: run <code>prefixscope curve</code>.</p>"
+        return []
     parts = []
     for (window,), rows in curves.group_by(["measure_window"], maintain_order=True):
         in_gib = rows["capacity_gib"].null_count() == 0
@@ -113,40 +135,40 @@ def _mrc_html(curves: pl.DataFrame) -> str:
             name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
                 "" if rate == 1 else f", sampled{' by ' + by if by else ''} {rate:g}"
             )
+            label = plotly_text(f"{name} — {who}")
             fig.add_trace(
                 go.Scatter(
                     x=line["capacity_gib" if in_gib else "capacity_tokens"].to_list(),
                     y=line["token_hit_rate"].to_list(),
                     customdata=line["capacity_blocks"].to_list(),
                     mode="lines",
-                    name=f"{name} — {who}",
+                    name=label,
                     line={
                         "color": _PALETTE[i % len(_PALETTE)],
                         "width": 3 if tenant == FLEET else 1.5,
                     },
-                    hovertemplate="%{x:,.4g} ("
-                    + "%{customdata:,} blocks): %{y:.2%}<extra>"
-                    + html.escape(f"{name} — {who}")
-                    + "</extra>",
+                    hovertemplate=f"%{{x:,.4g}} (%{{customdata:,}} blocks): %{{y:.2%}}"
+                    f"<extra>{label}</extra>",
                 )
             )
         unit = "GiB of KV cache" if in_gib else "tokens"
         fig.update_layout(
-            title=f"Token hit rate at every capacity (curve) — window: {window}",
-            xaxis={"title": f"cache capacity ({unit})", "type": "log"},
-            yaxis={"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
-            height=440,
-            margin={"l": 60, "r": 20, "t": 60, "b": 50},
+            base_layout(
+                f"Token hit rate at every capacity (curve) — window: {window}",
+                f"cache capacity ({unit})",
+                log_x=True,
+                height=440,
+            )
         )
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=False))
-    return "\n".join(parts)
+        parts.append(figure_markup(fig))
+    return parts
 
 
-def _timeseries_html(series: pl.DataFrame) -> str:
+def timeseries_figure(series: pl.DataFrame) -> Markup | None:
     """The fleet's token hit rate over time: warm-up and drift. One line per configuration; the
     middle capacity of each policy is shown, the others are a click on the legend away."""
     if series.is_empty():
-        return "<p>No time series yet.</p>"
+        return None
     fig = go.Figure()
     keys = series.select("policy", "isolation", "capacity_blocks").unique(maintain_order=True)
     middle: dict[tuple[str, str], int | None] = {}
@@ -172,7 +194,7 @@ def _timeseries_html(series: pl.DataFrame) -> str:
                 x=line["bucket_start"].to_list(),
                 y=line["token_hit_rate"].to_list(),
                 mode="lines",
-                name=name,
+                name=plotly_text(name),
                 line={
                     "color": _PALETTE[colors[policy] % len(_PALETTE)],
                     "dash": "solid" if cap == middle[(policy, mode)] else "dot",
@@ -181,13 +203,9 @@ def _timeseries_html(series: pl.DataFrame) -> str:
             )
         )
     fig.update_layout(
-        title="Fleet token hit rate over time (warm-up, drift)",
-        xaxis={"title": "arrival time (UTC)"},
-        yaxis={"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
-        height=420,
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        base_layout("Fleet token hit rate over time (warm-up, drift)", "arrival time (UTC)")
     )
-    return fig.to_html(full_html=False, include_plotlyjs=False)
+    return figure_markup(fig)
 
 
 def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
@@ -196,17 +214,17 @@ def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
     bounded = rows.filter(pl.col("capacity_blocks").is_not_null()).sort("capacity_blocks")
     for i, policy in enumerate(bounded["label"].unique(maintain_order=True)):
         curve = bounded.filter(pl.col("label") == policy)
+        label = plotly_text(policy)
         fig.add_trace(
             go.Scatter(
                 x=curve["capacity_tokens"].to_list(),
                 y=curve["token_hit_rate"].to_list(),
                 customdata=curve["capacity_blocks"].to_list(),
                 mode="lines+markers",
-                name=policy,
+                name=label,
                 line={"color": _PALETTE[i % len(_PALETTE)]},
-                hovertemplate="%{x:,} tokens (%{customdata:,} blocks): %{y:.2%}<extra>"
-                + policy
-                + "</extra>",
+                hovertemplate="%{x:,} tokens (%{customdata:,} blocks): %{y:.2%}"
+                f"<extra>{label}</extra>",
             )
         )
     for row in rows.filter(pl.col("capacity_blocks").is_null()).iter_rows(named=True):
@@ -216,17 +234,17 @@ def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
             y=row["token_hit_rate"],
             line_dash="dash",
             line_color="#555",
-            annotation_text=f"{row['label']} {row['token_hit_rate']:.2%}",
+            annotation_text=plotly_text(f"{row['label']} {row['token_hit_rate']:.2%}"),
             annotation_position="top left",
         )
     who = "fleet" if tenant == FLEET else f"tenant {tenant}"
     fig.update_layout(
-        title=f"Token hit rate over capacity — {who}, window: {window}",
-        xaxis={"title": "cache capacity (tokens)", "type": "log"},
-        yaxis={"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
-        height=420,
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
-        legend={"title": "policy"},
+        base_layout(
+            f"Token hit rate over capacity — {who}, window: {window}",
+            "cache capacity (tokens)",
+            log_x=True,
+            legend={"title": "policy"},
+        )
     )
     return fig
 
@@ -246,40 +264,69 @@ def _label_expr() -> pl.Expr:
     )
 
 
-def _table_html(rates: pl.DataFrame) -> str:
-    if rates.is_empty():
-        return "<p>No simulation results yet.</p>"
-    head = (
-        "<tr><th class='text'>window</th><th class='text'>tenant</th><th class='text'>policy</th>"
-        "<th class='text'>isolation</th><th>capacity (blocks)</th><th>capacity (tokens)</th>"
-        "<th>capacity (GiB)</th><th>requests</th><th>input tokens</th><th>hit tokens</th>"
-        "<th>from other tenants</th><th>token hit rate</th><th>95% CI</th>"
-        "<th>request hit rate</th></tr>"
-    )
+# --- tables ----------------------------------------------------------------------------------
+
+
+def summary_items(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """The trace table: (what, value) pairs."""
+    span = "—"
+    if row["first_arrival"] is not None:
+        minutes = (row["last_arrival"] - row["first_arrival"]).total_seconds() / 60
+        span = f"{row['first_arrival']:%Y-%m-%d %H:%M:%S} UTC, {minutes:,.1f} min"
+        if row["first_arrival"].year == 1970:  # offsets from the start, as hash-id traces give
+            span += " (relative times: the log carries no date; `ingest --start` sets one)"
+    return [
+        ("Requests", f"{row['requests']:,}"),
+        ("Rejected input lines", f"{row['rejected_lines']:,}"),
+        ("Files", f"{row['files']:,}"),
+        ("Tenants", f"{row['tenants']:,}"),
+        ("Input tokens", f"{row['input_tokens']:,}"),
+        ("Output tokens", f"{row['output_tokens']:,}"),
+        ("Block lookups", f"{row['block_lookups']:,}"),
+        ("Distinct blocks", f"{row['unique_blocks']:,}"),
+        ("Block size (tokens)", str(row["block_sizes"] or "—")),
+        ("First arrival, span", span),
+    ]
+
+
+def rate_rows(rates: pl.DataFrame) -> list[dict[str, Any]]:
+    """The hit-rate table's rows (the fleet's alone when there is one tenant: its rows repeat
+    the fleet's)."""
     if rates.filter(pl.col("tenant") != FLEET)["tenant"].n_unique() <= 1:
-        rates = rates.filter(pl.col("tenant") == FLEET)  # one tenant: its rows repeat the fleet's
-    body = []
+        rates = rates.filter(pl.col("tenant") == FLEET)
+    out = []
     for r in rates.iter_rows(named=True):
-        cls = " class='fleet'" if r["tenant"] == FLEET else ""
-        cap_b = "∞" if r["capacity_blocks"] is None else f"{r['capacity_blocks']:,}"
-        cap_t = "∞" if r["capacity_tokens"] is None else f"{r['capacity_tokens']:,}"
-        tenant = "fleet" if r["tenant"] == FLEET else html.escape(r["tenant"])
-        gib = "" if r["capacity_gib"] is None else f"{r['capacity_gib']:g} ({r['model']})"
-        policy = r["policy"] + (f" ({r['policy_options']})" if r["policy_options"] else "")
         ci = "" if r["ci_low"] is None else f"{_pct(r['ci_low'])}–{_pct(r['ci_high'])}"
         if r["steady"] is False:
             ci = "cache never filled: no steady state"
-        body.append(
-            f"<tr{cls}><td class='text'>{html.escape(r['measure_window'])}</td>"
-            f"<td class='text'>{tenant}</td><td class='text'>{html.escape(policy)}</td>"
-            f"<td class='text'>{html.escape(r['isolation'])}</td>"
-            f"<td>{cap_b}</td><td>{cap_t}</td><td>{html.escape(gib)}</td><td>{r['requests']:,}</td>"
-            f"<td>{r['input_tokens']:,}</td><td>{r['hit_tokens']:,}</td>"
-            f"<td>{r['cross_tenant_hit_tokens']:,}</td>"
-            f"<td>{_pct(r['token_hit_rate'])}</td><td>{html.escape(ci)}</td>"
-            f"<td>{_pct(r['request_hit_rate'])}</td></tr>"
+        out.append(
+            {
+                "fleet": r["tenant"] == FLEET,
+                "window": r["measure_window"],
+                "tenant": "fleet" if r["tenant"] == FLEET else r["tenant"],
+                "policy": r["policy"]
+                + (f" ({r['policy_options']})" if r["policy_options"] else ""),
+                "isolation": r["isolation"],
+                "capacity_blocks": _count(r["capacity_blocks"]),
+                "capacity_tokens": _count(r["capacity_tokens"]),
+                "capacity_gib": ""
+                if r["capacity_gib"] is None
+                else f"{r['capacity_gib']:g} ({r['model']})",
+                "requests": f"{r['requests']:,}",
+                "input_tokens": f"{r['input_tokens']:,}",
+                "hit_tokens": f"{r['hit_tokens']:,}",
+                "cross_tenant_hit_tokens": f"{r['cross_tenant_hit_tokens']:,}",
+                "token_hit_rate": _pct(r["token_hit_rate"]),
+                "ci": ci,
+                "request_hit_rate": _pct(r["request_hit_rate"]),
+            }
         )
-    return f"<table>{head}{''.join(body)}</table>"
+    return out
+
+
+def _count(x: int | None) -> str:
+    """A capacity: unbounded (∞) when NULL."""
+    return "∞" if x is None else f"{x:,}"
 
 
 def _pct(x: float | None) -> str:

@@ -1,30 +1,24 @@
 """What a hit is worth, for terminals and for the report page: the roofline of one shape, the
-savings per tenant and the cost model they rest on."""
+savings per tenant and the cost model they rest on. The page reads the ``latest_savings`` view;
+``templates/savings.html`` lays it out."""
 
 from __future__ import annotations
 
-import html
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from prefixscope import sql
-from prefixscope.analysis.gpus import GpuSpec
-from prefixscope.analysis.models import ModelShape
-from prefixscope.analysis.roofline import parameter_count, prefill_cost
-from prefixscope.warehouse import FLEET
+from prefixscope.analysis.cost.gpus import GpuSpec
+from prefixscope.analysis.cost.models import ModelShape
+from prefixscope.analysis.cost.roofline import parameter_count, prefill_cost
+from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.views import read_view
 
 DECODE_NOTE = (
     "Prefill only. Decode time is unchanged by the prefix cache: every generated token reads "
     "the whole KV cache whether its prefix was cached or computed, so the end-to-end gain is "
     "bounded by the prefill share of the GPU time."
-)
-NO_SAVINGS_NOTE = (
-    "No savings computed yet. A hit rate alone does not say what the cache saves: a miss is a "
-    "full prefill, whose attention work grows with the square of the prompt, while a hit "
-    "computes only the new tokens. Run <code>prefixscope simulate --outcomes</code> then "
-    "<code>prefixscope savings</code> (and <code>prefixscope replay</code> for a measured "
-    "cost model)."
 )
 
 
@@ -78,54 +72,63 @@ def format_savings(table: pa.Table) -> str:
     return "\n".join(lines)
 
 
-def savings_html(con: duckdb.DuckDBPyConnection) -> str:
-    """The report's "What a hit is worth" section."""
-    rows = con.sql(sql.load("marts/latest_savings")).pl().to_dicts()
-    if not rows:
-        return f"<p class='note'>{NO_SAVINGS_NOTE}</p>"
+def savings_section(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """What ``templates/savings.html`` shows: one entry per priced configuration of
+    ``latest_savings`` (newest first), each with its cost model and its rows, the fleet first.
+    Empty before any savings run."""
+    configs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in read_view(con, "latest_savings").iter_rows(named=True):
+        key = tuple(r[k] for k in CONFIGURATION)
+        configs.setdefault(key, []).append(r)
+    return [_configuration(i, rows) for i, rows in enumerate(configs.values())]
+
+
+#: The columns of ``latest_savings`` that name one priced configuration.
+CONFIGURATION = ("policy", "isolation", "capacity_blocks", "model", "gpu", "cost_model")
+
+
+def _configuration(i: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
     r0 = rows[0]
-    if r0["cost_model"] == "calibrated":
-        err = r0["holdout_median_abs_pct_err"]
-        p90 = r0["holdout_p90_abs_pct_err"]
-        quality = "" if err is None else f"; held-out error: median {err:.1f}%, p90 {p90:.1f}%"
-        model = (
-            f"calibrated on {html.escape(str(r0['cost_model_device']))} (replay run "
-            f"<code>{html.escape(str(r0['cost_model_run_id']))}</code>{quality})"
+    calibrated = r0["cost_model"] == "calibrated"
+    quality = ""
+    if calibrated and r0["holdout_median_abs_pct_err"] is not None:
+        quality = (
+            f"; held-out error: median {r0['holdout_median_abs_pct_err']:.1f}%, "
+            f"p90 {r0['holdout_p90_abs_pct_err']:.1f}%"
         )
-    else:
-        model = "the analytic roofline (every operation at its peak compute or bandwidth: a "
-        model += "lower bound on the time, not a measurement)"
-    cap = "unbounded" if r0["capacity_blocks"] is None else f"{r0['capacity_blocks']:,} blocks"
-    intro = (
-        f"<p id='cost-model'>Prefill cost of <b>{html.escape(r0['model'])}</b> on "
-        f"<b>{html.escape(r0['gpu'])}</b>, cost model: <b>{html.escape(r0['cost_model'])}</b>, "
-        f"{model}. Cache: {html.escape(r0['policy'])}, {html.escape(r0['isolation'])}, {cap}."
-        " Time to first token is the request's prefill alone on an idle GPU.</p>"
-    )
-    head = (
-        "<tr><th class='text'>tenant</th><th>requests</th><th>token hit rate</th>"
-        "<th>prefill GPU-s, no cache</th><th>with cache</th><th>saved</th>"
-        "<th>GPU-s saved per hour</th><th>TTFT p50, no cache / with</th>"
-        "<th>TTFT p95, no cache / with</th></tr>"
-    )
-    body = []
-    for r in rows:
-        cls = " class='fleet'" if r["tenant"] == FLEET else ""
-        tenant = "fleet" if r["tenant"] == FLEET else html.escape(r["tenant"])
-        per_hour = r["gpu_seconds_saved_per_hour"]
-        share = r["saved_share"]
-        body.append(
-            f"<tr{cls}><td class='text'>{tenant}</td><td>{r['requests']:,}</td>"
-            f"<td>{r['hit_tokens'] / r['input_tokens']:.2%}</td>"
-            f"<td>{r['prefill_gpu_seconds_no_cache']:,.1f}</td>"
-            f"<td>{r['prefill_gpu_seconds_with_cache']:,.1f}</td>"
-            f"<td>{'—' if share is None else f'{share:.1%}'}</td>"
-            f"<td>{'—' if per_hour is None else f'{per_hour:,.1f}'}</td>"
-            f"<td>{_ms(r['ttft_p50_no_cache_s'])} / {_ms(r['ttft_p50_with_cache_s'])}</td>"
-            f"<td>{_ms(r['ttft_p95_no_cache_s'])} / {_ms(r['ttft_p95_with_cache_s'])}</td></tr>"
-        )
-    table = f"<table id='savings'>{head}{''.join(body)}</table>"
-    return f"{intro}{table}<p class='note' id='decode-note'>{html.escape(DECODE_NOTE)}</p>"
+    return {
+        "id_suffix": "" if i == 0 else f"-{i + 1}",  # element ids stay unique on the page
+        "model": r0["model"],
+        "gpu": r0["gpu"],
+        "cost_model": r0["cost_model"],
+        "calibrated": calibrated,
+        "device": str(r0["cost_model_device"]),
+        "cost_model_run_id": str(r0["cost_model_run_id"]),
+        "quality": quality,
+        "policy": r0["policy"],
+        "isolation": r0["isolation"],
+        "cache": "unbounded"
+        if r0["capacity_blocks"] is None
+        else f"{r0['capacity_blocks']:,} blocks",
+        "rows": [_row(r) for r in rows],
+    }
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    per_hour = r["gpu_seconds_saved_per_hour"]
+    share = r["saved_share"]
+    return {
+        "fleet": r["tenant"] == FLEET,
+        "tenant": "fleet" if r["tenant"] == FLEET else r["tenant"],
+        "requests": f"{r['requests']:,}",
+        "token_hit_rate": f"{r['hit_tokens'] / r['input_tokens']:.2%}",
+        "no_cache": f"{r['prefill_gpu_seconds_no_cache']:,.1f}",
+        "with_cache": f"{r['prefill_gpu_seconds_with_cache']:,.1f}",
+        "saved": "—" if share is None else f"{share:.1%}",
+        "per_hour": "—" if per_hour is None else f"{per_hour:,.1f}",
+        "ttft_p50": f"{_ms(r['ttft_p50_no_cache_s'])} / {_ms(r['ttft_p50_with_cache_s'])}",
+        "ttft_p95": f"{_ms(r['ttft_p95_no_cache_s'])} / {_ms(r['ttft_p95_with_cache_s'])}",
+    }
 
 
 def _ms(seconds: float) -> str:

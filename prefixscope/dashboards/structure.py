@@ -1,66 +1,38 @@
 """The structure section of the report, and its terminal summary: conversations, where hits
 come from, the most shared prefixes, what breaks reuse and how soon blocks are reused.
 
-Reads only the structure tables of one run (``marts/latest_structure_run``)."""
+The page reads only the ``latest_*`` structure views (the tables of ``latest_structure_run``);
+``templates/structure.html`` lays them out."""
 
 from __future__ import annotations
 
-import html
+from typing import Any
 
 import duckdb
 import polars as pl
 import pyarrow as pa
 
-from prefixscope import sql
-from prefixscope.analysis import firstnew
-from prefixscope.warehouse import FLEET
+from prefixscope.analysis.structure import firstnew
+from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.views import read_view
 
-NO_RUN = "<p>No structure yet: run <code>prefixscope structure</code>.</p>"
 TOP_SHOWN = 10
 
 
-def load_latest(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame] | None:
-    """The structure tables of the newest valid run, or None."""
-    rows = con.execute(sql.load("marts/latest_structure_run")).fetchall()
-    if not rows:
+def structure_section(con: duckdb.DuckDBPyConnection, block_size: int) -> dict[str, Any] | None:
+    """What ``templates/structure.html`` shows of the latest structure run; None before any."""
+    if read_view(con, "latest_structure_run").is_empty():
         return None
-    run_id = rows[0][0]
-    names = ("session_stats", "shared_prefixes", "hit_sources", "first_new_blocks")
-    frames = {
-        n: con.sql(f"SELECT * EXCLUDE (run_id) FROM {n} WHERE run_id = ?", params=[run_id]).pl()
-        for n in names
+    prefixes = read_view(con, "latest_shared_prefixes")
+    cap = None if prefixes.is_empty() else prefixes["capacity_blocks"][0]
+    return {
+        "sessions": session_rows(_tenants_only(read_view(con, "latest_session_stats"))),
+        "hit_sources": hit_source_lines(read_view(con, "latest_hit_sources")),
+        "prefixes": prefix_rows(prefixes),
+        "prefixes_capacity": None if cap is None else f"{cap:,}",
+        "first_new": first_new_lines(read_view(con, "latest_first_new_blocks"), block_size),
+        "reuse": reuse_rows(_tenants_only(read_view(con, "latest_reuse_shares"))),
     }
-    frames["reuse_shares"] = con.sql(sql.load("marts/reuse_shares"), params=[run_id]).pl()
-    frames["block_size"] = con.sql("SELECT max(block_size) AS b FROM requests").pl()
-    return frames
-
-
-def structure_html(con: duckdb.DuckDBPyConnection) -> str:
-    frames = load_latest(con)
-    if frames is None:
-        return NO_RUN
-    block_size = int(frames["block_size"]["b"][0] or 1)
-    return "\n".join(
-        [
-            "<h3>Conversations</h3>",
-            _sessions_html(_tenants_only(frames["session_stats"])),
-            "<h3>Where hits come from</h3>",
-            "<ul id='hit-sources'>"
-            + "".join(f"<li>{html.escape(s)}</li>" for s in hit_source_lines(frames["hit_sources"]))
-            + "</ul>",
-            "<h3>Most shared prefixes</h3>",
-            _prefixes_html(frames["shared_prefixes"]),
-            "<h3>What breaks reuse</h3>",
-            "<ul id='first-new'>"
-            + "".join(
-                f"<li>{html.escape(s)}</li>"
-                for s in first_new_lines(frames["first_new_blocks"], block_size)
-            )
-            + "</ul>",
-            "<h3>How soon blocks are reused</h3>",
-            _reuse_html(frames["reuse_shares"]),
-        ]
-    )
 
 
 def hit_source_lines(sources: pl.DataFrame) -> list[str]:
@@ -127,75 +99,69 @@ def _tenants_only(df: pl.DataFrame) -> pl.DataFrame:
     return df
 
 
-def _sessions_html(stats: pl.DataFrame) -> str:
-    head = (
-        "<tr><th class='text'>tenant</th><th>requests</th><th>sessions</th>"
-        "<th>with several turns</th><th>turns per session (mean / max)</th>"
-        "<th>time between turns (median)</th><th>prompt growth per turn (median)</th>"
-        "<th>own history share of input</th>"
-        "<th>inferred links vs log (precision / recall)</th></tr>"
-    )
-    body = []
+def session_rows(stats: pl.DataFrame) -> list[dict[str, str]]:
+    out = []
     for r in stats.iter_rows(named=True):
         check = "—"
         if r["inference_precision"] is not None:
             check = f"{r['inference_precision']:.3f} / {r['inference_recall'] or 0:.3f}"
-        gap = "—" if r["median_gap_s"] is None else f"{r['median_gap_s']:,.1f} s"
-        growth = "—" if r["median_growth_tokens"] is None else f"{r['median_growth_tokens']:,.0f}"
-        body.append(
-            f"<tr><td class='text'>{_who(r['tenant'])}</td><td>{r['requests']:,}</td>"
-            f"<td>{r['sessions']:,}</td><td>{r['multi_turn_sessions']:,}</td>"
-            f"<td>{r['mean_turns']:.2f} / {r['max_turns']}</td><td>{gap}</td>"
-            f"<td>{growth}</td><td>{_pct(r['history_share'])}</td><td>{check}</td></tr>"
+        out.append(
+            {
+                "tenant": _who(r["tenant"]),
+                "requests": f"{r['requests']:,}",
+                "sessions": f"{r['sessions']:,}",
+                "multi_turn_sessions": f"{r['multi_turn_sessions']:,}",
+                "turns": f"{r['mean_turns']:.2f} / {r['max_turns']}",
+                "gap": _seconds(r["median_gap_s"]),
+                "growth": "—"
+                if r["median_growth_tokens"] is None
+                else f"{r['median_growth_tokens']:,.0f}",
+                "history_share": _pct(r["history_share"]),
+                "check": check,
+            }
         )
-    return f"<table id='sessions'>{head}{''.join(body)}</table>"
+    return out
 
 
-def _prefixes_html(prefixes: pl.DataFrame) -> str:
-    if prefixes.is_empty():
-        return "<p>No prefix is shared by two sessions.</p>"
-    head = (
-        "<tr><th>rank</th><th>tokens</th><th>sessions</th><th>requests</th><th>tenants</th>"
-        "<th class='text'>first seen</th><th class='text'>last seen</th>"
-        "<th>median time between uses</th><th>tokens saved pinned vs LRU</th></tr>"
-    )
-    body = []
-    for r in prefixes.head(TOP_SHOWN).iter_rows(named=True):
-        saved = "—" if r["tokens_saved"] is None else f"{r['tokens_saved']:,}"
-        gap = "—" if r["median_gap_s"] is None else f"{r['median_gap_s']:,.1f} s"
-        body.append(
-            f"<tr><td>{r['rank']}</td><td>{r['tokens']:,}</td><td>{r['sessions']:,}</td>"
-            f"<td>{r['requests']:,}</td><td>{r['tenants']}</td>"
-            f"<td class='text'>{r['first_seen']:%Y-%m-%d %H:%M:%S}</td>"
-            f"<td class='text'>{r['last_seen']:%Y-%m-%d %H:%M:%S}</td><td>{gap}</td>"
-            f"<td>{saved}</td></tr>"
-        )
-    cap = prefixes["capacity_blocks"][0]
-    note = "" if cap is None else f"<p>Tokens saved: pinned minus plain LRU at {cap:,} blocks.</p>"
-    return f"<table id='shared-prefixes'>{head}{''.join(body)}</table>{note}"
+def prefix_rows(prefixes: pl.DataFrame) -> list[dict[str, str]]:
+    """The first :data:`TOP_SHOWN` shared prefixes."""
+    return [
+        {
+            "rank": str(r["rank"]),
+            "tokens": f"{r['tokens']:,}",
+            "sessions": f"{r['sessions']:,}",
+            "requests": f"{r['requests']:,}",
+            "tenants": str(r["tenants"]),
+            "first_seen": f"{r['first_seen']:%Y-%m-%d %H:%M:%S}",
+            "last_seen": f"{r['last_seen']:%Y-%m-%d %H:%M:%S}",
+            "gap": _seconds(r["median_gap_s"]),
+            "saved": "—" if r["tokens_saved"] is None else f"{r['tokens_saved']:,}",
+        }
+        for r in prefixes.head(TOP_SHOWN).iter_rows(named=True)
+    ]
 
 
-def _reuse_html(shares: pl.DataFrame) -> str:
-    shares = _tenants_only(shares)
-    if shares.is_empty():
-        return "<p>No block is used twice.</p>"
-    head = (
-        "<tr><th class='text'>tenant</th><th class='text'>request kind</th><th>reuses</th>"
-        "<th>within 10 s</th><th>within 1 min</th><th>within 10 min</th><th>within 1 h</th></tr>"
-    )
-    body = [
-        f"<tr><td class='text'>{_who(r['tenant'])}</td>"
-        f"<td class='text'>{'all' if r['request_kind'] == '*' else html.escape(r['request_kind'])}"
-        f"</td><td>{r['reuses']:,}</td><td>{_pct(r['within_10s'])}</td>"
-        f"<td>{_pct(r['within_1m'])}</td><td>{_pct(r['within_10m'])}</td>"
-        f"<td>{_pct(r['within_1h'])}</td></tr>"
+def reuse_rows(shares: pl.DataFrame) -> list[dict[str, str]]:
+    return [
+        {
+            "tenant": _who(r["tenant"]),
+            "request_kind": "all" if r["request_kind"] == "*" else r["request_kind"],
+            "reuses": f"{r['reuses']:,}",
+            "within_10s": _pct(r["within_10s"]),
+            "within_1m": _pct(r["within_1m"]),
+            "within_10m": _pct(r["within_10m"]),
+            "within_1h": _pct(r["within_1h"]),
+        }
         for r in shares.iter_rows(named=True)
     ]
-    return f"<table id='reuse-times'>{head}{''.join(body)}</table>"
 
 
 def _who(tenant: str) -> str:
-    return "fleet" if tenant == FLEET else html.escape(tenant)
+    return "fleet" if tenant == FLEET else tenant
+
+
+def _seconds(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.1f} s"
 
 
 def _pct(x: float | None) -> str:

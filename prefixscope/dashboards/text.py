@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from prefixscope.warehouse import FLEET
+from prefixscope.analysis.trace.measure import FLEET
 
 #: Above this many tenants a terminal table shows the fleet rows only.
 MAX_TENANTS_SHOWN = 6

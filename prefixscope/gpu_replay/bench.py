@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from prefixscope.analysis import costmodel
-from prefixscope.analysis.models import resolve_model
+from prefixscope.analysis.cost import costmodel
+from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.gpu_replay.runner import DTYPES, Runner, RunnerOptions, ShapeResult
 from prefixscope.gpu_replay.timing import device_spec
 

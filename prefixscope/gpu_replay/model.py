@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from prefixscope.analysis.models import ModelShape
+from prefixscope.analysis.cost.models import ModelShape
 from prefixscope.gpu_replay.kv_cache import BlockTable, PagedKVCache
 
 

@@ -1,5 +1,5 @@
-"""`prefixscope replay`: sample simulated requests, time each as a miss and as a hit on a real
-device, fit a prefill cost model and store samples and model in the warehouse.
+"""Replay: sample simulated requests, time each as a miss and as a hit on a real device, and
+fit a prefill cost model (the ``replay`` stage stores samples and model).
 
 Sampling is stratified so the fit sees the whole shape space a trace holds, not just its most
 common request: strata are (input length by powers of two) × (hit share: none, up to half,
@@ -14,19 +14,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import torch
 
-from prefixscope.analysis import costmodel
-from prefixscope.analysis.gpus import GpuSpec
-from prefixscope.analysis.models import resolve_model
-from prefixscope.analysis.savings import choose_configuration
+from prefixscope.analysis.cost import costmodel
+from prefixscope.analysis.cost.gpus import GpuSpec
+from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.gpu_replay.runner import Runner, RunnerOptions, ShapeResult
 from prefixscope.gpu_replay.timing import device_spec
-from prefixscope.warehouse import recorded_run
 
 DEFAULT_MODELS = {"cpu": "tiny-llama", "cuda": "llama-3-8b"}
 DEFAULT_MAX_TOKENS = {"cpu": 1024, "cuda": 32768}
@@ -68,8 +65,8 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class ReplayResult:
-    run_id: str
     samples: pa.Table
+    cost_model_row: pa.Table  # its miss_cost_models row, without the run id
     model: costmodel.CostModel
     gpu: GpuSpec
     roofline_share: float
@@ -113,116 +110,91 @@ def fit_points(results: list[ShapeResult], held_out: np.ndarray) -> costmodel.Co
     return costmodel.fit_with_holdout(new, cached, seconds, np.concatenate([held_out, held_out]))
 
 
-def run_replay(
-    con: duckdb.DuckDBPyConnection, options: ReplayOptions, parameters: dict | None = None
+def replay_requests(
+    outcomes: pl.DataFrame, outcomes_run_id: str, options: ReplayOptions
 ) -> ReplayResult:
+    """Time sampled requests of ``outcomes`` (request id, tenant, input and hit tokens) as a
+    miss and as a hit, and fit a cost model to the times; touches no warehouse."""
     o = options.resolved()
     assert o.model is not None and o.max_tokens is not None and o.dtype is not None
     shape = resolve_model(o.model)
-    with recorded_run(con, "replay", parameters or o.__dict__) as run_id:
-        config = choose_configuration(con, o.outcomes_run, o.policy, o.capacity_blocks, o.isolation)
-        outcomes = pl.DataFrame(
-            con.sql(
-                "SELECT request_id, tenant, input_tokens, hit_tokens FROM request_outcomes "
-                "WHERE run_id = $1 AND policy = $2 AND isolation = $3 "
-                "AND capacity_blocks IS NOT DISTINCT FROM $4 ORDER BY request_id",
-                params=[config.run_id, config.policy, config.isolation, config.capacity_blocks],
-            ).to_arrow_table()
-        )
-        picks = stratified_sample(outcomes, o.samples, o.seed)
-        if picks.height < 2:
-            raise ValueError("replay needs at least two requests in request_outcomes")
-        shapes = [
-            scale_to(i, h, o.max_tokens)
-            for i, h in picks.select("input_tokens", "hit_tokens").iter_rows()
-        ]
-        threads = torch.get_num_threads()
-        if o.threads and torch.device(o.device).type == "cpu":
-            torch.set_num_threads(o.threads)
-        try:
-            runner = Runner(
-                shape,
-                GpuSpec("pending", 1.0, 1.0),
-                max(i for i, _ in shapes),
-                RunnerOptions(
-                    device=o.device,
-                    dtype=o.dtype,
-                    block_size=o.block_size,
-                    chunk=o.chunk,
-                    warmup=o.warmup,
-                    repeats=o.repeats,
-                    seed=o.seed,
-                ),
-            )
-            spec = device_spec(runner.device, next(runner.model.parameters()).dtype, o.gpu)
-            runner.gpu = spec
-            results = [runner.run(i, h) for i, h in shapes]
-        finally:
-            torch.set_num_threads(threads)
-        held = costmodel.holdout_mask(len(results), o.holdout_share, o.seed)
-        model = fit_points(results, held)
-        shares = [r.miss_roofline_s / r.miss_s for r in results]
-        shares += [r.hit_roofline_s / r.hit_s for r in results]
-        share = float(np.median(shares))
-        device_name = (
-            torch.cuda.get_device_name(runner.device) if runner.device.type == "cuda" else "cpu"
-        )
-        samples = pa.Table.from_pylist(
-            [
-                {
-                    "sample": k,
-                    "request_id": req["request_id"],
-                    "tenant": req["tenant"],
-                    "outcomes_run_id": config.run_id,
-                    "model": shape.name,
-                    "device": device_name,
-                    "gpu": spec.name,
-                    "dtype": o.dtype,
-                    "block_size": o.block_size,
-                    "chunk": o.chunk,
-                    "request_input_tokens": req["input_tokens"],
-                    "request_hit_tokens": req["hit_tokens"],
-                    "input_tokens": r.input_tokens,
-                    "new_tokens": r.new_tokens,
-                    "cached_tokens": r.cached_tokens,
-                    "held_out": bool(held[k]),
-                    "miss_seconds": r.miss_s,
-                    "hit_seconds": r.hit_s,
-                    "miss_flops": r.miss_flops,
-                    "hit_flops": r.hit_flops,
-                    "miss_flops_per_s": r.miss_flops / r.miss_s,
-                    "hit_flops_per_s": r.hit_flops / r.hit_s,
-                    "miss_roofline_seconds": r.miss_roofline_s,
-                    "hit_roofline_seconds": r.hit_roofline_s,
-                    "repeats": o.repeats,
-                }
-                for k, (req, r) in enumerate(zip(picks.iter_rows(named=True), results, strict=True))
-            ]
-        )
-        con.register("new_rows", samples)
-        try:
-            con.execute(
-                "INSERT INTO replay_samples BY NAME SELECT ? AS run_id, * FROM new_rows", [run_id]
-            )
-        finally:
-            con.unregister("new_rows")
-        write_cost_model(
-            con,
-            run_id,
-            shape.name,
-            device_name,
-            spec.name,
-            o.dtype,
-            model,
-            share,
+    picks = stratified_sample(outcomes, o.samples, o.seed)
+    if picks.height < 2:
+        raise ValueError("replay needs at least two requests in request_outcomes")
+    shapes = [
+        scale_to(i, h, o.max_tokens)
+        for i, h in picks.select("input_tokens", "hit_tokens").iter_rows()
+    ]
+    threads = torch.get_num_threads()
+    if o.threads and torch.device(o.device).type == "cpu":
+        torch.set_num_threads(o.threads)
+    try:
+        runner = Runner(
+            shape,
+            GpuSpec("pending", 1.0, 1.0),
             max(i for i, _ in shapes),
+            RunnerOptions(
+                device=o.device,
+                dtype=o.dtype,
+                block_size=o.block_size,
+                chunk=o.chunk,
+                warmup=o.warmup,
+                repeats=o.repeats,
+                seed=o.seed,
+            ),
         )
-    return ReplayResult(run_id, samples, model, spec, share)
+        spec = device_spec(runner.device, next(runner.model.parameters()).dtype, o.gpu)
+        runner.gpu = spec
+        results = [runner.run(i, h) for i, h in shapes]
+    finally:
+        torch.set_num_threads(threads)
+    held = costmodel.holdout_mask(len(results), o.holdout_share, o.seed)
+    model = fit_points(results, held)
+    shares = [r.miss_roofline_s / r.miss_s for r in results]
+    shares += [r.hit_roofline_s / r.hit_s for r in results]
+    share = float(np.median(shares))
+    device_name = (
+        torch.cuda.get_device_name(runner.device) if runner.device.type == "cuda" else "cpu"
+    )
+    samples = pa.Table.from_pylist(
+        [
+            {
+                "sample": k,
+                "request_id": req["request_id"],
+                "tenant": req["tenant"],
+                "outcomes_run_id": outcomes_run_id,
+                "model": shape.name,
+                "device": device_name,
+                "gpu": spec.name,
+                "dtype": o.dtype,
+                "block_size": o.block_size,
+                "chunk": o.chunk,
+                "request_input_tokens": req["input_tokens"],
+                "request_hit_tokens": req["hit_tokens"],
+                "input_tokens": r.input_tokens,
+                "new_tokens": r.new_tokens,
+                "cached_tokens": r.cached_tokens,
+                "held_out": bool(held[k]),
+                "miss_seconds": r.miss_s,
+                "hit_seconds": r.hit_s,
+                "miss_flops": r.miss_flops,
+                "hit_flops": r.hit_flops,
+                "miss_flops_per_s": r.miss_flops / r.miss_s,
+                "hit_flops_per_s": r.hit_flops / r.hit_s,
+                "miss_roofline_seconds": r.miss_roofline_s,
+                "hit_roofline_seconds": r.hit_roofline_s,
+                "repeats": o.repeats,
+            }
+            for k, (req, r) in enumerate(zip(picks.iter_rows(named=True), results, strict=True))
+        ]
+    )
+    cost_row = cost_model_row(
+        shape.name, device_name, spec.name, o.dtype, model, share, max(i for i, _ in shapes)
+    )
+    return ReplayResult(samples, cost_row, model, spec, share)
 
 
-def write_cost_model(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
+def cost_model_row(
     model_name: str,
     device: str,
     gpu: str,
@@ -230,23 +202,40 @@ def write_cost_model(
     model: costmodel.CostModel,
     roofline_share: float | None,
     max_input_tokens: int,
-) -> None:
-    con.execute(
-        "INSERT INTO miss_cost_models VALUES (" + ", ".join(["?"] * 19) + ")",
-        [
-            run_id,
-            model_name,
-            device,
-            gpu,
-            dtype,
-            costmodel.FORMULA,
-            *model.coefficients,
-            *model.knees,
-            model.fit_samples,
-            model.holdout_samples,
-            model.holdout_median_pct_err,
-            model.holdout_p90_pct_err,
-            roofline_share,
-            max_input_tokens,
-        ],
+) -> pa.Table:
+    """The ``miss_cost_models`` row of a fitted model (without its run id)."""
+    values = [
+        model_name,
+        device,
+        gpu,
+        dtype,
+        costmodel.FORMULA,
+        *model.coefficients,
+        *model.knees,
+        model.fit_samples,
+        model.holdout_samples,
+        model.holdout_median_pct_err,
+        model.holdout_p90_pct_err,
+        roofline_share,
+        max_input_tokens,
+    ]
+    return pa.Table.from_pylist(
+        [dict(zip(COST_MODEL_SCHEMA.names, values, strict=True))], schema=COST_MODEL_SCHEMA
     )
+
+
+COST_MODEL_SCHEMA = pa.schema(
+    [
+        *((n, pa.string()) for n in ("model", "device", "gpu", "dtype", "formula")),
+        *((n, pa.float64()) for n in ("coef_a", "coef_new", "coef_cached", "coef_new_cached")),
+        ("coef_new_sq", pa.float64()),
+        ("knee_linear_tokens", pa.float64()),
+        ("knee_attention_tokens", pa.float64()),
+        ("fit_points", pa.int32()),
+        ("holdout_points", pa.int32()),
+        ("holdout_median_abs_pct_err", pa.float64()),
+        ("holdout_p90_abs_pct_err", pa.float64()),
+        ("roofline_share", pa.float64()),
+        ("max_input_tokens", pa.int64()),
+    ]
+)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from prefixscope.analysis.gpus import GpuSpec
-from prefixscope.analysis.models import ModelShape
-from prefixscope.analysis.roofline import miss_and_hit
+from prefixscope.analysis.cost.gpus import GpuSpec
+from prefixscope.analysis.cost.models import ModelShape
+from prefixscope.analysis.cost.roofline import miss_and_hit
 from prefixscope.gpu_replay.kv_cache import BlockTable
 from prefixscope.gpu_replay.model import LlamaDecoder, plan, run_all
 from prefixscope.gpu_replay.timing import measure

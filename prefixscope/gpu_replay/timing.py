@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from prefixscope.analysis.gpus import GpuSpec, resolve_gpu
+from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 
 
 @dataclass(frozen=True)

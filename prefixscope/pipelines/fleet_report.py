@@ -1,47 +1,46 @@
 """The ``fleet_report`` flow: ingest → simulate every policy × capacity → LRU curve →
 structure → [replay] → savings → report.
 
-The flow only sequences; each task opens the warehouse for its own step and closes it, so a
-task can retry or move to another worker without shared state. Simulation tasks are pure
-(trace in, rows out) and fan out one per scenario; one task writes all their rows under a
-single recorded run.
+The flow only sequences. Each task is one stage (``prefixscope.stages``): it opens the
+warehouse for its own step and closes it, so a task can retry without shared state. A stage
+that fans out (the simulations, a grid curve) does so itself, on this machine's cores or on the
+Dask cluster at ``dask_address``, with the trace sent to each worker once; the warehouse never
+leaves this process.
 """
 
 from __future__ import annotations
 
 import glob
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 import pyarrow as pa
-from prefect import flow, get_run_logger, task, unmapped
+from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from prefixscope import warehouse
-from prefixscope.analysis.mrc import CurveSettings, run_curve
-from prefixscope.analysis.savings import DEFAULT_GPU, DEFAULT_MODEL, run_savings
-from prefixscope.analysis.simulate import (
-    Scenario,
-    Settings,
-    Tables,
-    scenarios,
-    simulate_grid,
-    write_tables,
-)
-from prefixscope.analysis.structure import StructureSettings, run_structure
-from prefixscope.analysis.trace import Trace, load_trace
-from prefixscope.dashboards import build_report
+from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
+from prefixscope.analysis.curves.settings import CurveSettings
+from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
+from prefixscope.analysis.structure.tables import StructureSettings
+from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.savings import format_savings
 from prefixscope.dashboards.text import format_hit_rates
-from prefixscope.ingest import IngestOptions, IngestResult, ingest_files
-from prefixscope.warehouse import FLEET
+from prefixscope.ingest import IngestOptions, IngestResult
+from prefixscope.stages import curve as curve_stage
+from prefixscope.stages import ingest as ingest_stage
+from prefixscope.stages import replay as replay_stage
+from prefixscope.stages import report as report_stage
+from prefixscope.stages import savings as savings_stage
+from prefixscope.stages import simulate as simulate_stage
+from prefixscope.stages import structure as structure_stage
 
 #: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
 #: working set is 182,790 blocks, so the curve reaches the ceiling's neighbourhood).
 DEFAULT_CAPACITIES = (1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000)
 DEFAULT_POLICIES = ("ceiling", "lru", "fifo", "s3fifo", "belady")
 DEFAULT_WINDOWS = ("all", "last-half", "steady")
+STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
 
 
 @dataclass(frozen=True)
@@ -71,16 +70,9 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
     return paths
 
 
-@task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def ingest(
-    inputs: Sequence[str], warehouse_path: str, format_name: str, options: IngestOptions
-) -> IngestResult:
-    params = {"inputs": list(inputs), "format": format_name, "options": options}
-    with (
-        warehouse.connect(warehouse_path) as con,
-        warehouse.recorded_run(con, "ingest", params) as run_id,
-    ):
-        result = ingest_files(con, inputs, format_name, options, run_id)
+@task(**STAGE)
+def ingest(wh: str, settings: ingest_stage.IngestSettings) -> IngestResult:
+    result = ingest_stage.run(wh, settings)
     get_run_logger().info(
         "ingested %d lines: %d accepted, %d rejected",
         result.lines,
@@ -90,58 +82,29 @@ def ingest(
     return result
 
 
-@task(cache_policy=NO_CACHE)
-def load(warehouse_path: str) -> Trace:
-    with warehouse.connect(warehouse_path, read_only=True) as con:
-        return load_trace(con)
+@task(**STAGE)
+def simulate(wh: str, settings: simulate_stage.SimulateSettings) -> simulate_stage.SimulateResult:
+    return simulate_stage.run(wh, settings)
+
+
+@task(**STAGE)
+def curve(wh: str, settings: curve_stage.CurveStageSettings) -> int:
+    return curve_stage.run(wh, settings).table.num_rows
+
+
+@task(**STAGE)
+def structure(wh: str, settings: StructureSettings) -> str:
+    return structure_stage.run(wh, settings).run_id
 
 
 @task(cache_policy=NO_CACHE)
-def simulate(trace: Trace, scenario: Scenario, settings: Settings) -> Tables:
-    return simulate_grid(trace, [scenario], settings)
-
-
-@task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def store(warehouse_path: str, parts: Sequence[Tables], parameters: dict[str, object]) -> str:
-    merged = Tables()
-    for part in parts:
-        merged.extend(part)
-    with (
-        warehouse.connect(warehouse_path) as con,
-        warehouse.recorded_run(con, "simulate", parameters) as run_id,
-    ):
-        write_tables(con, merged, run_id)
-    return run_id
-
-
-@task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def mrc(warehouse_path: str, settings: CurveSettings) -> int:
-    """The exact LRU curve for the fleet and every tenant: one pass, its own recorded run."""
-    with warehouse.connect(warehouse_path) as con:
-        return run_curve(con, settings).num_rows
-
-
-def structure(warehouse_path: str, settings: StructureSettings) -> str:
-    """Turns, shared prefixes, hit sources, first new blocks and reuse times, as one run."""
-    with warehouse.connect(warehouse_path) as con:
-        run_id, _ = run_structure(con, settings)
-    return run_id
-
-
-def structure_settings(capacities_blocks: Sequence[int]) -> StructureSettings:
-    """The structure stage simulates the middle capacity of the flow's grid."""
-    caps = sorted(capacities_blocks)
-    return StructureSettings(capacity_blocks=caps[len(caps) // 2] if caps else None)
-
-
-@task(cache_policy=NO_CACHE)
-def replay(warehouse_path: str, scenario: Scenario, samples: int) -> tuple[str, str] | None:
+def replay(wh: str, scenario: Scenario, samples: int) -> tuple[str, str] | None:
     """Calibrate a prefill cost model on this machine (CPU, or CUDA when present); returns the
     (model, gpu) it was calibrated for, or None when torch is not installed."""
     try:
         import torch
 
-        from prefixscope.gpu_replay.replay import ReplayOptions, run_replay
+        from prefixscope.gpu_replay.replay import ReplayOptions
     except ImportError:
         get_run_logger().warning("replay skipped: torch is not installed (prefixscope[replay])")
         return None
@@ -152,25 +115,24 @@ def replay(warehouse_path: str, scenario: Scenario, samples: int) -> tuple[str, 
         capacity_blocks=scenario.capacity_blocks,
         isolation=scenario.isolation,
     )
-    with warehouse.connect(warehouse_path) as con:
-        result = run_replay(con, options)
+    _, result = replay_stage.run(wh, options)
     return str(result.samples["model"][0]), result.gpu.name
 
 
-@task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def savings(warehouse_path: str, scenario: Scenario, model: str, gpu: str) -> str:
-    """Price the scenario's request outcomes: a calibrated cost model if the warehouse holds
-    one for (model, gpu), else the roofline. Needs no torch."""
-    with warehouse.connect(warehouse_path) as con:
-        table = run_savings(
-            con,
-            model,
-            gpu,
-            policy=scenario.policy,
-            capacity_blocks=scenario.capacity_blocks,
-            isolation=scenario.isolation,
-        )
-    return format_savings(table)
+@task(**STAGE)
+def savings(wh: str, settings: savings_stage.SavingsSettings) -> str:
+    return format_savings(savings_stage.run(wh, settings))
+
+
+@task(**STAGE)
+def report(wh: str, settings: report_stage.ReportSettings) -> str:
+    return str(report_stage.run(wh, settings))
+
+
+def structure_settings(capacities_blocks: Sequence[int]) -> StructureSettings:
+    """The structure stage simulates the middle capacity of the flow's grid."""
+    caps = sorted(capacities_blocks)
+    return StructureSettings(capacity_blocks=caps[len(caps) // 2] if caps else None)
 
 
 def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | None) -> Scenario:
@@ -182,15 +144,6 @@ def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | Non
     if bounded:
         return bounded[len(bounded) // 2]
     return next((s for s in grid if s.capacity_blocks is not None), grid[0])
-
-
-@task(cache_policy=NO_CACHE)
-def report(warehouse_path: str, report_path: str) -> str:
-    with (
-        warehouse.connect(warehouse_path) as con,
-        warehouse.recorded_run(con, "report", {"out": report_path}),
-    ):
-        return str(build_report(con, report_path, Path(warehouse_path).name))
 
 
 @flow(name="fleet_report", log_prints=True)
@@ -208,43 +161,58 @@ def fleet_report(
     savings_model: str = DEFAULT_MODEL,
     savings_gpu: str = DEFAULT_GPU,
     replay_samples: int = 0,
+    dask_address: str | None = None,
 ) -> FleetReportOutcome:
     policies = policies or list(DEFAULT_POLICIES)
     capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
     windows = windows or list(DEFAULT_WINDOWS)
     grid = scenarios(policies, capacities_blocks)  # fail on a bad policy before any work
+    priced = outcomes_scenario(grid, savings_policy, savings_capacity_blocks)
+    wh = warehouse_path
 
     ingested = ingest(
-        expand_inputs(inputs), warehouse_path, format_name, IngestOptions(tenant=tenant)
+        wh,
+        ingest_stage.IngestSettings(
+            tuple(expand_inputs(inputs)), format_name, IngestOptions(tenant=tenant)
+        ),
     )
-    trace = load(warehouse_path)
-    settings = Settings(windows=tuple(windows))
-    priced = outcomes_scenario(grid, savings_policy, savings_capacity_blocks)
-    tables = simulate.map(
-        trace=unmapped(trace),
-        scenario=grid,
-        settings=[replace(settings, outcomes=s == priced) for s in grid],
+    simulated = simulate(
+        wh,
+        simulate_stage.SimulateSettings(
+            policies=tuple(policies),
+            capacities=Capacities(blocks=capacities_blocks),
+            measure=Settings(windows=tuple(windows), outcomes=True),
+            outcomes_for=priced,
+            workers=1 if dask_address is None else None,
+            dask_address=dask_address,
+        ),
     )
-    store(
-        warehouse_path,
-        tables.result(),
-        {"policies": policies, "capacity_blocks": capacities_blocks, "windows": windows},
-    )
-    curve = CurveSettings(policy="lru", windows=("all",), capacities=tuple(capacities_blocks))
-    mrc(warehouse_path, curve)
-    structure(warehouse_path, structure_settings(capacities_blocks))
-    calibrated = replay(warehouse_path, priced, replay_samples) if replay_samples > 0 else None
+    lru_curve = CurveSettings(policy="lru", windows=("all",), capacities=tuple(capacities_blocks))
+    curve(wh, curve_stage.CurveStageSettings(lru_curve))
+    structure(wh, structure_settings(capacities_blocks))
+    calibrated = replay(wh, priced, replay_samples) if replay_samples > 0 else None
     model, gpu = calibrated or (savings_model, savings_gpu)
-    saved = savings(warehouse_path, priced, model, gpu)
-    page = report(warehouse_path, report_path)
-    rows = [row for part in tables.result() for row in part.hit_rates if row["tenant"] == FLEET]
-    fleet = pa.Table.from_pylist(rows)
+    saved = savings(
+        wh,
+        savings_stage.SavingsSettings(
+            model=model,
+            gpu=gpu,
+            policy=priced.policy,
+            capacity_blocks=priced.capacity_blocks,
+            isolation=priced.isolation,
+        ),
+    )
+    page = report(wh, report_stage.ReportSettings(report_path))
+    rows = [r for r in simulated.tables.hit_rates if r["tenant"] == FLEET]
     return FleetReportOutcome(
-        warehouse=warehouse_path,
+        warehouse=wh,
         report=page,
         lines=ingested.lines,
         accepted=ingested.accepted,
         rejected=ingested.rejected,
-        table=format_hit_rates(fleet),
+        table=format_hit_rates(pa.Table.from_pylist(rows)),
         savings=saved,
     )
+
+
+__all__ = ["FleetReportOutcome", "expand_inputs", "fleet_report"]

@@ -1,5 +1,6 @@
 """SQL lives in ``.sql`` files beside this module: ``schema/`` (one table a file, applied in name
-order), ``ingest/`` (per-format line parsers), ``marts/`` (views the report reads)."""
+order), ``ingest/`` (per-format line parsers), ``views/`` (one view a file, created in the warehouse
+under the file's name: what the page and ad-hoc queries read)."""
 
 from functools import cache
 from importlib.resources import files
@@ -15,3 +16,12 @@ def schema_files() -> list[str]:
     """Names of the table definitions, in the order they must be applied."""
     folder = files(__package__) / "schema"
     return sorted(f"schema/{p.name[:-4]}" for p in folder.iterdir() if p.name.endswith(".sql"))
+
+
+def view_files() -> list[str]:
+    """Names of the view definitions, in the order they must be created: a view may read only
+    views of files that sort before its own. A leading ``NN_`` orders a file and is not part of
+    the view's name (``views/00_fresh_runs`` creates ``fresh_runs``, read by every
+    ``latest_*`` view)."""
+    folder = files(__package__) / "views"
+    return sorted(f"views/{p.name[:-4]}" for p in folder.iterdir() if p.name.endswith(".sql"))

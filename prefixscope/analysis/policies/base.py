@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from prefixscope.analysis.trace import Trace
+from prefixscope.analysis.trace.csr import Trace
 
 
 @dataclass(frozen=True)

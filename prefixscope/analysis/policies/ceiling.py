@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prefixscope.analysis.policies.base import Outcome, PolicyOptions
-from prefixscope.analysis.trace import Trace
+from prefixscope.analysis.trace.csr import Trace
 
 
 def leading_run(hit: np.ndarray, offsets: np.ndarray) -> np.ndarray:

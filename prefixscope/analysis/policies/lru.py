@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prefixscope.analysis.policies.base import BoundedPolicy, PolicyOptions
-from prefixscope.analysis.trace import Trace
+from prefixscope.analysis.trace.csr import Trace
 
 
 def _kernel():  # type: ignore[no-untyped-def]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from prefixscope.analysis.policies.base import BoundedPolicy, PolicyOptions
 from prefixscope.analysis.policies.lru import _kernel
-from prefixscope.analysis.trace import Trace
+from prefixscope.analysis.trace.csr import Trace
 
 
 @dataclass(frozen=True)

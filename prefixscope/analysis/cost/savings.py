@@ -1,0 +1,170 @@
+"""What the prefix cache saves: per-request outcomes joined with a prefill cost model.
+
+A request of ``input`` tokens that hit on ``hit`` tokens costs ``T(input, 0)`` without a cache
+and ``T(new, input - new)`` with it, ``new = max(1, input - hit)`` (a full hit still computes
+its last token). ``T`` is a calibrated cost model (``miss_cost_models``) when the warehouse has
+one for the model and GPU, else the roofline (``roofline.py``). Only the prefill is priced:
+decode reads the whole KV cache per generated token whether or not the prefix was cached, so
+the prefix cache leaves it unchanged and the end-to-end gain is bounded by the prefill share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from prefixscope.analysis.cost.costmodel import CostModel
+from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.roofline import prefill_cost
+from prefixscope.analysis.trace.measure import named_groups
+
+#: What a roofline saving is computed for unless the user says otherwise.
+DEFAULT_MODEL = "llama-3-8b"
+DEFAULT_GPU = "h100"
+COST_MODEL_KINDS = ("auto", "calibrated", "roofline")
+
+SAVINGS_SCHEMA = pa.schema(
+    [
+        ("outcomes_run_id", pa.string()),
+        ("policy", pa.string()),
+        ("isolation", pa.string()),
+        ("capacity_blocks", pa.int64()),
+        ("tenant", pa.string()),
+        ("model", pa.string()),
+        ("gpu", pa.string()),
+        ("cost_model", pa.string()),
+        ("cost_model_run_id", pa.string()),
+        ("requests", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("hit_tokens", pa.int64()),
+        ("traffic_seconds", pa.float64()),
+        ("prefill_gpu_seconds_no_cache", pa.float64()),
+        ("prefill_gpu_seconds_with_cache", pa.float64()),
+        ("gpu_seconds_saved", pa.float64()),
+        ("saved_share", pa.float64()),
+        ("gpu_seconds_saved_per_hour", pa.float64()),
+        ("ttft_p50_no_cache_s", pa.float64()),
+        ("ttft_p95_no_cache_s", pa.float64()),
+        ("ttft_p50_with_cache_s", pa.float64()),
+        ("ttft_p95_with_cache_s", pa.float64()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One simulated configuration whose request_outcomes are priced."""
+
+    run_id: str
+    policy: str
+    isolation: str
+    capacity_blocks: int | None
+
+
+@dataclass(frozen=True)
+class MissCost:
+    """A prefill cost model ready to price requests: seconds(new, cached)."""
+
+    kind: str  # 'calibrated' or 'roofline'
+    model: str
+    gpu: str
+    seconds: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    run_id: str | None = None  # the replay run that fitted it
+
+
+def savings_rows(outcomes: pl.DataFrame, traffic_s: float | None, cost: MissCost) -> list[dict]:
+    """Rows of SAVINGS_SCHEMA (without the configuration) for the fleet and each tenant.
+
+    ``outcomes``: one row per request with ``tenant``, ``input_tokens``, ``hit_tokens``.
+    """
+    inp = outcomes["input_tokens"].to_numpy().astype(np.float64)
+    hit = outcomes["hit_tokens"].to_numpy().astype(np.float64)
+    new = np.maximum(inp - hit, 1.0)
+    without = np.asarray(cost.seconds(inp, np.zeros_like(inp)), dtype=np.float64)
+    with_cache = np.asarray(cost.seconds(new, inp - new), dtype=np.float64)
+    rows = []
+    for tenant, sel in named_groups(outcomes["tenant"].to_numpy()):
+        if not sel.any():
+            continue
+        no, yes = float(without[sel].sum()), float(with_cache[sel].sum())
+        saved = no - yes
+        rows.append(
+            {
+                "tenant": tenant,
+                "model": cost.model,
+                "gpu": cost.gpu,
+                "cost_model": cost.kind,
+                "cost_model_run_id": cost.run_id,
+                "requests": int(sel.sum()),
+                "input_tokens": int(inp[sel].sum()),
+                "hit_tokens": int(hit[sel].sum()),
+                "traffic_seconds": traffic_s,
+                "prefill_gpu_seconds_no_cache": no,
+                "prefill_gpu_seconds_with_cache": yes,
+                "gpu_seconds_saved": saved,
+                "saved_share": saved / no if no > 0 else None,
+                "gpu_seconds_saved_per_hour": saved * 3600 / traffic_s if traffic_s else None,
+                "ttft_p50_no_cache_s": float(np.percentile(without[sel], 50)),
+                "ttft_p95_no_cache_s": float(np.percentile(without[sel], 95)),
+                "ttft_p50_with_cache_s": float(np.percentile(with_cache[sel], 50)),
+                "ttft_p95_with_cache_s": float(np.percentile(with_cache[sel], 95)),
+            }
+        )
+    return rows
+
+
+def cost_model(
+    model: str,
+    gpu: str,
+    kind: str = "auto",
+    calibrated: tuple[str, tuple[float, ...], tuple[float, float]] | None = None,
+) -> MissCost:
+    """The cost model that prices (model, gpu): ``calibrated`` (replay run id, coefficients,
+    knees: the newest fitted one the warehouse holds) for ``auto`` and ``calibrated``; the
+    roofline for ``roofline``, or for ``auto`` when none was calibrated."""
+    if kind not in COST_MODEL_KINDS:
+        raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODEL_KINDS)}")
+    shape = resolve_model(model)
+    key = gpu_key(gpu)
+    if kind != "roofline" and calibrated is not None:
+        run_id, coefficients, knees = calibrated
+        fitted = CostModel(tuple(float(c) for c in coefficients), knees)
+        return MissCost("calibrated", shape.name, key, fitted.seconds, run_id)
+    if kind == "calibrated":
+        raise ValueError(f"no calibrated cost model of {shape.name} on {key}: run replay")
+    if key == "cpu":
+        raise ValueError("the roofline needs a GPU spec (--gpu h100, or NAME:TFLOPS:TBPS)")
+    spec = resolve_gpu(gpu)
+    return MissCost(
+        "roofline",
+        shape.name,
+        spec.name,
+        lambda new, cached: np.asarray(prefill_cost(shape, spec, new, cached).seconds),
+    )
+
+
+def gpu_key(gpu: str) -> str:
+    """How ``miss_cost_models.gpu`` names the device ``gpu`` stands for."""
+    return "cpu" if gpu.lower() == "cpu" else resolve_gpu(gpu).name
+
+
+def savings_table(
+    config: Configuration, outcomes: pl.DataFrame, traffic_s: float | None, cost: MissCost
+) -> pa.Table:
+    """The ``savings`` rows of one configuration's outcomes."""
+    rows = [
+        {
+            "outcomes_run_id": config.run_id,
+            "policy": config.policy,
+            "isolation": config.isolation,
+            "capacity_blocks": config.capacity_blocks,
+            **row,
+        }
+        for row in savings_rows(outcomes, traffic_s, cost)
+    ]
+    return pa.Table.from_pylist(rows, schema=SAVINGS_SCHEMA)

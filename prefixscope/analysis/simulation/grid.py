@@ -1,0 +1,180 @@
+"""Replay a trace through every scenario and measure it: the rows of ``hit_rates``,
+``hit_rate_timeseries`` and ``request_outcomes``. Pure (trace in, tables out), so it runs
+wherever a trace can be shipped."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from prefixscope.analysis.policies import POLICIES, Outcome, PolicyOptions
+from prefixscope.analysis.simulation.replay import replay
+from prefixscope.analysis.simulation.scenarios import Scenario, Settings
+from prefixscope.analysis.simulation.tables import OUTCOMES_SCHEMA, Tables
+from prefixscope.analysis.structure import pins
+from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.measure import FLEET, hit_tokens, trace_groups
+from prefixscope.analysis.trace.steady import batch_means_ci, warm_up
+from prefixscope.analysis.trace.windows import STEADY, WINDOWS, check_windows
+
+
+def cross_tokens(trace: Trace, outcome: Outcome) -> np.ndarray:
+    """Hit tokens per request served from blocks another tenant inserted."""
+    if len(outcome.cross) == 0:  # one tenant: nobody else to hit
+        return np.zeros(trace.n_requests, dtype=np.int64)
+    weights = np.where(outcome.cross, trace.token_sizes, 0)
+    return np.bincount(trace.request_of_lookup, weights=weights, minlength=trace.n_requests).astype(
+        np.int64
+    )
+
+
+def policy_options(trace: Trace, settings: Settings) -> PolicyOptions:
+    """The options the policies read, resolved against this trace."""
+    if settings.pin_file and settings.pin_top:
+        raise ValueError("give --pin FILE or --pin-top K, not both")
+    pinned = None
+    if settings.pin_file:
+        pinned = pins.from_file(trace, settings.pin_file)
+    elif settings.pin_top:
+        pinned = pins.top_shared(trace, settings.pin_top)
+    return PolicyOptions(ttl_s=settings.ttl_s, pinned=pinned)
+
+
+def _option_text(policy: str, settings: Settings, options: PolicyOptions) -> str | None:
+    if policy == "ttl":
+        return f"ttl={settings.ttl_s:g}s"
+    if policy == "pinned" and options.pinned is not None:
+        source = f"pin-top={settings.pin_top}" if settings.pin_top else f"pin={settings.pin_file}"
+        return f"{source} ({int(options.pinned.sum())} blocks)"
+    return None
+
+
+def simulate_grid(trace: Trace, scenarios_: Sequence[Scenario], settings: Settings) -> Tables:
+    """Replay ``trace`` once per scenario and measure it over every window."""
+    check_windows(settings.windows)
+    options = policy_options(trace, settings)
+    tables = Tables()
+    for scenario in scenarios_:
+        outcome = replay(
+            trace,
+            scenario.policy,
+            scenario.capacity_blocks,
+            options,
+            scenario.isolation,
+            settings.quota_file,
+        )
+        tokens = hit_tokens(trace, outcome.hit_blocks)
+        cross = cross_tokens(trace, outcome)
+        base = _base_row(
+            trace, scenario, settings, _option_text(scenario.policy, settings, options)
+        )
+        for window in settings.windows:
+            tables.hit_rates += _window_rows(trace, scenario, outcome, tokens, cross, window, base)
+        tables.timeseries += _timeseries(trace, scenario, tokens, settings.bucket_s)
+        if settings.outcomes:
+            tables.outcomes.append(_outcomes(trace, scenario, outcome, tokens, cross))
+    return tables
+
+
+def _base_row(trace: Trace, s: Scenario, settings: Settings, option_text: str | None) -> dict:
+    cap = s.capacity_blocks
+    return {
+        "policy": s.policy,
+        "policy_options": option_text,
+        "isolation": s.isolation,
+        "capacity_blocks": cap,
+        "capacity_tokens": None if cap is None else cap * trace.block_size,
+        "capacity_gib": s.capacity_gib,
+        "model": settings.model if s.capacity_gib is not None else None,
+        "kv_dtype": settings.kv_dtype if s.capacity_gib is not None else None,
+        "block_size": trace.block_size,
+    }
+
+
+def _window_rows(trace, s, outcome, tokens, cross, window, base) -> list[dict]:  # type: ignore[no-untyped-def]
+    steady_flag, warmup, ci_wanted = None, 0, window == STEADY
+    if window == STEADY:
+        wu = warm_up(tokens, trace.input_tokens, outcome.filled_at, POLICIES[s.policy].bounded)
+        measured = np.arange(trace.n_requests) >= wu.end
+        steady_flag, warmup = wu.filled, wu.end
+    else:
+        measured = WINDOWS[window](trace)
+    rows = []
+    groups = trace_groups(trace, measured) if measured.any() else [(FLEET, measured)]
+    for name, mask in groups:
+        n = int(mask.sum())
+        inp, hit = int(trace.input_tokens[mask].sum()), int(tokens[mask].sum())
+        hit_requests = int((outcome.hit_blocks[mask] > 0).sum())
+        ci = batch_means_ci(tokens[mask], trace.input_tokens[mask]) if ci_wanted else None
+        reported = not ci_wanted or bool(steady_flag)
+        rows.append(
+            {
+                **base,
+                "tenant": name,
+                "measure_window": window,
+                "requests": n,
+                "input_tokens": inp,
+                "hit_tokens": hit,
+                "cross_tenant_hit_tokens": int(cross[mask].sum()),
+                "hit_requests": hit_requests,
+                "token_hit_rate": hit / inp if inp and reported else None,
+                "request_hit_rate": hit_requests / n if n and reported else None,
+                "warmup_requests": warmup if ci_wanted else None,
+                "steady": steady_flag,
+                "ci_low": ci[0] if ci and reported else None,
+                "ci_high": ci[1] if ci and reported else None,
+            }
+        )
+    return rows
+
+
+def _timeseries(trace: Trace, s: Scenario, tokens: np.ndarray, bucket_s: float) -> list[dict]:
+    if bucket_s <= 0:
+        raise ValueError(f"bucket must be positive, got {bucket_s} s")
+    bucket = np.floor(trace.times / bucket_s).astype(np.int64)
+    rows = []
+    for name, mask in trace_groups(trace):
+        b = bucket[mask]
+        n = np.bincount(b)
+        inp = np.bincount(b, weights=trace.input_tokens[mask]).astype(np.int64)
+        hit = np.bincount(b, weights=tokens[mask]).astype(np.int64)
+        for i in np.flatnonzero(n):
+            rows.append(
+                {
+                    "tenant": name,
+                    "policy": s.policy,
+                    "isolation": s.isolation,
+                    "capacity_blocks": s.capacity_blocks,
+                    "bucket_start": int((trace.start_s + i * bucket_s) * 1e6),
+                    "bucket_seconds": float(bucket_s),
+                    "requests": int(n[i]),
+                    "input_tokens": int(inp[i]),
+                    "hit_tokens": int(hit[i]),
+                    "token_hit_rate": float(hit[i] / inp[i]) if inp[i] else None,
+                }
+            )
+    return rows
+
+
+def _outcomes(trace, s, outcome, tokens, cross) -> pa.Table:  # type: ignore[no-untyped-def]
+    n_blocks = trace.blocks_per_request
+    first_miss = np.where(outcome.hit_blocks < n_blocks, outcome.hit_blocks, -1)
+    return pa.table(
+        {
+            "request_id": trace.request_ids
+            if trace.request_ids is not None
+            else pa.array([str(i) for i in range(trace.n_requests)]),
+            "tenant": pa.array([trace.tenants[c] for c in trace.tenant_codes], pa.string()),
+            "policy": pa.array([s.policy] * trace.n_requests),
+            "isolation": pa.array([s.isolation] * trace.n_requests),
+            "capacity_blocks": pa.array([s.capacity_blocks] * trace.n_requests, pa.int64()),
+            "input_tokens": pa.array(trace.input_tokens),
+            "hit_blocks": pa.array(outcome.hit_blocks, pa.int32()),
+            "hit_tokens": pa.array(tokens),
+            "first_miss_block": pa.array(first_miss.astype(np.int32), mask=first_miss < 0),
+            "cross_tenant_hit_tokens": pa.array(cross),
+        },
+        schema=OUTCOMES_SCHEMA,
+    )

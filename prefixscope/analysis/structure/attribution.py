@@ -1,0 +1,55 @@
+"""Where hit tokens come from. Every hit block (a block in a request's leading run of cached
+blocks, under some policy and capacity) is in exactly one class, decided in this order:
+
+1. ``other_tenant``: the cached copy was inserted by another tenant (``Outcome.cross``: for
+   ``ceiling`` the tenant of the first request that looked it up; for a bounded cache the one
+   whose request inserted it this time round);
+2. ``own_session``: an earlier request of the same session looked the block up (the session
+   re-sending its own history);
+3. ``shared_prefix``: anything else: a block this tenant's other sessions brought in.
+
+Classes partition the hit blocks, and a block's tokens are counted as ``hit_tokens`` counts
+them (``Trace.token_sizes``), so the three sums equal the hit tokens to the token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prefixscope.analysis.policies import Outcome
+from prefixscope.analysis.trace.csr import Trace
+
+CLASSES = ("own_session", "shared_prefix", "other_tenant")
+NOT_A_HIT = -1
+
+
+def own_history(trace: Trace, session: np.ndarray) -> np.ndarray:
+    """Per lookup: an earlier request of the same session looked this block up."""
+    request = trace.request_of_lookup
+    keys = np.asarray(session, np.int64)[request] * trace.n_unique + trace.blocks
+    # Lookups are in replay order, so a key's first index is its earliest request.
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return request[first][inverse.ravel()] < request
+
+
+def classify(trace: Trace, session: np.ndarray, outcome: Outcome) -> np.ndarray:
+    """Per lookup, the index of its class in :data:`CLASSES`, or ``NOT_A_HIT``."""
+    request = trace.request_of_lookup
+    position = np.arange(trace.n_lookups) - trace.offsets[request]
+    hit = position < outcome.hit_blocks[request]
+    cross = outcome.cross if len(outcome.cross) else np.zeros(trace.n_lookups, bool)
+    cls = np.where(own_history(trace, session), 0, 1)
+    cls = np.where(cross, 2, cls)
+    return np.where(hit, cls, NOT_A_HIT).astype(np.int8)
+
+
+def split_tokens(trace: Trace, session: np.ndarray, outcome: Outcome) -> np.ndarray:
+    """Hit tokens per request and class: int64 ``(n_requests, len(CLASSES))``."""
+    cls = classify(trace, session, outcome)
+    out = np.zeros((trace.n_requests, len(CLASSES)), np.int64)
+    for k in range(len(CLASSES)):
+        weights = np.where(cls == k, trace.token_sizes, 0)
+        out[:, k] = np.bincount(
+            trace.request_of_lookup, weights=weights, minlength=trace.n_requests
+        ).astype(np.int64)
+    return out

@@ -1,0 +1,57 @@
+"""Which blocks the ``pinned`` policy keeps: given prefixes, or the most shared ones.
+
+A pinned prefix pins its last block and every block before it.
+
+``--pin-top K`` measures sharing on the warm-up part of the trace, the first half by position
+(so a ``last-half`` measurement never sees its own future): the K first shared prefixes of
+:func:`prefixes.rank` (ended where sessions part ways, ranked by sessions, then length) are
+pinned with their ancestors. Sessions are those of :mod:`turns`, inferred from the chains.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from prefixscope.analysis.structure import prefixes
+from prefixscope.analysis.structure.turns import build_turns
+from prefixscope.analysis.trace.csr import Trace
+
+
+def with_ancestors(trace: Trace, ends: np.ndarray) -> np.ndarray:
+    """A pin mask (bool per dense id) for the prefixes ending at ``ends``."""
+    mask = np.zeros(trace.n_unique, dtype=bool)
+    frontier = np.unique(ends)
+    while len(frontier):
+        frontier = frontier[~mask[frontier]]
+        mask[frontier] = True
+        frontier = trace.parent[frontier]
+        frontier = frontier[frontier >= 0]
+    return mask
+
+
+def top_shared(trace: Trace, k: int, session: np.ndarray | None = None) -> np.ndarray:
+    """The pin mask of the ``k`` most shared prefixes of the trace's first half, ranked by
+    sessions (``session`` per request; default: inferred from the block chains)."""
+    if k < 1:
+        raise ValueError(f"--pin-top needs K >= 1, got {k}")
+    if session is None:
+        session = build_turns(trace).session
+    warm = np.arange(trace.n_requests) < trace.n_requests // 2
+    return with_ancestors(trace, prefixes.rank(trace, session, warm).ends[:k])
+
+
+def from_file(trace: Trace, path: str | Path) -> np.ndarray:
+    """The pin mask of the prefix hashes listed in ``path`` (one per line, decimal or 0x-hex;
+    ``#`` starts a comment). Hashes the trace never looks up are ignored."""
+    wanted = []
+    for raw in Path(path).read_text("utf-8").splitlines():
+        text = raw.split("#", 1)[0].strip()
+        if text:
+            try:
+                wanted.append(int(text, 0))
+            except ValueError:
+                raise ValueError(f"{path}: not a block hash: {text[:40]!r}") from None
+    known = np.isin(trace.hashes, np.array(wanted, dtype=np.uint64))
+    return with_ancestors(trace, np.flatnonzero(known))

@@ -1,0 +1,124 @@
+"""A trace: requests in replay order, with blocks as dense integer ids (CSR arrays).
+
+Simulators work on flat integer arrays (CSR layout), never on Python lists of hashes: the
+64-bit block hashes are mapped to ``0 .. n_unique-1`` once, so a cache is a few numpy arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """Requests in replay order. Request ``i`` looks up ``blocks[offsets[i]:offsets[i+1]]``,
+    shallowest block first (none, for a prompt shorter than one full block of a token source)."""
+
+    block_size: int
+    offsets: np.ndarray  # int64, n_requests + 1
+    blocks: np.ndarray  # int32 dense block ids
+    input_tokens: np.ndarray  # int64, n_requests
+    tenant_codes: np.ndarray  # int32, n_requests; index into `tenants`
+    tenants: tuple[str, ...]
+    n_unique: int
+    times: np.ndarray  # float64 seconds since the first arrival, n_requests, non-decreasing
+    hashes: np.ndarray  # uint64: the block hash of each dense id
+    request_ids: pa.Array | None = None  # warehouse request ids (Arrow strings), when loaded
+    start_s: float = 0.0  # epoch seconds of the first arrival (times count from it)
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.input_tokens)
+
+    @property
+    def n_lookups(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def blocks_per_request(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @cached_property
+    def request_of_lookup(self) -> np.ndarray:
+        """The request index of every lookup (int64, n_lookups)."""
+        return np.repeat(np.arange(self.n_requests), self.blocks_per_request)
+
+    @cached_property
+    def parent(self) -> np.ndarray:
+        """Per dense id, the block before it at its first lookup (-1 for a first block). With
+        prefix-chained hashes this is the block's one and only parent."""
+        position = np.arange(self.n_lookups) - self.offsets[self.request_of_lookup]
+        _, first = np.unique(self.blocks, return_index=True)
+        parent = np.full(self.n_unique, -1, dtype=np.int32)
+        deep = first[position[first] > 0]
+        parent[self.blocks[deep]] = self.blocks[deep - 1]
+        return parent
+
+    @cached_property
+    def next_use(self) -> np.ndarray:
+        """Per lookup, the next request (after this one) that looks up the same block;
+        ``n_requests`` when there is none (int64, n_lookups)."""
+        return _next_use(self.blocks, self.request_of_lookup, self.n_requests)
+
+    @cached_property
+    def token_sizes(self) -> np.ndarray:
+        """Tokens each lookup's block holds: ``block_size``, less for a partial last block."""
+        position = np.arange(self.n_lookups) - self.offsets[self.request_of_lookup]
+        left = self.input_tokens[self.request_of_lookup] - position * self.block_size
+        return np.clip(left, 0, self.block_size)
+
+
+def _next_use(blocks: np.ndarray, request: np.ndarray, n_requests: int) -> np.ndarray:
+    order = np.lexsort((request, blocks))  # by block, then request
+    b, r = blocks[order], request[order]
+    # Runs of equal (block, request): a block repeated within a request is one use. The next
+    # use of a run is the request of the following run of the same block.
+    starts = np.r_[True, (b[1:] != b[:-1]) | (r[1:] != r[:-1])] if len(b) else np.zeros(0, bool)
+    run = np.cumsum(starts) - 1
+    run_b, run_r = b[starts], r[starts]
+    same_block_next = np.r_[run_b[1:] == run_b[:-1], False] if len(run_b) else run_b.astype(bool)
+    run_next = np.where(same_block_next, np.r_[run_r[1:], n_requests], n_requests)
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = run_next[run]
+    return out
+
+
+def build_trace(
+    block_hashes: pa.ListArray | pa.LargeListArray | Sequence[Sequence[int]],
+    input_tokens: Sequence[int] | np.ndarray,
+    tenants: Sequence[str] | np.ndarray,
+    block_size: int,
+    times: Sequence[float] | np.ndarray | None = None,
+    request_ids: Sequence[str] | None = None,
+) -> Trace:
+    """A trace from per-request hash lists (already in replay order); ``times`` in seconds
+    (default: one request a second)."""
+    if not isinstance(block_hashes, (pa.ListArray, pa.LargeListArray)):
+        block_hashes = pa.array(block_hashes, type=pa.list_(pa.uint64()))
+    offsets = np.asarray(block_hashes.offsets, dtype=np.int64)
+    offsets = offsets - offsets[0]
+    values = np.asarray(block_hashes.flatten(), dtype=np.uint64)
+    unique, dense = np.unique(values, return_inverse=True)
+    names, codes = np.unique(np.asarray(tenants, dtype=object).astype(str), return_inverse=True)
+    n = len(offsets) - 1
+    t = np.arange(n, dtype=np.float64) if times is None else np.asarray(times, dtype=np.float64)
+    if n and np.any(np.diff(t) < 0):
+        raise ValueError("times must not decrease: requests are in replay order")
+    return Trace(
+        block_size=int(block_size),
+        offsets=offsets,
+        blocks=dense.astype(np.int32).ravel(),
+        input_tokens=np.asarray(input_tokens, dtype=np.int64),
+        tenant_codes=codes.astype(np.int32).ravel(),
+        tenants=tuple(str(n) for n in names),
+        n_unique=len(unique),
+        times=t - t[0] if n else t,
+        hashes=unique,
+        request_ids=None if request_ids is None else pa.array(request_ids, pa.string()),
+        start_s=float(t[0]) if n else 0.0,
+    )

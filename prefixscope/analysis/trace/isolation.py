@@ -1,0 +1,76 @@
+"""Tenant isolation: how tenants share one cache.
+
+- ``shared``: one cache; a tenant can hit blocks another tenant inserted.
+- ``salted``: one cache, but every tenant's blocks are its own (vLLM's ``cache_salt``): the
+  trace is re-keyed by (tenant, block), so tenants never share a block.
+- ``partitioned``: each tenant its own cache of ``quota × capacity`` blocks (at least one):
+  quotas proportional to each tenant's block lookups, or given in a file (``tenant,share``).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from prefixscope.analysis.trace.csr import Trace
+
+ISOLATIONS = ("shared", "salted", "partitioned")
+
+
+def salted(trace: Trace) -> Trace:
+    """``trace`` with block ids keyed by (tenant, block)."""
+    pairs = trace.tenant_codes[trace.request_of_lookup].astype(np.int64) * trace.n_unique
+    unique, dense = np.unique(pairs + trace.blocks, return_inverse=True)
+    return replace(
+        trace,
+        blocks=dense.astype(np.int32).ravel(),
+        n_unique=len(unique),
+        hashes=trace.hashes[unique % trace.n_unique],
+    )
+
+
+def subset(trace: Trace, requests: np.ndarray) -> Trace:
+    """The requests at positions ``requests`` (sorted), with their own dense ids."""
+    sizes = trace.blocks_per_request[requests]
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    lookups = (
+        np.concatenate([np.arange(trace.offsets[r], trace.offsets[r + 1]) for r in requests])
+        if len(requests)
+        else np.zeros(0, np.int64)
+    )
+    unique, dense = np.unique(trace.blocks[lookups], return_inverse=True)
+    return replace(
+        trace,
+        offsets=offsets,
+        blocks=dense.astype(np.int32).ravel(),
+        input_tokens=trace.input_tokens[requests],
+        tenant_codes=trace.tenant_codes[requests],
+        n_unique=len(unique),
+        times=trace.times[requests],
+        hashes=trace.hashes[unique],
+        request_ids=None,
+    )
+
+
+def quotas(trace: Trace, quota_file: str | Path | None = None) -> np.ndarray:
+    """Each tenant's share of the capacity (sums to 1)."""
+    if quota_file is None:
+        lookups = np.bincount(
+            trace.tenant_codes, weights=trace.blocks_per_request, minlength=len(trace.tenants)
+        )
+        return lookups / lookups.sum()
+    given: dict[str, float] = {}
+    with open(quota_file, newline="") as f:
+        for row in csv.reader(f):
+            if row and not row[0].startswith("#") and row[0] != "tenant":
+                given[row[0]] = float(row[1])
+    missing = [t for t in trace.tenants if t not in given]
+    if missing:
+        raise ValueError(f"the quota file has no share for tenant(s) {', '.join(missing[:5])}")
+    shares = np.array([given[t] for t in trace.tenants], dtype=float)
+    if np.any(shares < 0) or shares.sum() <= 0:
+        raise ValueError("quota shares must be non-negative and not all zero")
+    return shares / shares.sum()

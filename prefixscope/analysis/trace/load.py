@@ -1,0 +1,53 @@
+"""The warehouse's requests as a :class:`~.csr.Trace`: the one place that knows the replay
+order and the warehouse's block size."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from prefixscope.analysis.trace.csr import Trace, build_trace
+
+#: Replay order: arrival time, ties broken by input order (file, then line).
+REPLAY_ORDER = "arrival_ts, source.file, source.line"
+
+
+def block_size_of(con: duckdb.DuckDBPyConnection) -> int:
+    """The warehouse's one block size. A cache has one, so a warehouse that mixes them must be
+    split before it is simulated."""
+    sizes = [r[0] for r in con.execute("SELECT DISTINCT block_size FROM requests").fetchall()]
+    if not sizes:
+        raise ValueError("the warehouse holds no requests: run `prefixscope ingest` first")
+    if len(sizes) > 1:
+        raise ValueError(f"the warehouse mixes block sizes {sorted(sizes)}; a cache has one")
+    return int(sizes[0])
+
+
+def replay_relation(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+    """Every request in replay order: id, tenant, input tokens, block hashes, arrival (``t``,
+    epoch seconds)."""
+    return con.sql(
+        "SELECT request_id, tenant, input_tokens, block_hashes, "
+        "epoch_us(arrival_ts) / 1e6 AS t "
+        f"FROM requests ORDER BY {REPLAY_ORDER}"
+    )
+
+
+def trace_from_table(table: pa.Table, block_size: int) -> Trace:
+    """A trace from rows of :func:`replay_relation` (already in replay order); request ids only
+    where the table has them."""
+    ids = "request_id" in table.column_names
+    return build_trace(
+        table.column("block_hashes").combine_chunks(),
+        table.column("input_tokens").to_numpy(),
+        table.column("tenant").to_numpy(zero_copy_only=False),
+        block_size,
+        times=table.column("t").to_numpy(),
+        request_ids=table.column("request_id").combine_chunks() if ids else None,
+    )
+
+
+def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
+    """Every request of the warehouse, in replay order, with the warehouse's one block size."""
+    block_size = block_size_of(con)
+    return trace_from_table(replay_relation(con).to_arrow_table(), block_size)

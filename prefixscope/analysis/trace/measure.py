@@ -1,0 +1,56 @@
+"""What a hit rate is measured over: hit tokens, and the fleet-then-tenant grouping of rows.
+
+Every table with a ``tenant`` column has one row for the whole fleet (``tenant = '*'``), then
+one per tenant; the fleet row comes first and counts every measured row once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prefixscope.analysis.trace.csr import Trace
+
+#: The ``tenant`` value of rows that cover the whole fleet (all tenants together).
+FLEET = "*"
+
+
+def hit_tokens(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
+    """Tokens served from cache per request: ``block_size`` per hit block, capped at
+    ``input_tokens``. When a hash-id trace's partial last block hits, it so counts its own
+    tokens; token sources never hash a partial tail, so it is never served from cache."""
+    return np.minimum(hit_blocks.astype(np.int64) * trace.block_size, trace.input_tokens)
+
+
+def groups(
+    tenant_codes: np.ndarray,
+    tenants: tuple[str, ...] | list[str],
+    measured: np.ndarray | None = None,
+    keep_empty: bool = False,
+) -> list[tuple[str, np.ndarray]]:
+    """The fleet, then each tenant in code order: (name, mask over rows). ``measured`` limits
+    the rows; a tenant with no measured row is left out unless ``keep_empty``."""
+    measured = np.ones(len(tenant_codes), dtype=bool) if measured is None else measured
+    out = [(FLEET, measured)]
+    for code, name in enumerate(tenants):
+        mask = measured & (tenant_codes == code)
+        if keep_empty or mask.any():
+            out.append((name, mask))
+    return out
+
+
+def trace_groups(trace: Trace, measured: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
+    """:func:`groups` over a trace's requests."""
+    return groups(trace.tenant_codes, trace.tenants, measured)
+
+
+def named_groups(tenant_names: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """:func:`groups` over rows that carry tenant names (sorted by name, as a trace's are)."""
+    text = np.asarray(tenant_names, dtype=object).astype(str)
+    names, codes = np.unique(text, return_inverse=True)
+    return groups(codes.ravel(), [str(n) for n in names])
+
+
+def members(trace: Trace, measured: np.ndarray) -> list[tuple[str, int]]:
+    """The fleet (code -1), then each tenant with measured requests: (name, tenant code)."""
+    present = np.unique(trace.tenant_codes[measured])
+    return [(FLEET, -1)] + [(trace.tenants[c], int(c)) for c in present]

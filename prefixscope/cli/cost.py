@@ -1,0 +1,127 @@
+"""``roofline``, ``replay`` and ``savings``: what a miss costs, and what the cache saves."""
+
+from __future__ import annotations
+
+import argparse
+
+from prefixscope.analysis.cost.savings import COST_MODEL_KINDS, DEFAULT_GPU, DEFAULT_MODEL
+from prefixscope.cli import flags
+from prefixscope.cli.command import Command
+
+
+def _outcomes(p: argparse.ArgumentParser) -> None:
+    """Which configuration of ``request_outcomes`` to price."""
+    p.add_argument("--outcomes-run", metavar="RUN_ID", help="simulate run (default: newest)")
+    p.add_argument("--policy", help="configuration of request_outcomes to use")
+    p.add_argument("--capacity-blocks", type=int, metavar="N")
+    p.add_argument("--isolation", help="shared, salted, partitioned")
+
+
+def roofline_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
+    p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument("--gpu", default=DEFAULT_GPU, help="a100, h100, h200 or NAME:TFLOPS:TBPS")
+    p.add_argument("--cached", type=int, required=True, help="cached prefix (tokens)")
+    p.add_argument("--new", type=int, required=True, help="new tokens of the hit")
+
+
+def roofline(args: argparse.Namespace) -> int:
+    from prefixscope.analysis.cost.gpus import resolve_gpu
+    from prefixscope.analysis.cost.models import resolve_model
+    from prefixscope.dashboards.savings import format_roofline
+
+    shape = resolve_model(args.model, args.model_config)
+    print(format_roofline(shape, resolve_gpu(args.gpu), args.cached, args.new))
+    return 0
+
+
+def replay_arguments(p: argparse.ArgumentParser) -> None:
+    flags.warehouse(p)
+    p.add_argument("--model", help="catalog model (cpu: tiny-llama, cuda: llama-3-8b)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (%(default)s)")
+    p.add_argument("--samples", type=int, default=24, metavar="N", help="requests (%(default)s)")
+    p.add_argument("--max-tokens", type=int, help="longer requests are scaled down to this")
+    p.add_argument("--gpu", help="roofline spec (default: the device's, or measured on cpu)")
+    p.add_argument("--chunk", type=int, help="prefill at most this many tokens per forward")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per shape (%(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    _outcomes(p)
+
+
+def replay(args: argparse.Namespace) -> int:
+    from prefixscope.stages import replay as stage
+
+    try:
+        from prefixscope.gpu_replay.replay import ReplayOptions
+    except ImportError as exc:
+        raise ValueError(f"replay needs torch: pip install 'prefixscope[replay]' ({exc})") from None
+    options = ReplayOptions(
+        device=args.device,
+        model=args.model,
+        samples=args.samples,
+        max_tokens=args.max_tokens,
+        gpu=args.gpu,
+        chunk=args.chunk,
+        repeats=args.repeats,
+        seed=args.seed,
+        outcomes_run=args.outcomes_run,
+        policy=args.policy,
+        capacity_blocks=args.capacity_blocks,
+        isolation=args.isolation,
+    )
+    run_id, result = stage.run(args.warehouse, options)
+    m = result.model
+    print(
+        f"replayed {result.samples.num_rows} requests as miss and hit on "
+        f"{result.samples['device'][0]} ({result.gpu.name} roofline); run {run_id}"
+    )
+    print(
+        f"cost model: held-out median |error| {m.holdout_median_pct_err:.1f}%, "
+        f"p90 {m.holdout_p90_pct_err:.1f}% over {m.holdout_samples} points; "
+        f"median share of the roofline {result.roofline_share:.0%}"
+    )
+    return 0
+
+
+def savings_arguments(p: argparse.ArgumentParser) -> None:
+    flags.warehouse(p)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
+    p.add_argument("--gpu", default=DEFAULT_GPU, help="a100, h100, h200, NAME:TFLOPS:TBPS, cpu")
+    p.add_argument("--cost-model", default="auto", choices=COST_MODEL_KINDS)
+    _outcomes(p)
+
+
+def savings(args: argparse.Namespace) -> int:
+    from prefixscope.dashboards.savings import format_savings
+    from prefixscope.stages import savings as stage
+
+    settings = stage.SavingsSettings(
+        model=args.model,
+        gpu=args.gpu,
+        cost_model=args.cost_model,
+        outcomes_run=args.outcomes_run,
+        policy=args.policy,
+        capacity_blocks=args.capacity_blocks,
+        isolation=args.isolation,
+    )
+    print(format_savings(stage.run(args.warehouse, settings)))
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "roofline",
+        "analytic FLOPs, bytes and time of a miss and a hit",
+        roofline_arguments,
+        roofline,
+    ),
+    Command(
+        "replay",
+        "time sampled requests as miss and hit; fit a cost model",
+        replay_arguments,
+        replay,
+    ),
+    Command(
+        "savings", "prefill GPU-seconds and TTFT saved, per tenant", savings_arguments, savings
+    ),
+)

@@ -1,0 +1,71 @@
+"""``prefixscope curve``: the token hit rate at every capacity (the ``mrc`` table)."""
+
+from __future__ import annotations
+
+import argparse
+
+from prefixscope.cli import flags
+from prefixscope.cli.command import Command
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    flags.warehouse(p)
+    p.add_argument("--policy", default="lru", help="lru (exact, one pass) or fifo, lfu, ...")
+    flags.windows(p, ["all"])
+    p.add_argument("--isolation", default="shared", choices=["shared", "salted", "partitioned"])
+    p.add_argument("--quota-file", metavar="FILE", help="partitioned: tenant,share lines")
+    p.add_argument(
+        "--sample-rate",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="estimate from a sample of a share R, capacities scaled by 1/R (1: exact)",
+    )
+    p.add_argument(
+        "--sample-by",
+        default="block",
+        choices=["block", "block-head", "family"],
+        help="what a sample keeps: blocks (lru; default), blocks with the first block of every "
+        "request kept whole (lru), or whole prefix families (any policy)",
+    )
+    p.add_argument("--points", type=int, help="log-spaced capacities (lru 256, others 24)")
+    flags.capacities(p, blocks_help="add points")
+    p.add_argument("--ttl", type=float, metavar="SECONDS", help="ttl: idle time before a drop")
+    p.add_argument("--workers", type=int, help="grid curves: processes (one per core)")
+    p.add_argument(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help="grid curves: run the capacities on this running Dask cluster",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from prefixscope.analysis.curves.settings import CurveSettings
+    from prefixscope.dashboards.text import format_curve
+    from prefixscope.stages import curve
+
+    settings = CurveSettings(
+        policy=args.policy,
+        windows=tuple(args.window),
+        isolation=args.isolation,
+        points=args.points,
+        sample_rate=args.sample_rate,
+        sample_by=args.sample_by,
+        model=args.model,
+        model_config=args.model_config,
+        kv_dtype=args.kv_dtype,
+        quota_file=args.quota_file,
+        ttl_s=args.ttl,
+        workers=args.workers,
+        dask_address=args.dask_address,
+    )
+    result = curve.run(
+        args.warehouse, curve.CurveStageSettings(settings, flags.capacities_of(args))
+    )
+    print(format_curve(result.table))
+    return 0
+
+
+COMMAND = Command(
+    "curve", "token hit rate at every cache capacity (the mrc table), per tenant", arguments, run
+)

@@ -1,0 +1,114 @@
+"""``fleet-report`` (the Prefect flow, once) and ``schedule`` (the flow on a cron schedule)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from prefixscope.cli import flags
+from prefixscope.cli.command import Command
+from prefixscope.ingest.formats import DEFAULT_TENANT, FORMATS
+
+
+def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE")
+    p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
+    flags.warehouse(p)
+    p.add_argument("--out", default="report.html")
+    p.add_argument("--tenant", default=DEFAULT_TENANT)
+    p.add_argument("--policy", type=flags.name_list, help="ceiling,lru,fifo,s3fifo,belady")
+    p.add_argument("--capacity-blocks", type=flags.int_list, metavar="N[,N...]")
+    flags.windows(p)
+    p.add_argument("--savings-model", default="llama-3-8b", help="model the savings price")
+    p.add_argument(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help="run the simulations on this running Dask cluster (default: here)",
+    )
+    p.add_argument("--savings-gpu", default="h100", help="GPU the savings price")
+    p.add_argument(
+        "--replay-samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also calibrate a cost model on N replayed requests (needs torch)",
+    )
+
+
+def parameters(args: argparse.Namespace) -> dict[str, object]:
+    """The flow's parameters from the command's flags."""
+    from prefixscope.pipelines.fleet_report import DEFAULT_CAPACITIES
+
+    return {
+        "inputs": [str(p) for p in args.input],
+        "warehouse_path": args.warehouse,
+        "report_path": args.out,
+        "format_name": args.format,
+        "tenant": args.tenant,
+        "policies": args.policy or None,
+        "capacities_blocks": args.capacity_blocks or list(DEFAULT_CAPACITIES),
+        "windows": args.window or None,
+        "savings_model": args.savings_model,
+        "savings_gpu": args.savings_gpu,
+        "replay_samples": args.replay_samples,
+    }
+
+
+def fleet_report(args: argparse.Namespace) -> int:
+    from prefixscope.pipelines.fleet_report import fleet_report as flow
+
+    outcome = flow(**parameters(args), dask_address=args.dask_address)
+    print(f"warehouse: {Path(outcome.warehouse).resolve()}")
+    print(f"report:    {Path(outcome.report).resolve()}")
+    print(
+        f"ingested:  {outcome.lines:,} lines = {outcome.accepted:,} accepted"
+        f" + {outcome.rejected:,} rejected"
+    )
+    print(outcome.table)
+    print(outcome.savings)
+    return 0
+
+
+def schedule_arguments(p: argparse.ArgumentParser) -> None:
+    fleet_report_arguments(p)
+    p.add_argument("--cron", required=True, help='e.g. "0 * * * *": every hour')
+    p.add_argument("--name", default="fleet-report", help="deployment name (%(default)s)")
+
+
+def schedule(args: argparse.Namespace) -> int:
+    from prefixscope.pipelines.deployments import serve_fleet_report
+
+    if args.dask_address:
+        print("schedule: --dask-address is for one-off runs", file=sys.stderr)
+        return 2
+    params = parameters(args)
+    # Scheduled runs start elsewhere: paths must not depend on this shell's directory.
+    for key in ("warehouse_path", "report_path"):
+        params[key] = str(Path(str(params[key])).resolve())
+    params["inputs"] = [
+        p if Path(p).is_absolute() else str(Path.cwd() / p)
+        for p in params["inputs"]  # type: ignore[attr-defined]
+    ]
+    try:
+        serve_fleet_report(args.cron, params, args.name)
+    except RuntimeError as e:
+        print(f"schedule: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "fleet-report",
+        "run the fleet_report flow: ingest, simulate, report",
+        fleet_report_arguments,
+        fleet_report,
+    ),
+    Command(
+        "schedule",
+        "serve the fleet_report flow on a cron schedule (needs a running Prefect server)",
+        schedule_arguments,
+        schedule,
+    ),
+)

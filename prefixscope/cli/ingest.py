@@ -1,0 +1,102 @@
+"""``prefixscope ingest``: request logs into the warehouse."""
+
+from __future__ import annotations
+
+import argparse
+
+from prefixscope.cli import flags
+from prefixscope.cli.command import Command
+from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
+
+#: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats.
+FIELD_FLAGS = (
+    "token",
+    "timestamp",
+    "tenant",
+    "session",
+    "request_id",
+    "output_tokens",
+    "request",
+    "response",
+)
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", required=True, choices=sorted(FORMATS))
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain or .gz")
+    flags.warehouse(p)
+    p.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant of every request (%(default)s)")
+    p.add_argument("--block-size", type=int, help="tokens per block (mooncake 512, others 16)")
+    p.add_argument(
+        "--start",
+        type=flags.timestamp,
+        default=DEFAULT_START,
+        help="instant that relative timestamps count from (default: the Unix epoch)",
+    )
+    p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
+    p.add_argument(
+        "--timestamp-unit",
+        choices=["s", "ms", "us"],
+        default="s",
+        help="tokens, openai: unit of numeric timestamps (%(default)s)",
+    )
+    p.add_argument(
+        "--salt-tenants",
+        action="store_true",
+        help="tokens, openai: a per-tenant salt in each first block (no sharing)",
+    )
+    p.add_argument(
+        "--pseudonymize-tenants",
+        metavar="KEY",
+        help="store a keyed hash of each tenant name instead of the name",
+    )
+    p.add_argument("--chat-template", metavar="FILE", help="openai: Jinja chat template")
+    p.add_argument("--tokenizer", metavar="FILE", help="openai: the model's tokenizer.json")
+    for name in FIELD_FLAGS:
+        p.add_argument(
+            f"--{name.replace('_', '-')}-field",
+            dest=f"{name}_field",
+            metavar="PATH",
+            help=f"tokens, openai: where the {name.replace('_', ' ')} is",
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    from prefixscope.ingest import IngestOptions
+    from prefixscope.stages import ingest
+
+    options = IngestOptions(
+        tenant=args.tenant,
+        block_size=args.block_size,
+        start=args.start,
+        tenant_from=args.tenant_from,
+        salt_tenants=args.salt_tenants,
+        timestamp_unit=args.timestamp_unit,
+        fields=tuple(
+            (name, getattr(args, f"{name}_field"))
+            for name in FIELD_FLAGS
+            if getattr(args, f"{name}_field")
+        ),
+        chat_template=args.chat_template,
+        tokenizer=args.tokenizer,
+        pseudonymize_key=args.pseudonymize_tenants,
+    )
+    settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)
+    result = ingest.run(args.warehouse, settings)
+    for f in result.files:
+        note = " (replaced an earlier ingest of the same content)" if f.replaced else ""
+        cut = "" if f.complete else " — the file ends early"
+        counts = f"{f.lines:,} lines, {f.accepted:,} accepted, {f.rejected:,} rejected"
+        print(f"{f.path}: {counts}{cut}{note}")
+        if f.reasons:
+            print("  rejected: " + ", ".join(f"{r} {n:,}" for r, n in f.reasons))
+        if f.out_of_order:
+            print(f"  {f.out_of_order:,} accepted requests arrive before an earlier line's (kept)")
+    total = f"{result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected"
+    print(f"total: {total}")
+    if result.rejected:
+        print(f"see the rejects table for reasons: {args.warehouse}")
+    return 0
+
+
+COMMAND = Command("ingest", "read request logs into the requests table", arguments, run)

@@ -1,0 +1,65 @@
+"""``prefixscope simulate``: replay the requests through simulated prefix caches."""
+
+from __future__ import annotations
+
+import argparse
+
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.cli import flags
+from prefixscope.cli.command import Command
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    flags.warehouse(p)
+    p.add_argument("--policy", type=flags.name_list, required=True, help=", ".join(POLICIES))
+    flags.capacities(p)
+    flags.windows(p, ["all"])
+    p.add_argument(
+        "--isolation",
+        type=flags.name_list,
+        default=["shared"],
+        help="shared, salted, partitioned (comma-separated)",
+    )
+    p.add_argument("--quota-file", metavar="FILE", help="partitioned: tenant,share lines")
+    p.add_argument("--ttl", type=float, metavar="SECONDS", help="ttl: idle time before a drop")
+    p.add_argument("--pin", metavar="FILE", help="pinned: prefix hashes to keep")
+    p.add_argument("--pin-top", type=int, metavar="K", help="pinned: the K most shared prefixes")
+    p.add_argument(
+        "--bucket",
+        type=flags.duration,
+        default=300.0,
+        metavar="DURATION",
+        help="time bucket of hit_rate_timeseries, e.g. 5m, 30s, 1h (5m)",
+    )
+    p.add_argument(
+        "--outcomes",
+        action="store_true",
+        help="also write request_outcomes for every configuration",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from prefixscope.analysis.simulation.scenarios import Settings
+    from prefixscope.dashboards.text import format_hit_rates
+    from prefixscope.stages import simulate
+
+    settings = simulate.SimulateSettings(
+        policies=tuple(args.policy),
+        capacities=flags.capacities_of(args),
+        isolations=tuple(args.isolation),
+        measure=Settings(
+            windows=tuple(args.window),
+            ttl_s=args.ttl,
+            pin_file=args.pin,
+            pin_top=args.pin_top,
+            quota_file=args.quota_file,
+            bucket_s=args.bucket,
+            outcomes=args.outcomes,
+        ),
+    )
+    result = simulate.run(args.warehouse, settings)
+    print(format_hit_rates(result.tables.arrow()[0]))
+    return 0
+
+
+COMMAND = Command("simulate", "replay requests through a simulated prefix cache", arguments, run)

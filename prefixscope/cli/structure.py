@@ -1,0 +1,59 @@
+"""``prefixscope structure``: turns, shared prefixes, hit sources, reuse breaks and times."""
+
+from __future__ import annotations
+
+import argparse
+
+from prefixscope.cli import flags
+from prefixscope.cli.command import Command
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    flags.warehouse(p)
+    p.add_argument(
+        "--capacity-blocks",
+        type=int,
+        default=16_000,
+        metavar="N",
+        help="capacity of the simulated configuration: lru, and pinned per prefix (%(default)s)",
+    )
+    p.add_argument("--top", type=int, default=20, help="shared prefixes to keep (%(default)s)")
+    p.add_argument(
+        "--simulate-top",
+        type=int,
+        default=10,
+        metavar="K",
+        help="of those, how many to simulate pinned (%(default)s)",
+    )
+    p.add_argument(
+        "--max-forks",
+        type=int,
+        default=None,
+        metavar="F",
+        help="turn inference: continuations a parent's last full block may have (2)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from prefixscope.analysis.structure.tables import StructureSettings
+    from prefixscope.dashboards.structure import format_structure
+    from prefixscope.stages import structure
+
+    settings = StructureSettings(
+        capacity_blocks=args.capacity_blocks,
+        top=args.top,
+        simulate_top=args.simulate_top,
+        **({"max_forks": args.max_forks} if args.max_forks is not None else {}),
+    )
+    result = structure.run(args.warehouse, settings)
+    print(f"structure run {result.run_id}")
+    print(format_structure(result.tables))
+    return 0
+
+
+COMMAND = Command(
+    "structure",
+    "conversation turns, shared prefixes, hit sources, reuse breaks and reuse times",
+    arguments,
+    run,
+)

@@ -1,0 +1,11 @@
+"""The stages: one function each, ``run(warehouse, settings) -> result``.
+
+A stage loads its inputs from the warehouse, calls the pure computation of ``analysis`` (or
+``ingest``, ``gpu_replay``, ``dashboards``), and appends its tables under one recorded run
+(``warehouse.stage_run``). The command line and the Prefect tasks call exactly these
+functions; neither opens the warehouse nor builds SQL itself. Settings are one frozen
+dataclass per stage, recorded in ``runs.parameters``.
+
+In data-flow order: ``ingest`` → ``simulate`` → ``curve`` → ``structure`` → ``replay`` →
+``savings`` → ``report``.
+"""

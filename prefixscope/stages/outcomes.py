@@ -1,0 +1,101 @@
+"""Inputs of the stages that price simulated requests (``replay``, ``savings``): which
+configuration's ``request_outcomes`` to use, its rows, and the newest fitted cost model."""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+from prefixscope import sql
+from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.savings import Configuration, gpu_key
+
+
+def choose_configuration(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str | None = None,
+    policy: str | None = None,
+    capacity_blocks: int | None = None,
+    isolation: str | None = None,
+) -> Configuration:
+    """The one configuration with request_outcomes that matches (the newest run's, when no run
+    is named); an error lists the candidates when none or several match."""
+    rows = [
+        Configuration(r, p, i, c)
+        for r, p, i, c, _ in con.execute(sql.load("views/outcome_configurations")).fetchall()
+    ]
+    if not rows:
+        raise ValueError("no request_outcomes yet: run `prefixscope simulate --outcomes` first")
+    match = [
+        c
+        for c in rows
+        if (run_id is None or c.run_id == run_id)
+        and (policy is None or c.policy == policy)
+        and (capacity_blocks is None or c.capacity_blocks == capacity_blocks)
+        and (isolation is None or c.isolation == isolation)
+    ]
+    if match and run_id is None:
+        match = [c for c in match if c.run_id == match[0].run_id]  # the newest run's
+    if len(match) != 1:
+        known = "; ".join(
+            f"{c.policy} {c.isolation} {c.capacity_blocks or 'unbounded'} (run {c.run_id})"
+            for c in (match or rows)[:12]
+        )
+        what = "several configurations match" if match else "no configuration matches"
+        raise ValueError(f"{what}; choose with --policy/--capacity-blocks/--outcomes-run: {known}")
+    return match[0]
+
+
+def load_outcomes(
+    con: duckdb.DuckDBPyConnection, config: Configuration
+) -> tuple[pl.DataFrame, float | None]:
+    """The configuration's per-request outcomes, and the arrival span of those requests."""
+    where = (
+        "o.run_id = $1 AND o.policy = $2 AND o.isolation = $3 AND "
+        "o.capacity_blocks IS NOT DISTINCT FROM $4"
+    )
+    args = [config.run_id, config.policy, config.isolation, config.capacity_blocks]
+    df = pl.DataFrame(
+        con.sql(
+            f"SELECT o.tenant, o.input_tokens, o.hit_tokens FROM request_outcomes o WHERE {where}",
+            params=args,
+        ).to_arrow_table()
+    )
+    ((span,),) = con.execute(
+        "SELECT epoch(max(q.arrival_ts)) - epoch(min(q.arrival_ts)) FROM request_outcomes o "
+        f"JOIN requests q USING (request_id) WHERE {where}",
+        args,
+    ).fetchall()
+    traffic = None if span is None or span <= 0 else float(span)
+    return df, traffic
+
+
+def calibrated(
+    con: duckdb.DuckDBPyConnection, model: str, gpu: str
+) -> tuple[str, tuple[float, ...], tuple[float, float]] | None:
+    """The newest cost model fitted for (model, gpu) by a succeeded replay run: its run id,
+    coefficients and knees; None when there is none."""
+    found = con.execute(
+        "SELECT m.run_id, coef_a, coef_new, coef_cached, coef_new_cached, coef_new_sq, "
+        "knee_linear_tokens, knee_attention_tokens "
+        "FROM miss_cost_models m JOIN runs r USING (run_id) "
+        "WHERE r.status = 'succeeded' AND m.model = ? AND m.gpu = ? "
+        "ORDER BY r.finished_at DESC LIMIT 1",
+        [resolve_model(model).name, gpu_key(gpu)],
+    ).fetchall()
+    if not found:
+        return None
+    row = found[0]
+    return row[0], tuple(float(c) for c in row[1:6]), (row[6], row[7])
+
+
+def outcome_rows(con: duckdb.DuckDBPyConnection, config: Configuration) -> pl.DataFrame:
+    """Request id, tenant, input and hit tokens of every request of ``config``, by id."""
+    return pl.DataFrame(
+        con.sql(
+            "SELECT request_id, tenant, input_tokens, hit_tokens FROM request_outcomes "
+            "WHERE run_id = $1 AND policy = $2 AND isolation = $3 "
+            "AND capacity_blocks IS NOT DISTINCT FROM $4 ORDER BY request_id",
+            params=[config.run_id, config.policy, config.isolation, config.capacity_blocks],
+        ).to_arrow_table()
+    )

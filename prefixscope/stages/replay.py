@@ -1,0 +1,27 @@
+"""Stage ``replay``: sampled requests of one configuration timed as miss and hit in torch →
+``replay_samples`` and a fitted cost model in ``miss_cost_models``. Needs torch
+(``prefixscope[replay]``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefixscope import warehouse
+from prefixscope.stages.outcomes import choose_configuration, outcome_rows
+
+
+def run(wh: str | Path, settings: Any) -> Any:
+    """``settings``: a ``gpu_replay.replay.ReplayOptions``; returns its ``ReplayResult`` and
+    the run id."""
+    try:
+        from prefixscope.gpu_replay.replay import replay_requests
+    except ImportError as exc:
+        raise ValueError(f"replay needs torch: pip install 'prefixscope[replay]' ({exc})") from None
+    o = settings
+    with warehouse.stage_run(wh, "replay", o) as (con, run_id):
+        config = choose_configuration(con, o.outcomes_run, o.policy, o.capacity_blocks, o.isolation)
+        result = replay_requests(outcome_rows(con, config), config.run_id, o)
+        warehouse.append(con, "replay_samples", result.samples, run_id)
+        warehouse.append(con, "miss_cost_models", result.cost_model_row, run_id)
+    return run_id, result

@@ -1,0 +1,19 @@
+"""Stage ``report``: the warehouse's views → one self-contained page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefixscope import warehouse
+from prefixscope.dashboards import build_report
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    out: str = "report.html"
+
+
+def run(wh: str | Path, settings: ReportSettings) -> Path:
+    with warehouse.stage_run(wh, "report", settings) as (con, _):
+        return build_report(con, settings.out, Path(wh).name)

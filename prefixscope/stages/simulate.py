@@ -1,0 +1,96 @@
+"""Stage ``simulate``: the warehouse's trace through every policy × capacity × isolation →
+``hit_rates``, ``hit_rate_timeseries`` and, when asked, ``request_outcomes``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from prefixscope import warehouse
+from prefixscope.analysis.fanout import fan_out
+from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.analysis.simulation.grid import simulate_grid
+from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
+from prefixscope.analysis.simulation.tables import Tables
+from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.load import load_trace
+from prefixscope.analysis.trace.windows import check_windows
+
+
+@dataclass(frozen=True)
+class SimulateSettings:
+    """``measure``: what every scenario shares (windows, options, outcomes); ``outcomes_for``:
+    write ``request_outcomes`` for this one scenario only (default: all, when
+    ``measure.outcomes``); ``workers`` / ``dask_address``: where the scenarios run."""
+
+    policies: tuple[str, ...] = ("lru",)
+    capacities: Capacities = field(default_factory=Capacities)
+    isolations: tuple[str, ...] = ("shared",)
+    measure: Settings = field(default_factory=Settings)
+    outcomes_for: Scenario | None = None
+    workers: int | None = 1
+    dask_address: str | None = None
+
+    def check(self) -> None:
+        """Names first, before any work."""
+        given = self.capacities.blocks or self.capacities.tokens or self.capacities.gib
+        scenarios(self.policies, [1] if given else [], self.isolations)
+        check_windows(self.measure.windows)
+
+
+@dataclass(frozen=True)
+class SimulateResult:
+    run_id: str
+    tables: Tables
+    grid: tuple[Scenario, ...]
+
+
+def run(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
+    settings.check()
+    with warehouse.stage_run(wh, "simulate", settings) as (con, run_id):
+        trace = load_trace(con)
+        blocks, gibs = settings.capacities.resolve(trace.block_size)
+        grid = scenarios(settings.policies, blocks, settings.isolations, gibs)
+        measure = replace(
+            settings.measure,
+            model=settings.capacities.model_name,
+            kv_dtype=settings.capacities.kv_dtype if settings.capacities.gib else None,
+        )
+        tables = simulate_scenarios(trace, grid, measure, settings)
+        hit_rates, timeseries, outcomes = tables.arrow()
+        warehouse.append(con, "hit_rates", hit_rates, run_id)
+        warehouse.append(con, "hit_rate_timeseries", timeseries, run_id)
+        warehouse.append(con, "request_outcomes", outcomes, run_id)
+    return SimulateResult(run_id, tables, tuple(grid))
+
+
+def simulate_scenarios(
+    trace: Trace, grid: Sequence[Scenario], measure: Settings, settings: SimulateSettings
+) -> Tables:
+    """Every scenario, where ``settings`` says; rows in scenario order. In this process the
+    scenarios run in one call, so options resolved against the trace (pins) are resolved once."""
+    local = settings.dask_address is None and settings.workers == 1
+    if local and settings.outcomes_for is None:
+        return simulate_grid(trace, grid, measure)
+    jobs = [
+        (
+            s,
+            measure
+            if settings.outcomes_for is None
+            else replace(measure, outcomes=s == settings.outcomes_for),
+        )
+        for s in grid
+    ]
+    merged = Tables()
+    for part in fan_out(
+        simulate_scenario, trace, jobs, workers=settings.workers, dask_address=settings.dask_address
+    ):
+        merged.extend(part)
+    return merged
+
+
+def simulate_scenario(trace: Trace, job: tuple[Scenario, Settings]) -> Tables:
+    """One scenario's rows (a task of :func:`simulate_scenarios`)."""
+    scenario, measure = job
+    return simulate_grid(trace, [scenario], measure)
