@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
 BUILD := build
 
-.PHONY: setup demo test browser bench lint clean
+.PHONY: setup demo test test-fast browser bench lint clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ browser:
 test: setup browser
 	$(BIN)/ruff check prefixscope tests benchmarks
 	$(BIN)/python -m pytest
+
+# The inner loop: everything but the slow, Prefect-flow and browser tests.
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow and not flow and not browser" -q
 
 bench: setup
 	$(BIN)/python benchmarks/simulate_bundled.py

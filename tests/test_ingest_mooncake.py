@@ -13,7 +13,7 @@ import pytest
 
 from prefixscope import warehouse
 from prefixscope.ingest import IngestOptions, ingest_files
-from tests.conftest import mooncake_line
+from tests.conftest import Bundled, mooncake_line
 
 
 def ingest(con, paths, **options):  # type: ignore[no-untyped-def]
@@ -21,23 +21,26 @@ def ingest(con, paths, **options):  # type: ignore[no-untyped-def]
         return ingest_files(con, paths, "mooncake", IngestOptions(**options), run_id)
 
 
-def test_bundled_trace_is_accepted_whole(wh, sample_path: Path) -> None:
-    _, con = wh
-    result = ingest(con, [sample_path])
+def test_bundled_trace_is_accepted_whole(bundled_warehouse: Bundled) -> None:
+    # The session's one ingest of the bundled trace, by the ingest stage.
+    result = bundled_warehouse.result
     assert (result.lines, result.accepted, result.rejected) == (12_031, 12_031, 0)
-    requests, blocks, tokens, tenants, span = con.execute(
-        "SELECT count(*), sum(len(block_hashes)), sum(input_tokens), count(DISTINCT tenant), "
-        "max(arrival_ts) - min(arrival_ts) FROM requests"
-    ).fetchone()
+    with warehouse.connect(bundled_warehouse.path, read_only=True) as con:
+        requests, blocks, tokens, tenants, span = con.execute(
+            "SELECT count(*), sum(len(block_hashes)), sum(input_tokens), "
+            "count(DISTINCT tenant), max(arrival_ts) - min(arrival_ts) FROM requests"
+        ).fetchone()
+        first = con.execute(
+            "SELECT block_hashes, input_tokens, output_tokens, source.line FROM requests "
+            "ORDER BY source.line LIMIT 1"
+        ).fetchone()
+        runs = con.execute("SELECT run_id, command, status FROM runs").fetchall()
     assert (requests, blocks, tokens, tenants) == (12_031, 288_500, 144_793_823, 1)
     assert span.total_seconds() == pytest.approx(3_536.999)
     # The file id is the SHA-256 of the decompressed bytes, as published beside the trace.
     assert result.files[0].file_id.startswith("b8cbb061a85206d729d91cdc2981f43c")
-    first = con.execute(
-        "SELECT block_hashes, input_tokens, output_tokens, source.line FROM requests "
-        "ORDER BY source.line LIMIT 1"
-    ).fetchone()
     assert first == (list(range(14)), 6758, 500, 1)
+    assert runs == [(result.run_id, "ingest", "succeeded")]
 
 
 # One broken line each, and the reason it must be rejected with.

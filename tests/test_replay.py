@@ -46,6 +46,7 @@ def simulated(wh, write_lines):  # type: ignore[no-untyped-def]
     return path
 
 
+@pytest.mark.slow
 def test_replay_then_savings_end_to_end_on_cpu(simulated: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     wh = str(simulated)
     argv = ["replay", "--warehouse", wh, "--samples", "8", "--max-tokens", "256", "--repeats", "2"]
@@ -121,6 +122,7 @@ def test_stratified_sampling_covers_every_stratum_first() -> None:
     assert scale_to(500, 100, 1000) == (500, 100)
 
 
+@pytest.mark.slow
 def test_the_flow_replay_stage_calibrates_what_its_savings_stage_then_uses(simulated) -> None:  # type: ignore[no-untyped-def]
     from prefixscope.analysis.simulation.scenarios import Scenario
     from prefixscope.pipelines import fleet_report as flow

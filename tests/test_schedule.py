@@ -47,8 +47,15 @@ def test_a_pattern_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
         expand_inputs([str(tmp_path / "*.jsonl")])
 
 
+@pytest.mark.timeout(60)  # were a server found, the command would serve until stopped
 def test_schedule_refuses_without_a_prefect_server(monkeypatch, capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    # No server: neither in the environment nor in the settings (the flow tests' session
+    # server sets PREFECT_API_URL there while it runs).
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     argv = ["schedule", "--cron", "0 * * * *", "--input", "x", "--warehouse", str(tmp_path / "w")]
-    assert cli.main(argv) == 2
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        assert not PREFECT_API_URL.value()
+        assert cli.main(argv) == 2
     assert "prefect server start" in capsys.readouterr().err

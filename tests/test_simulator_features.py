@@ -83,8 +83,7 @@ def test_salted_tenants_never_hit_each_other(policy, requests, data, capacity) -
     assert not salted.cross.any()
     shared = replay(trace, "ceiling", None, PolicyOptions(), "shared")
     assert np.all(
-        replay(trace, "ceiling", None, PolicyOptions(), "salted").hit_blocks
-        <= shared.hit_blocks
+        replay(trace, "ceiling", None, PolicyOptions(), "salted").hit_blocks <= shared.hit_blocks
     )
 
 
@@ -187,7 +186,6 @@ def test_pin_file_pins_prefixes_with_their_ancestors(tmp_path) -> None:
 # --- the command line ---------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_simulate_command_with_every_new_option(
     bundled_warehouse: Bundled, tmp_path, capsys
 ) -> None:

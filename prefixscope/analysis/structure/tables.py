@@ -152,7 +152,7 @@ def session_stats(trace: Trace, log: RequestLog, t: turns.Turns, max_forks: int)
                 "inference_recall": both / true_n if known and true_n else None,
             }
         )
-    return pa.Table.from_pylist(rows)
+    return pa.Table.from_pylist(rows, schema=SESSION_STATS_SCHEMA)
 
 
 def shared_prefixes(
@@ -222,7 +222,7 @@ def hit_sources(
                     },
                 }
             )
-    return pa.Table.from_pylist(rows)
+    return pa.Table.from_pylist(rows, schema=HIT_SOURCES_SCHEMA)
 
 
 def first_new_blocks(trace: Trace, ceiling: Outcome) -> pa.Table:
@@ -272,6 +272,44 @@ def reuse_times(trace: Trace, kind: np.ndarray) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=REUSE_SCHEMA)
 
 
+SESSION_STATS_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("requests", pa.int64()),
+        ("sessions", pa.int64()),
+        ("multi_turn_sessions", pa.int64()),
+        ("mean_turns", pa.float64()),
+        ("median_turns", pa.float64()),
+        ("p90_turns", pa.float64()),
+        ("max_turns", pa.int64()),
+        ("follow_ups", pa.int64()),
+        ("median_gap_s", pa.float64()),
+        ("p90_gap_s", pa.float64()),
+        ("median_growth_tokens", pa.float64()),
+        ("mean_growth_tokens", pa.float64()),
+        ("input_tokens", pa.int64()),
+        ("history_tokens", pa.int64()),
+        ("history_share", pa.float64()),
+        ("logged_links", pa.int64()),
+        ("inferred_links", pa.int64()),
+        ("matching_links", pa.int64()),
+        ("inference_precision", pa.float64()),
+        ("inference_recall", pa.float64()),
+    ]
+)
+HIT_SOURCES_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("policy", pa.string()),
+        ("capacity_blocks", pa.int64()),
+        ("requests", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("hit_tokens", pa.int64()),
+        ("own_session_tokens", pa.int64()),
+        ("shared_prefix_tokens", pa.int64()),
+        ("other_tenant_tokens", pa.int64()),
+    ]
+)
 SHARED_PREFIXES_SCHEMA = pa.schema(
     [
         ("rank", pa.int32()),
