@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope.analysis.curves.sampling import BATCH_ROWS, keep
-from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.csr import Trace, block_tokens
 from prefixscope.analysis.trace.load import block_size_of, replay_relation
 
 
@@ -93,7 +93,7 @@ def sample_lists(
     kept = np.flatnonzero(chosen)
     request = np.searchsorted(offsets, kept, side="right") - 1
     position = kept - offsets[request]
-    tokens = np.clip(input_tokens[request] - position * block_size, 0, block_size)
+    tokens = block_tokens(input_tokens[request], position, block_size)
     counts = np.bincount(request, minlength=len(input_tokens))
     covered = np.clip(np.minimum(np.diff(offsets) * block_size, input_tokens), 0, None)
     return counts, values[kept], tokens.astype(np.int32), covered, position < head

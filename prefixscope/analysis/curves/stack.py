@@ -23,6 +23,13 @@ import numpy as np
 
 
 @numba.njit(inline="always")
+def _tokens(left, block_size):  # type: ignore[no-untyped-def]
+    # The token-per-lookup rule of ``trace.csr.block_tokens``: ``left`` is the prompt's tokens
+    # from this block on.
+    return min(max(left, 0), block_size)
+
+
+@numba.njit(inline="always")
 def _popcount(v):  # type: ignore[no-untyped-def]
     v = v - ((v >> np.uint64(1)) & np.uint64(0x5555555555555555))
     v = (v & np.uint64(0x3333333333333333)) + ((v >> np.uint64(2)) & np.uint64(0x3333333333333333))
@@ -188,7 +195,7 @@ def _stack_curve_loop(  # type: ignore[no-untyped-def]
             if sized:
                 tokens = np.int64(lookup_tokens[p])
             else:
-                tokens = min(max(left, 0), block_size)
+                tokens = _tokens(left, block_size)
                 left -= block_size
             for w in range(rows):
                 g = groups[w, r]
@@ -227,7 +234,7 @@ def tally(buckets, offsets, input_tokens, block_size, groups, n_groups, n_bucket
         start, end = offsets[r], offsets[r + 1]
         left = input_tokens[r]
         for p in range(start, end):
-            tokens = min(max(left, 0), block_size)
+            tokens = _tokens(left, block_size)
             left -= block_size
             bucket = buckets[p]
             for w in range(rows):
@@ -253,7 +260,7 @@ def suffix_tally(buckets, offsets, input_tokens, block_size, tenants, n_tenants,
         t = tenants[r]
         left = input_tokens[r]
         for p in range(offsets[r], offsets[r + 1]):
-            hist[t, buckets[p]] += min(max(left, 0), block_size)
+            hist[t, buckets[p]] += _tokens(left, block_size)
             left -= block_size
         while q < n_points and starts[order[q]] >= r:
             j = order[q]

@@ -69,8 +69,14 @@ class Trace:
     def token_sizes(self) -> np.ndarray:
         """Tokens each lookup's block holds: ``block_size``, less for a partial last block."""
         position = np.arange(self.n_lookups) - self.offsets[self.request_of_lookup]
-        left = self.input_tokens[self.request_of_lookup] - position * self.block_size
-        return np.clip(left, 0, self.block_size)
+        return block_tokens(self.input_tokens[self.request_of_lookup], position, self.block_size)
+
+
+def block_tokens(input_tokens: np.ndarray, position: np.ndarray, block_size: int) -> np.ndarray:
+    """The tokens the block at ``position`` of a request of ``input_tokens`` holds: the one
+    token-per-lookup rule (``block_size``, less for a partial last block, 0 beyond the prompt);
+    ``curves/stack.py`` spells the same rule in its compiled loops."""
+    return np.clip(input_tokens - position * block_size, 0, block_size)
 
 
 def _next_use(blocks: np.ndarray, request: np.ndarray, n_requests: int) -> np.ndarray:
