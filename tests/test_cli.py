@@ -73,7 +73,7 @@ def test_ingest_simulate_report_from_the_command_line(tmp_path: Path, write_line
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["simulate", "--policy", "lru", "--capacity-blocks", "5"], "no requests"),
+        (["simulate", "--policy", "lru", "--capacity-blocks", "5"], "no warehouse at"),
         (["simulate", "--policy", "nope", "--capacity-blocks", "5"], "unknown policy"),
         (["ingest", "--format", "mooncake", "--input", "/no/such/file"], "no such input file"),
     ],

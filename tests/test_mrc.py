@@ -39,10 +39,15 @@ def make_trace(requests: list[list[int]], tenants: list[str], bs: int = 4) -> Tr
 
 
 def simulated(trace: Trace, policy: str, capacities, mode: str, windows=WINDOWS) -> dict:  # type: ignore[no-untyped-def]
-    """(window, tenant, capacity) -> (requests, input tokens, hit tokens) from `simulate`."""
-    rows = simulate_grid(
-        trace, scenarios([policy], list(capacities), [mode]), Settings(windows=tuple(windows))
-    ).hit_rates
+    """(window, tenant, capacity) -> (requests, input tokens, hit tokens) from `simulate`, one
+    run per capacity: a curve's steady window is per capacity, simulate's shared by its run."""
+    rows = [
+        row
+        for c in capacities
+        for row in simulate_grid(
+            trace, scenarios([policy], [c], [mode]), Settings(windows=tuple(windows))
+        ).hit_rates
+    ]
     return {
         (r["measure_window"], r["tenant"], r["capacity_blocks"]): (
             r["requests"],

@@ -13,7 +13,7 @@ def _outcomes(p: argparse.ArgumentParser) -> None:
     """Which configuration of ``request_outcomes`` to price."""
     p.add_argument("--outcomes-run", metavar="RUN_ID", help="simulate run (default: newest)")
     p.add_argument("--policy", help="configuration of request_outcomes to use")
-    p.add_argument("--capacity-blocks", type=int, metavar="N")
+    p.add_argument("--capacity-blocks", type=flags.positive_int, metavar="N")
     p.add_argument("--isolation", help="shared, salted, partitioned")
 
 
@@ -21,8 +21,12 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
     p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
     p.add_argument("--gpu", default=DEFAULT_GPU, help="a100, h100, h200 or NAME:TFLOPS:TBPS")
-    p.add_argument("--cached", type=int, required=True, help="cached prefix (tokens)")
-    p.add_argument("--new", type=int, required=True, help="new tokens of the hit")
+    p.add_argument(
+        "--cached", type=flags.bounded_int(0, 2**40), required=True, help="cached prefix (tokens)"
+    )
+    p.add_argument(
+        "--new", type=flags.bounded_int(1, 2**40), required=True, help="new tokens of the hit"
+    )
 
 
 def roofline(args: argparse.Namespace) -> int:
@@ -39,12 +43,31 @@ def replay_arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
     p.add_argument("--model", help="catalog model (cpu: tiny-llama, cuda: llama-3-8b)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (%(default)s)")
-    p.add_argument("--samples", type=int, default=24, metavar="N", help="requests (%(default)s)")
-    p.add_argument("--max-tokens", type=int, help="longer requests are scaled down to this")
+    p.add_argument(
+        "--samples",
+        type=flags.bounded_int(1, 1_000_000),
+        default=24,
+        metavar="N",
+        help="requests (%(default)s)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=flags.bounded_int(1, 2**24),
+        help="longer requests are scaled down to this",
+    )
     p.add_argument("--gpu", help="roofline spec (default: the device's, or measured on cpu)")
-    p.add_argument("--chunk", type=int, help="prefill at most this many tokens per forward")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per shape (%(default)s)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--chunk",
+        type=flags.bounded_int(1, 2**24),
+        help="prefill at most this many tokens per forward",
+    )
+    p.add_argument(
+        "--repeats",
+        type=flags.bounded_int(1, 10_000),
+        default=5,
+        help="timed runs per shape (%(default)s)",
+    )
+    p.add_argument("--seed", type=flags.bounded_int(0), default=0)
     _outcomes(p)
 
 

@@ -16,7 +16,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quota-file", metavar="FILE", help="partitioned: tenant,share lines")
     p.add_argument(
         "--sample-rate",
-        type=float,
+        type=flags.finite_float(0.0, 1.0),
         default=1.0,
         metavar="R",
         help="estimate from a sample of a share R, capacities scaled by 1/R (1: exact)",
@@ -28,10 +28,18 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="what a sample keeps: blocks (lru; default), blocks with the first block of every "
         "request kept whole (lru), or whole prefix families (any policy)",
     )
-    p.add_argument("--points", type=int, help="log-spaced capacities (lru 256, others 24)")
+    p.add_argument(
+        "--points",
+        type=flags.bounded_int(2, 100_000),
+        help="log-spaced capacities (lru 256, others 24)",
+    )
     flags.capacities(p, blocks_help="add points")
-    p.add_argument("--ttl", type=float, metavar="SECONDS", help="ttl: idle time before a drop")
-    p.add_argument("--workers", type=int, help="grid curves: processes (one per core)")
+    p.add_argument(
+        "--ttl", type=flags.finite_float(), metavar="SECONDS", help="ttl: idle time before a drop"
+    )
+    p.add_argument(
+        "--workers", type=flags.bounded_int(1, 4096), help="grid curves: processes (one per core)"
+    )
     p.add_argument(
         "--dask-address",
         metavar="tcp://HOST:PORT",

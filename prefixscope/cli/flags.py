@@ -3,11 +3,68 @@
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from prefixscope.analysis.simulation.capacities import Capacities
 
 DEFAULT_WAREHOUSE = "prefixscope.duckdb"
+
+#: The largest value any integer flag takes (int64: what the warehouse's BIGINT columns hold).
+INT64_MAX = 2**63 - 1
+#: The largest block size accepted (tokens per block): far above any engine's (16 to 512).
+MAX_BLOCK_SIZE = 1_048_576
+#: The largest --capacity-gib accepted: 1 PiB of KV cache.
+MAX_GIB = 2.0**20
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.strip().replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def bounded_int(low: int = 1, high: int = INT64_MAX) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        value = _int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {low:,} to {high:,}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+positive_int = bounded_int(1)
+count = bounded_int(0)
+block_size = bounded_int(1, MAX_BLOCK_SIZE)
+
+
+def finite_float(low: float = 0.0, high: float = math.inf, *, strict: bool = True):  # noqa: ANN201
+    """An argparse type: a finite number above ``low`` (or at it, when not ``strict``) and at
+    most ``high``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        below = value <= low if strict else value < low
+        if not math.isfinite(value) or below or value > high:
+            raise argparse.ArgumentTypeError(
+                f"expected a finite number {'above' if strict else 'from'} {low:g}"
+                + (f" and at most {high:g}" if math.isfinite(high) else "")
+                + f", got {text!r}"
+            )
+        return value
+
+    return parse
 
 
 def int_list(text: str) -> list[int]:
@@ -19,6 +76,8 @@ def int_list(text: str) -> list[int]:
         ) from None
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    if any(v > INT64_MAX for v in values):
+        raise argparse.ArgumentTypeError(f"expected integers below 2^63, got {text!r}")
     return values
 
 
@@ -29,9 +88,22 @@ def float_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers, got {text!r}"
         ) from None
-    if not values or any(v <= 0 for v in values):
+    if not values or any(not math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
+    if any(v <= 0 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    if any(v > MAX_GIB for v in values):
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_GIB:,.0f} each, got {text!r}")
     return values
+
+
+def out_file(text: str) -> str:
+    """An output file path: not an existing directory."""
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text} is a directory — give a file path, e.g. {Path(text) / 'report.html'}"
+        )
+    return text
 
 
 def duration(text: str) -> float:
@@ -42,6 +114,10 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a duration like 30s, 5m, 1h: {text!r}"
         ) from None
+    if not math.isfinite(value) or value > 10 * 365 * 86_400:
+        raise argparse.ArgumentTypeError(
+            f"a duration must be finite and at most 10 years: {text!r}"
+        )
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a duration must be positive: {text!r}")
     return value

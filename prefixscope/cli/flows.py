@@ -15,7 +15,7 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", required=True, metavar="FILE")
     p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
     flags.warehouse(p)
-    p.add_argument("--out", default="report.html")
+    p.add_argument("--out", type=flags.out_file, default="report.html")
     p.add_argument("--tenant", default=DEFAULT_TENANT)
     p.add_argument("--policy", type=flags.name_list, help="ceiling,lru,fifo,s3fifo,belady")
     p.add_argument("--capacity-blocks", type=flags.int_list, metavar="N[,N...]")
@@ -29,7 +29,7 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--savings-gpu", default="h100", help="GPU the savings price")
     p.add_argument(
         "--replay-samples",
-        type=int,
+        type=flags.count,
         default=0,
         metavar="N",
         help="also calibrate a cost model on N replayed requests (needs torch)",

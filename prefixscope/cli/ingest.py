@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
@@ -26,7 +27,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain or .gz")
     flags.warehouse(p)
     p.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant of every request (%(default)s)")
-    p.add_argument("--block-size", type=int, help="tokens per block (mooncake 512, others 16)")
+    p.add_argument(
+        "--block-size", type=flags.block_size, help="tokens per block (mooncake 512, others 16)"
+    )
     p.add_argument(
         "--start",
         type=flags.timestamp,
@@ -52,6 +55,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--chat-template", metavar="FILE", help="openai: Jinja chat template")
     p.add_argument("--tokenizer", metavar="FILE", help="openai: the model's tokenizer.json")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace a file's earlier rows even when lines accepted before would be rejected",
+    )
     for name in FIELD_FLAGS:
         p.add_argument(
             f"--{name.replace('_', '-')}-field",
@@ -61,9 +69,46 @@ def arguments(p: argparse.ArgumentParser) -> None:
         )
 
 
+def check_files(args: argparse.Namespace) -> None:
+    """``--tokenizer`` and ``--chat-template`` are files this can load, checked before any work,
+    each error naming the file."""
+    for flag, path in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template)):
+        if path is not None and not Path(path).is_file():
+            what = "is a directory" if Path(path).is_dir() else "does not exist"
+            raise ValueError(f"{flag} {path} {what} — give the path of a file")
+    if args.tokenizer is not None:
+        from tokenizers import Tokenizer
+
+        try:
+            Tokenizer.from_file(args.tokenizer)
+        except Exception as exc:  # tokenizers raises a bare Exception
+            first = " ".join(str(exc).split())[:200]
+            raise ValueError(
+                f"--tokenizer {args.tokenizer} is not a tokenizer file ({first}) — give the "
+                "model's tokenizer.json"
+            ) from None
+    if args.chat_template is not None:
+        import jinja2
+
+        try:
+            text = Path(args.chat_template).read_text(encoding="utf-8")
+            jinja2.Environment().parse(text)
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"--chat-template {args.chat_template} is not UTF-8 text — give a Jinja template"
+            ) from None
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(
+                f"--chat-template {args.chat_template} does not compile (line {exc.lineno}: "
+                f"{exc.message}) — fix the template"
+            ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from prefixscope.ingest import IngestOptions
     from prefixscope.stages import ingest
+
+    check_files(args)
 
     options = IngestOptions(
         tenant=args.tenant,
@@ -80,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         chat_template=args.chat_template,
         tokenizer=args.tokenizer,
         pseudonymize_key=args.pseudonymize_tenants,
+        replace=args.replace,
     )
     settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)
     result = ingest.run(args.warehouse, settings)

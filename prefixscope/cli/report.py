@@ -10,7 +10,7 @@ from prefixscope.cli.command import Command
 
 def arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
-    p.add_argument("--out", default="report.html")
+    p.add_argument("--out", type=flags.out_file, default="report.html")
 
 
 def run(args: argparse.Namespace) -> int:

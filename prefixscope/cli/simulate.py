@@ -21,9 +21,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="shared, salted, partitioned (comma-separated)",
     )
     p.add_argument("--quota-file", metavar="FILE", help="partitioned: tenant,share lines")
-    p.add_argument("--ttl", type=float, metavar="SECONDS", help="ttl: idle time before a drop")
+    p.add_argument(
+        "--ttl", type=flags.finite_float(), metavar="SECONDS", help="ttl: idle time before a drop"
+    )
     p.add_argument("--pin", metavar="FILE", help="pinned: prefix hashes to keep")
-    p.add_argument("--pin-top", type=int, metavar="K", help="pinned: the K most shared prefixes")
+    p.add_argument(
+        "--pin-top", type=flags.positive_int, metavar="K", help="pinned: the K most shared prefixes"
+    )
     p.add_argument(
         "--bucket",
         type=flags.duration,

@@ -12,22 +12,24 @@ def arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
     p.add_argument(
         "--capacity-blocks",
-        type=int,
+        type=flags.positive_int,
         default=16_000,
         metavar="N",
         help="capacity of the simulated configuration: lru, and pinned per prefix (%(default)s)",
     )
-    p.add_argument("--top", type=int, default=20, help="shared prefixes to keep (%(default)s)")
+    p.add_argument(
+        "--top", type=flags.positive_int, default=20, help="shared prefixes to keep (%(default)s)"
+    )
     p.add_argument(
         "--simulate-top",
-        type=int,
+        type=flags.count,
         default=10,
         metavar="K",
         help="of those, how many to simulate pinned (%(default)s)",
     )
     p.add_argument(
         "--max-forks",
-        type=int,
+        type=flags.count,
         default=None,
         metavar="F",
         help="turn inference: continuations a parent's last full block may have (2)",

@@ -25,6 +25,9 @@ import pyarrow as pa
 T = TypeVar("T")
 
 GZIP_MAGIC = b"\x1f\x8b"
+#: A UTF-8 byte-order mark: dropped from the start of a file (plain or decompressed) before its
+#: first line is split; it still counts in the file's bytes and SHA-256.
+UTF8_BOM = b"\xef\xbb\xbf"
 DEFAULT_CHUNK_BYTES = 32 << 20
 #: Compressed bytes fed to zlib per call: small, so a corrupt block loses little that came before.
 GZIP_READ_BYTES = 64 << 10
@@ -185,6 +188,7 @@ def read_line_batches(
     """
     carry = b""
     next_line = 1
+    first = True
     with path.open("rb") as raw:
         chunks = _chunks(raw, chunk_bytes)
         while True:
@@ -198,6 +202,10 @@ def read_line_batches(
             state.sha256.update(chunk)
             state.bytes_read += len(chunk)
             data = carry + chunk
+            if first and len(data) >= len(UTF8_BOM):
+                first = False
+                if data.startswith(UTF8_BOM):
+                    data = data[len(UTF8_BOM) :]
             cut = data.rfind(b"\n") + 1
             carry = data[cut:]
             if cut:
@@ -205,6 +213,8 @@ def read_line_batches(
                 next_line += batch.num_lines
                 state.lines += batch.num_lines
                 yield batch
+    if first and carry.startswith(UTF8_BOM):
+        carry = carry[len(UTF8_BOM) :]
     if carry:
         batch = _split(carry, next_line)
         state.lines += batch.num_lines

@@ -1,15 +1,16 @@
 """Write parsed lines into the warehouse: accepted ones to ``requests``, the rest to ``rejects``.
 
-A file is identified by the SHA-256 of its decompressed bytes. Its rows are staged while it
-streams, then swapped in by one transaction that first deletes whatever the same content left
-before: re-ingesting a file replaces its rows, never duplicates them, and a failure midway
-leaves the warehouse as it was.
+Two steps. :func:`stage_files` reads and parses every file of the command into memory (Arrow
+tables of hashes and counts, never text) and touches no warehouse. :func:`publish` then writes
+them all in ONE transaction: all files or none. A file is the same file as an earlier source
+when it has the same resolved path (a log that grew) or the same content (the SHA-256 of its
+decompressed bytes, under any path); publishing deletes every such earlier source's rows first,
+so re-ingesting replaces, never duplicates.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +21,35 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope import sql
-from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
-from prefixscope.ingest.formats.base import conform
-from prefixscope.ingest.lines import FileReadState, prefetch
+from prefixscope.ingest.formats import IngestOptions
+from prefixscope.ingest.staging import (
+    SNIFF_LINES,
+    FormatMismatch,
+    Staged,
+    StagedFile,
+    check_inputs,
+    judge_timestamps,
+    pseudonymize,
+    stage_files,
+)
 
-#: Reject reasons that say "this line is not of the format" rather than "this value is bad".
-_SHAPE_REASONS = {"invalid_utf8", "invalid_json", "not_an_object", "missing_field", "wrong_type"}
-#: A file whose first this-many non-blank lines all fail on shape is not the format asked for.
-SNIFF_LINES = 100
+#: The name the staging file is attached under while publishing.
+_STAGING = "prefixscope_staging"
 
-
-class FormatMismatch(ValueError):
-    """The file is not the format asked for; nothing of it was written."""
+__all__ = [
+    "SNIFF_LINES",
+    "FileResult",
+    "FormatMismatch",
+    "IngestResult",
+    "Staged",
+    "StagedFile",
+    "check_inputs",
+    "ingest_files",
+    "judge_timestamps",
+    "pseudonymize",
+    "publish",
+    "stage_files",
+]
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,7 @@ class FileResult:
 class IngestResult:
     run_id: str
     files: tuple[FileResult, ...]
+    skipped: tuple[str, ...] = ()  # inputs given again in the command (same path or content)
 
     @property
     def lines(self) -> int:
@@ -71,93 +90,164 @@ def ingest_files(
     format_name: str,
     options: IngestOptions,
     run_id: str,
+    *,
+    replace: bool | None = None,
 ) -> IngestResult:
-    """Ingest ``paths`` (plain or gzip, in this order) as ``format_name`` under ``run_id``."""
-    if format_name not in FORMATS:
-        raise ValueError(f"unknown format {format_name!r}; known: {', '.join(sorted(FORMATS))}")
-    missing = [str(p) for p in paths if not Path(p).is_file()]
-    if missing:
-        raise FileNotFoundError(f"no such input file: {', '.join(missing)}")
-    for p in paths:
-        with Path(p).open("rb") as f:
-            if f.read(4) == b"PAR1" and format_name != "tokens":
-                raise FormatMismatch(f"{p} is a Parquet file; only --format tokens reads Parquet")
-    return IngestResult(
-        run_id, tuple(_ingest_one(con, Path(p), format_name, options, run_id) for p in paths)
+    """Ingest ``paths`` (plain or gzip, in this order) as ``format_name`` under ``run_id``: all
+    of them, or (on any error) nothing. ``replace`` overrides ``options.replace``.
+
+    Equivalent to :func:`stage_files` (reads and parses everything, touches no warehouse) then
+    :func:`publish` (one short transaction on ``con``); a caller that wants the warehouse open
+    only while publishing calls the two itself."""
+    with stage_files(paths, format_name, options) as staged:
+        return publish(con, staged, run_id, replace=replace)
+
+
+def publish(
+    con: duckdb.DuckDBPyConnection,
+    staged: Staged,
+    run_id: str,
+    *,
+    replace: bool | None = None,
+) -> IngestResult:
+    """Write every staged file in ONE transaction on ``con``: first delete every earlier source
+    that matches a file by resolved path or by content (``file_id``) -- with its requests and
+    rejects --, then insert the files' requests, rejects and sources. Raises ValueError and
+    writes nothing when that would reject lines an earlier ingest accepted, unless ``replace``
+    (default: ``staged.options.replace``)."""
+    replace = staged.options.replace if replace is None else replace
+    format_name = staged.format_name
+    results: list[FileResult] = []
+    con.execute(f"ATTACH '{_quote(staged.staging_path)}' AS {_STAGING} (READ_ONLY)")
+    con.begin()
+    try:
+        matched = [_matching_sources(con, f) for f in staged.files]
+        gone = sorted({fid for m in matched for fid in m} | {f.file_id for f in staged.files})
+        con.register("gone", pa.table({"file_id": pa.array(gone, pa.string())}))
+        command_ids: list[pa.Array] = []
+        stages = []
+        for f, m in zip(staged.files, matched, strict=True):
+            earlier = pa.concat_arrays(command_ids) if command_ids else pa.array([], pa.string())
+            stage = _reject_duplicates(con, f.stage, earlier)
+            if not replace and m:
+                _refuse_regression(con, f, stage, m)
+            accepted_ids = stage.filter(
+                pc.and_(pc.is_null(stage["reason"]), pc.is_valid(stage["log_request_id"]))
+            )["log_request_id"]
+            command_ids.append(accepted_ids.combine_chunks())
+            stages.append(stage)
+        for table in ("requests", "rejects", "sources"):
+            con.execute(f"DELETE FROM {table} WHERE file_id IN (SELECT file_id FROM gone)")
+        for f, m, stage in zip(staged.files, matched, stages, strict=True):
+            results.append(_insert(con, f, stage, format_name, run_id, replaced=bool(m)))
+        _verify(con, results)
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    finally:
+        for view in ("gone", "dups", "ids", "command_ids", "new_rejects", "old"):
+            with contextlib.suppress(duckdb.Error):
+                con.unregister(view)
+        with contextlib.suppress(duckdb.Error):
+            con.execute(f"DETACH {_STAGING}")
+    return IngestResult(run_id, tuple(results), staged.skipped)
+
+
+def _quote(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def _matching_sources(con: duckdb.DuckDBPyConnection, f: StagedFile) -> list[str]:
+    """The file ids of earlier sources that are this file: the same content, or the same
+    resolved path (a log that grew since)."""
+    rows = con.execute(
+        "SELECT file_id FROM sources WHERE file_id = ? OR coalesce(resolved_path, path) IN (?, ?)",
+        [f.file_id, f.resolved, str(f.path)],
+    ).fetchall()
+    return sorted({r[0] for r in rows})
+
+
+def _refuse_regression(
+    con: duckdb.DuckDBPyConnection, f: StagedFile, stage: pa.Table, matched: list[str]
+) -> None:
+    """Stop when lines that an earlier ingest of this file accepted would now be rejected (a
+    wrong --block-size, a chat template that fails): lines are compared by number, so a log
+    that only grew at its end compares line for line."""
+    rejected = stage.filter(pc.is_valid(stage["reason"])).select(["line", "reason"])
+    if rejected.num_rows == 0:
+        return
+    con.register("new_rejects", rejected)
+    con.register("old", pa.table({"file_id": pa.array(matched, pa.string())}))
+    rows = con.execute(
+        """
+        SELECT n.reason, count(DISTINCT n.line) AS lines
+        FROM requests r JOIN new_rejects n ON r.source.line = n.line
+        WHERE r.file_id IN (SELECT file_id FROM old)
+        GROUP BY n.reason ORDER BY lines DESC, n.reason
+        """
+    ).fetchall()
+    if not rows:
+        return
+    total = sum(n for _, n in rows)
+    raise ValueError(
+        f"{f.path}: this ingest would reject {total:,} line(s) that an earlier ingest of the "
+        f"same file accepted (most often: {rows[0][0]}); check --block-size and the format "
+        "flags, or pass --replace to replace the earlier rows anyway. Nothing was written"
     )
 
 
-def _ingest_one(
+def _insert(
     con: duckdb.DuckDBPyConnection,
-    path: Path,
+    f: StagedFile,
+    stage: pa.Table,
     format_name: str,
-    options: IngestOptions,
     run_id: str,
+    *,
+    replaced: bool,
 ) -> FileResult:
-    fmt = FORMATS[format_name]
-    state = FileReadState()
-    # The file's rows wait in memory (hashes and counts only, never text) until its identity is
-    # known at the end of the stream; then one transaction swaps them in.
-    staged: list[pa.Table] = []
-    for batch in prefetch(fmt.batches(path, state)):
-        rows = fmt.parse(con, batch, options)
-        assert rows.num_rows == batch.num_rows, "a format must return one row per input row"
-        if not staged:
-            _sniff(rows, path, format_name)
-        if options.pseudonymize_key:
-            rows = pseudonymize(rows, options.pseudonymize_key)
-        staged.append(rows)
-    if state.truncated is not None:
-        staged = _mark_truncated(staged, *state.truncated)
-    file_id = state.file_id
-    params = {"file_id": file_id, "path": str(path), "format": format_name, "run_id": run_id}
-    stage = pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table()
-    stage = _reject_duplicates(con, stage, file_id)
+    state = f.state
     rejected = stage.num_rows - stage["reason"].null_count
     accepted = stage.num_rows - rejected
-    # Every line read is staged exactly once: the identity that means "nothing vanishes".
     assert accepted + rejected == state.lines, (accepted, rejected, state.lines)
     out_of_order = _count_out_of_order(stage)
     reasons = pc.value_counts(pc.drop_null(stage["reason"])).to_pylist() if rejected else []
     reason_counts = tuple(
         sorted(((r["values"], r["counts"]) for r in reasons), key=lambda rc: (-rc[1], rc[0]))
     )
-
-    con.register("ingest_stage", stage)
-    con.begin()
-    try:
-        replaced = (
-            con.execute("SELECT count(*) FROM sources WHERE file_id = ?", [file_id]).fetchone()[0]
-            > 0
-        )
-        for table in ("requests", "rejects", "sources"):
-            con.execute(f"DELETE FROM {table} WHERE file_id = ?", [file_id])
-        con.execute(sql.load("ingest/swap_in_requests"), params)
-        con.execute(sql.load("ingest/swap_in_rejects"), params)
-        con.execute(
-            "INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
-            [
-                file_id,
-                str(path),
-                format_name,
-                state.bytes_read,
-                state.lines,
-                accepted,
-                rejected,
-                state.truncated is None,
-                out_of_order,
-                run_id,
-            ],
-        )
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
-    finally:
-        con.unregister("ingest_stage")
+    params = {"file_id": f.file_id, "path": str(f.path), "format": format_name, "run_id": run_id}
+    # The full rows come from the staging file; the lines publishing found to be duplicates
+    # (the only reasons decided here) come as the small view `dups`.
+    dups = stage.filter(pc.equal(pc.fill_null(stage["reason"], ""), "duplicate_request_id"))
+    con.register("dups", dups.select(["line", "detail"]))
+    source = f"{_STAGING}.{f.table}"
+    con.execute(
+        sql.load("ingest/swap_in_requests").replace("ingest_stage", source), {"run_id": run_id}
+    )
+    con.execute(sql.load("ingest/swap_in_rejects").replace("ingest_stage", source), params)
+    con.unregister("dups")
+    con.execute(
+        """INSERT INTO sources (file_id, path, format, bytes, lines, accepted, rejected,
+                                complete, out_of_order, ingest_run_id, ingested_at,
+                                resolved_path)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?)""",
+        [
+            f.file_id,
+            str(f.path),
+            format_name,
+            state.bytes_read,
+            state.lines,
+            accepted,
+            rejected,
+            state.truncated is None,
+            out_of_order,
+            run_id,
+            f.resolved,
+        ],
+    )
     return FileResult(
-        str(path),
-        file_id,
+        str(f.path),
+        f.file_id,
         state.lines,
         accepted,
         rejected,
@@ -168,18 +258,47 @@ def _ingest_one(
     )
 
 
-def _reject_duplicates(con: duckdb.DuckDBPyConnection, stage: pa.Table, file_id: str) -> pa.Table:
-    """Reject accepted rows whose request id was seen before (``duplicate_request_id.sql``).
-    Only the narrow (line, id) columns go to DuckDB; most logs carry no id and skip this."""
+def _verify(con: duckdb.DuckDBPyConnection, results: list[FileResult]) -> None:
+    """Inside the publish transaction: per file, the rows written add up to the lines read."""
+    if not results:
+        return
+    ids = [r.file_id for r in results]
+    written = dict(
+        con.execute(
+            """SELECT file_id, sum(n) FROM (
+                   SELECT file_id, count(*) AS n FROM requests
+                   WHERE file_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY file_id
+                   UNION ALL
+                   SELECT file_id, count(*) FROM rejects
+                   WHERE file_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY file_id
+               ) GROUP BY file_id""",
+            [ids, ids],
+        ).fetchall()
+    )
+    for r in results:
+        got = int(written.get(r.file_id, 0))
+        if got != r.lines:  # never expected: a line went missing or was doubled
+            raise AssertionError(f"{r.path}: {r.lines} lines read, {got} rows written")
+
+
+def _reject_duplicates(
+    con: duckdb.DuckDBPyConnection, stage: pa.Table, earlier: pa.Array
+) -> pa.Table:
+    """Reject accepted rows whose request id was seen before (``duplicate_request_id.sql``):
+    on an earlier line, in an earlier file of this command (``earlier``), or in the warehouse
+    outside the sources this command replaces (view ``gone``). Only the narrow (line, id)
+    columns go to DuckDB; most logs carry no id and skip this."""
     with_id = pc.and_(pc.is_null(stage["reason"]), pc.is_valid(stage["log_request_id"]))
     if not pc.any(with_id).as_py():
         return stage
     con.register("ids", stage.select(["line", "log_request_id"]).filter(with_id))
+    con.register("command_ids", pa.table({"log_request_id": earlier.cast(pa.string())}))
     try:
-        dup = con.sql(sql.load("ingest/duplicate_request_ids"), params={"file_id": file_id})
+        dup = con.sql(sql.load("ingest/duplicate_request_ids"))
         lines = dup.to_arrow_table()["line"]
     finally:
         con.unregister("ids")
+        con.unregister("command_ids")
     if len(lines) == 0:
         return stage
     hit = pc.is_in(stage["line"], lines)
@@ -204,45 +323,3 @@ def _count_out_of_order(stage: pa.Table) -> int:
     ts = ts[np.argsort(lines, kind="stable")]
     earlier_max = np.maximum.accumulate(ts)
     return int(np.count_nonzero(ts[1:] < earlier_max[:-1]))
-
-
-def _sniff(rows: pa.Table, path: Path, format_name: str) -> None:
-    """Fail fast, before anything is written, on a file that is not ``format_name``."""
-    head = rows.filter(pc.not_equal(pc.fill_null(rows["reason"], ""), "blank_line"))
-    head = head.slice(0, SNIFF_LINES)
-    reasons = head["reason"].to_pylist()
-    if not reasons or any(r is None or r not in _SHAPE_REASONS for r in reasons):
-        return
-    counts: dict[tuple[str, str], int] = {}
-    for r, d in zip(reasons, head["detail"].to_pylist(), strict=True):
-        counts[(r, d)] = counts.get((r, d), 0) + 1
-    (reason, detail), _ = max(counts.items(), key=lambda kv: kv[1])
-    raise FormatMismatch(
-        f"{path} does not look like {format_name}: none of its first {len(reasons)} lines "
-        f"parsed (most often: {reason}, {detail}); pick the right --format or field flags"
-    )
-
-
-def pseudonymize(rows: pa.Table, key: str) -> pa.Table:
-    """Replace tenant names with ``t-`` + the first 16 hex digits of HMAC-SHA256(key, name):
-    stable for one key, not reversible without it."""
-    names = rows["tenant"]
-    mapping = {
-        n: "t-" + hmac.new(key.encode(), n.encode(), hashlib.sha256).hexdigest()[:16]
-        for n in pc.unique(names).to_pylist()
-        if n is not None
-    }
-    column = pa.array([None if n is None else mapping[n] for n in names.to_pylist()], pa.string())
-    return rows.set_column(rows.schema.get_field_index("tenant"), "tenant", column)
-
-
-def _mark_truncated(staged: list[pa.Table], line: int, why: str) -> list[pa.Table]:
-    """The tail of a cut-short stream is one rejected line (``truncated_file``), unless it is a
-    whole valid line that only lost its newline (a JSON object cut short never parses)."""
-    detail = f"the file ends early ({why[:200]}); the lines before were kept"
-    tail = [t.filter(pc.equal(t["line"], line)) for t in staged]
-    if any(t.num_rows and t["reason"][0].as_py() is None for t in tail):
-        return staged  # the tail parsed: nothing was lost but its newline
-    kept = [t.filter(pc.not_equal(t["line"], line)) for t in staged]
-    marker = pa.table({"line": [line], "reason": ["truncated_file"], "detail": [detail]})
-    return [*kept, conform(marker)]

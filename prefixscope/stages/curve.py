@@ -35,14 +35,15 @@ class CurveResult:
 def run(wh: str | Path, settings: CurveStageSettings) -> CurveResult:
     curve = settings.curve
     curve.check()
-    with warehouse.stage_run(wh, "curve", settings) as (con, run_id):
+    with warehouse.StageRun(wh, "curve", settings) as run:
         source: Trace | BlockSample
-        if curve.by_block:
-            source = load_block_sample(con, curve.sample_rate, curve.head)
-        elif curve.sample_rate < 1:
-            source = load_sampled_trace(con, curve.sample_rate)
-        else:
-            source = load_trace(con)
+        with run.reading() as con:
+            if curve.by_block:
+                source = load_block_sample(con, curve.sample_rate, curve.head)
+            elif curve.sample_rate < 1:
+                source = load_sampled_trace(con, curve.sample_rate)
+            else:
+                source = load_trace(con)
         block_size = source.block_size if isinstance(source, Trace) else source.trace.block_size
         if settings.points is not None:
             blocks, _ = settings.points.resolve(block_size)
@@ -53,5 +54,6 @@ def run(wh: str | Path, settings: CurveStageSettings) -> CurveResult:
                 model_config=curve.model_config or settings.points.model_config,
             )
         table = compute(source, curve)
-        warehouse.append(con, "mrc", table, run_id)
-    return CurveResult(run_id, table)
+        with run.publishing() as con:
+            warehouse.append(con, "mrc", table, run.run_id)
+    return CurveResult(run.run_id, table)

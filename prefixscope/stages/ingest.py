@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefixscope import warehouse
-from prefixscope.ingest import IngestOptions, IngestResult, ingest_files
+from prefixscope.ingest import IngestOptions, IngestResult
+from prefixscope.ingest.loader import publish, stage_files
 
 
 @dataclass(frozen=True)
@@ -22,5 +23,13 @@ class IngestSettings:
 
 
 def run(wh: str | Path, settings: IngestSettings) -> IngestResult:
-    with warehouse.stage_run(wh, "ingest", settings.recorded()) as (con, run_id):
-        return ingest_files(con, settings.inputs, settings.format, settings.options, run_id)
+    """The only stage that may create the warehouse. Every file is read and parsed first, with
+    the warehouse closed; the write lock is held only while the staged rows are published, in
+    one transaction (docs/ingest.md)."""
+    run = warehouse.StageRun(wh, "ingest", settings.recorded(), create=True)
+    with (
+        run,
+        stage_files(settings.inputs, settings.format, settings.options) as staged,
+        run.writing() as con,
+    ):
+        return publish(con, staged, run.run_id)

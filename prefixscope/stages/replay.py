@@ -19,9 +19,14 @@ def run(wh: str | Path, settings: Any) -> Any:
     except ImportError as exc:
         raise ValueError(f"replay needs torch: pip install 'prefixscope[replay]' ({exc})") from None
     o = settings
-    with warehouse.stage_run(wh, "replay", o) as (con, run_id):
-        config = choose_configuration(con, o.outcomes_run, o.policy, o.capacity_blocks, o.isolation)
-        result = replay_requests(outcome_rows(con, config), config.run_id, o)
-        warehouse.append(con, "replay_samples", result.samples, run_id)
-        warehouse.append(con, "miss_cost_models", result.cost_model_row, run_id)
-    return run_id, result
+    with warehouse.StageRun(wh, "replay", o) as run:
+        with run.reading() as con:
+            config = choose_configuration(
+                con, o.outcomes_run, o.policy, o.capacity_blocks, o.isolation
+            )
+            rows = outcome_rows(con, config)
+        result = replay_requests(rows, config.run_id, o)
+        with run.publishing() as con:
+            warehouse.append(con, "replay_samples", result.samples, run.run_id)
+            warehouse.append(con, "miss_cost_models", result.cost_model_row, run.run_id)
+    return run.run_id, result

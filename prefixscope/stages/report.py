@@ -15,5 +15,7 @@ class ReportSettings:
 
 
 def run(wh: str | Path, settings: ReportSettings) -> Path:
-    with warehouse.stage_run(wh, "report", settings) as (con, _):
+    """Reads the views from a read-only connection; the run is closed after the page is
+    written."""
+    with warehouse.StageRun(wh, "report", settings) as run, run.reading() as con:
         return build_report(con, settings.out, Path(wh).name)

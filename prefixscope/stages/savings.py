@@ -30,11 +30,15 @@ class SavingsSettings:
 
 def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
     s = settings
-    with warehouse.stage_run(wh, "savings", s) as (con, run_id):
-        config = choose_configuration(con, s.outcomes_run, s.policy, s.capacity_blocks, s.isolation)
-        fitted = None if s.cost_model == "roofline" else calibrated(con, s.model, s.gpu)
+    with warehouse.StageRun(wh, "savings", s) as run:
+        with run.reading() as con:
+            config = choose_configuration(
+                con, s.outcomes_run, s.policy, s.capacity_blocks, s.isolation
+            )
+            fitted = None if s.cost_model == "roofline" else calibrated(con, s.model, s.gpu)
+            outcomes, traffic = load_outcomes(con, config)
         cost = cost_model(s.model, s.gpu, s.cost_model, fitted)
-        outcomes, traffic = load_outcomes(con, config)
         table = savings_table(config, outcomes, traffic, cost)
-        warehouse.append(con, "savings", table, run_id)
+        with run.publishing() as con:
+            warehouse.append(con, "savings", table, run.run_id)
     return table

@@ -10,7 +10,7 @@ from pathlib import Path
 from prefixscope import warehouse
 from prefixscope.analysis.fanout import fan_out
 from prefixscope.analysis.simulation.capacities import Capacities
-from prefixscope.analysis.simulation.grid import simulate_grid
+from prefixscope.analysis.simulation.grid import Replayed, measure_replayed, replay_scenarios
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
 from prefixscope.analysis.simulation.tables import Tables
 from prefixscope.analysis.trace.csr import Trace
@@ -48,8 +48,9 @@ class SimulateResult:
 
 def run(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
     settings.check()
-    with warehouse.stage_run(wh, "simulate", settings) as (con, run_id):
-        trace = load_trace(con)
+    with warehouse.StageRun(wh, "simulate", settings) as run:
+        with run.reading() as con:
+            trace = load_trace(con)
         blocks, gibs = settings.capacities.resolve(trace.block_size)
         grid = scenarios(settings.policies, blocks, settings.isolations, gibs)
         measure = replace(
@@ -59,38 +60,45 @@ def run(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
         )
         tables = simulate_scenarios(trace, grid, measure, settings)
         hit_rates, timeseries, outcomes = tables.arrow()
-        warehouse.append(con, "hit_rates", hit_rates, run_id)
-        warehouse.append(con, "hit_rate_timeseries", timeseries, run_id)
-        warehouse.append(con, "request_outcomes", outcomes, run_id)
-    return SimulateResult(run_id, tables, tuple(grid))
+        with run.publishing() as con:
+            warehouse.append(con, "hit_rates", hit_rates, run.run_id)
+            warehouse.append(con, "hit_rate_timeseries", timeseries, run.run_id)
+            warehouse.append(con, "request_outcomes", outcomes, run.run_id)
+    return SimulateResult(run.run_id, tables, tuple(grid))
 
 
 def simulate_scenarios(
     trace: Trace, grid: Sequence[Scenario], measure: Settings, settings: SimulateSettings
 ) -> Tables:
-    """Every scenario, where ``settings`` says; rows in scenario order. In this process the
-    scenarios run in one call, so options resolved against the trace (pins) are resolved once."""
+    """Every scenario, where ``settings`` says; rows in scenario order. Two passes: the tasks
+    replay the scenarios (each returns its per-request outcome and own warm-up), then this
+    process measures them all from the run's one shared steady start, so the rows are the same
+    wherever the replays ran. In this process the scenarios replay in one call, so options
+    resolved against the trace (pins) are resolved once."""
     local = settings.dask_address is None and settings.workers == 1
-    if local and settings.outcomes_for is None:
-        return simulate_grid(trace, grid, measure)
-    jobs = [
-        (
-            s,
-            measure
-            if settings.outcomes_for is None
-            else replace(measure, outcomes=s == settings.outcomes_for),
+    if local:
+        replayed = replay_scenarios(trace, grid, measure)
+    else:
+        replayed = fan_out(
+            simulate_scenario,
+            trace,
+            [(s, measure) for s in grid],
+            workers=settings.workers,
+            dask_address=settings.dask_address,
         )
-        for s in grid
-    ]
+    if settings.outcomes_for is None:
+        return measure_replayed(trace, replayed, measure)
+    # request_outcomes for one scenario only: measure the others without them
     merged = Tables()
-    for part in fan_out(
-        simulate_scenario, trace, jobs, workers=settings.workers, dask_address=settings.dask_address
-    ):
-        merged.extend(part)
+    every = measure_replayed(trace, replayed, replace(measure, outcomes=False))
+    merged.hit_rates, merged.timeseries = every.hit_rates, every.timeseries
+    chosen = [r for r in replayed if r.scenario == settings.outcomes_for]
+    if chosen:
+        merged.outcomes = measure_replayed(trace, chosen, replace(measure, outcomes=True)).outcomes
     return merged
 
 
-def simulate_scenario(trace: Trace, job: tuple[Scenario, Settings]) -> Tables:
-    """One scenario's rows (a task of :func:`simulate_scenarios`)."""
+def simulate_scenario(trace: Trace, job: tuple[Scenario, Settings]) -> Replayed:
+    """One scenario's first pass (a task of :func:`simulate_scenarios`)."""
     scenario, measure = job
-    return simulate_grid(trace, [scenario], measure)
+    return replay_scenarios(trace, [scenario], measure)[0]

@@ -21,9 +21,12 @@ class StructureResult:
 
 
 def run(wh: str | Path, settings: StructureSettings) -> StructureResult:
-    with warehouse.stage_run(wh, "structure", settings) as (con, run_id):
-        trace = load_trace(con)
-        tables = analyse(trace, load_log(con, trace), settings)
-        for name in TABLES:
-            warehouse.append(con, name, tables[name], run_id)
-    return StructureResult(run_id, tables)
+    with warehouse.StageRun(wh, "structure", settings) as run:
+        with run.reading() as con:
+            trace = load_trace(con)
+            log = load_log(con, trace)
+        tables = analyse(trace, log, settings)
+        with run.publishing() as con:
+            for name in TABLES:
+                warehouse.append(con, name, tables[name], run.run_id)
+    return StructureResult(run.run_id, tables)

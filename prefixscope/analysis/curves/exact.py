@@ -88,7 +88,7 @@ def _steady(trace: Trace, points: np.ndarray, buckets: np.ndarray) -> list[Measu
     per = stack.tally(
         buckets,
         trace.offsets,
-        trace.input_tokens,
+        trace.servable_tokens,  # token weights: the last-token rule (csr.py)
         trace.block_size,
         interval.astype(np.int32)[None, :],
         INTERVALS,
@@ -110,7 +110,7 @@ def _steady(trace: Trace, points: np.ndarray, buckets: np.ndarray) -> list[Measu
     hits = stack.suffix_tally(
         buckets,
         trace.offsets,
-        trace.input_tokens,
+        trace.servable_tokens,  # token weights: the last-token rule (csr.py)
         trace.block_size,
         trace.tenant_codes,
         len(trace.tenants),

@@ -84,7 +84,7 @@ def trace_stack_curve(trace, points, groups, keep_buckets=False, lookup_tokens=N
         trace.blocks,
         trace.n_unique,
         points,
-        trace.input_tokens,
+        trace.servable_tokens,  # token weights: the last-token rule (csr.py)
         trace.block_size,
         groups,
         len(trace.tenants),

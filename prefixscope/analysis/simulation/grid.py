@@ -5,6 +5,7 @@ wherever a trace can be shipped."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -16,7 +17,7 @@ from prefixscope.analysis.simulation.tables import OUTCOMES_SCHEMA, Tables
 from prefixscope.analysis.structure import pins
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET, hit_tokens, trace_groups
-from prefixscope.analysis.trace.steady import batch_means_ci, warm_up
+from prefixscope.analysis.trace.steady import WarmUp, batch_means_ci, warm_up
 from prefixscope.analysis.trace.windows import STEADY, WINDOWS, check_windows
 
 
@@ -24,7 +25,7 @@ def cross_tokens(trace: Trace, outcome: Outcome) -> np.ndarray:
     """Hit tokens per request served from blocks another tenant inserted."""
     if len(outcome.cross) == 0:  # one tenant: nobody else to hit
         return np.zeros(trace.n_requests, dtype=np.int64)
-    weights = np.where(outcome.cross, trace.token_sizes, 0)
+    weights = np.where(outcome.cross, trace.served_sizes, 0)
     return np.bincount(trace.request_of_lookup, weights=weights, minlength=trace.n_requests).astype(
         np.int64
     )
@@ -51,11 +52,27 @@ def _option_text(policy: str, settings: Settings, options: PolicyOptions) -> str
     return None
 
 
-def simulate_grid(trace: Trace, scenarios_: Sequence[Scenario], settings: Settings) -> Tables:
-    """Replay ``trace`` once per scenario and measure it over every window."""
+@dataclass(frozen=True)
+class Replayed:
+    """One scenario replayed (the first pass): per request its served hit blocks, hit tokens
+    and cross-tenant hit tokens, its own warm-up, and its options as the table shows them.
+    Small (per request, not per lookup), so a fan-out's task returns it."""
+
+    scenario: Scenario
+    hit_blocks: np.ndarray
+    tokens: np.ndarray
+    cross: np.ndarray
+    warmup: WarmUp
+    option_text: str | None
+
+
+def replay_scenarios(
+    trace: Trace, scenarios_: Sequence[Scenario], settings: Settings
+) -> list[Replayed]:
+    """The first pass: replay ``trace`` once per scenario (options resolved once)."""
     check_windows(settings.windows)
     options = policy_options(trace, settings)
-    tables = Tables()
+    out = []
     for scenario in scenarios_:
         outcome = replay(
             trace,
@@ -66,16 +83,55 @@ def simulate_grid(trace: Trace, scenarios_: Sequence[Scenario], settings: Settin
             settings.quota_file,
         )
         tokens = hit_tokens(trace, outcome.hit_blocks)
-        cross = cross_tokens(trace, outcome)
-        base = _base_row(
-            trace, scenario, settings, _option_text(scenario.policy, settings, options)
+        bounded = POLICIES[scenario.policy].bounded
+        out.append(
+            Replayed(
+                scenario,
+                outcome.hit_blocks,
+                tokens,
+                cross_tokens(trace, outcome),
+                warm_up(tokens, trace.input_tokens, outcome.filled_at, bounded),
+                _option_text(scenario.policy, settings, options),
+            )
         )
+    return out
+
+
+def shared_start(trace: Trace, replayed: Sequence[Replayed]) -> int:
+    """The one steady window of a run starts at the latest warm-up end among its
+    configurations. A configuration whose cache never filled has no warm-up end and does not
+    push it; when none has one, nothing is measured (the start is ``n_requests``)."""
+    ends = [r.warmup.end for r in replayed if r.warmup.filled]
+    return max(ends) if ends else trace.n_requests
+
+
+def measure_replayed(trace: Trace, replayed: Sequence[Replayed], settings: Settings) -> Tables:
+    """The second pass: the rows, every steady row from the run's shared start, every row with
+    the ceiling's rate over its own measured requests (one ``ceiling`` replay per isolation
+    mode, reused when the run has it)."""
+    start = shared_start(trace, replayed)
+    ceilings: dict[str, np.ndarray] = {
+        r.scenario.isolation: r.tokens for r in replayed if r.scenario.policy == "ceiling"
+    }
+    tables = Tables()
+    for r in replayed:
+        mode = r.scenario.isolation
+        if mode not in ceilings:
+            ceiling = replay(trace, "ceiling", None, PolicyOptions(), mode, settings.quota_file)
+            ceilings[mode] = hit_tokens(trace, ceiling.hit_blocks)
+        base = _base_row(trace, r.scenario, settings, r.option_text)
         for window in settings.windows:
-            tables.hit_rates += _window_rows(trace, scenario, outcome, tokens, cross, window, base)
-        tables.timeseries += _timeseries(trace, scenario, tokens, settings.bucket_s)
+            tables.hit_rates += _window_rows(trace, r, ceilings[mode], window, start, base)
+        tables.timeseries += _timeseries(trace, r.scenario, r.tokens, settings.bucket_s)
         if settings.outcomes:
-            tables.outcomes.append(_outcomes(trace, scenario, outcome, tokens, cross))
+            tables.outcomes.append(_outcomes(trace, r))
     return tables
+
+
+def simulate_grid(trace: Trace, scenarios_: Sequence[Scenario], settings: Settings) -> Tables:
+    """Replay ``trace`` once per scenario and measure it over every window; all scenarios
+    share one steady window (:func:`shared_start`)."""
+    return measure_replayed(trace, replay_scenarios(trace, scenarios_, settings), settings)
 
 
 def _base_row(trace: Trace, s: Scenario, settings: Settings, option_text: str | None) -> dict:
@@ -93,21 +149,23 @@ def _base_row(trace: Trace, s: Scenario, settings: Settings, option_text: str | 
     }
 
 
-def _window_rows(trace, s, outcome, tokens, cross, window, base) -> list[dict]:  # type: ignore[no-untyped-def]
-    steady_flag, warmup, ci_wanted = None, 0, window == STEADY
-    if window == STEADY:
-        wu = warm_up(tokens, trace.input_tokens, outcome.filled_at, POLICIES[s.policy].bounded)
-        measured = np.arange(trace.n_requests) >= wu.end
-        steady_flag, warmup = wu.filled, wu.end
+def _window_rows(  # type: ignore[no-untyped-def]
+    trace: Trace, r: Replayed, ceiling: np.ndarray, window: str, start: int, base: dict
+) -> list[dict]:
+    steady_flag, ci_wanted = None, window == STEADY
+    if ci_wanted:
+        measured = np.arange(trace.n_requests) >= start
+        steady_flag = r.warmup.filled
     else:
         measured = WINDOWS[window](trace)
+    own = r.warmup.end if ci_wanted and r.warmup.filled else None
     rows = []
     groups = trace_groups(trace, measured) if measured.any() else [(FLEET, measured)]
     for name, mask in groups:
         n = int(mask.sum())
-        inp, hit = int(trace.input_tokens[mask].sum()), int(tokens[mask].sum())
-        hit_requests = int((outcome.hit_blocks[mask] > 0).sum())
-        ci = batch_means_ci(tokens[mask], trace.input_tokens[mask]) if ci_wanted else None
+        inp, hit = int(trace.input_tokens[mask].sum()), int(r.tokens[mask].sum())
+        hit_requests = int((r.hit_blocks[mask] > 0).sum())
+        ci = batch_means_ci(r.tokens[mask], trace.input_tokens[mask]) if ci_wanted else None
         reported = not ci_wanted or bool(steady_flag)
         rows.append(
             {
@@ -117,14 +175,16 @@ def _window_rows(trace, s, outcome, tokens, cross, window, base) -> list[dict]: 
                 "requests": n,
                 "input_tokens": inp,
                 "hit_tokens": hit,
-                "cross_tenant_hit_tokens": int(cross[mask].sum()),
+                "cross_tenant_hit_tokens": int(r.cross[mask].sum()),
                 "hit_requests": hit_requests,
                 "token_hit_rate": hit / inp if inp and reported else None,
                 "request_hit_rate": hit_requests / n if n and reported else None,
-                "warmup_requests": warmup if ci_wanted else None,
+                "warmup_requests": start if ci_wanted else None,
+                "own_warmup_requests": own,
                 "steady": steady_flag,
                 "ci_low": ci[0] if ci and reported else None,
                 "ci_high": ci[1] if ci and reported else None,
+                "ceiling_token_hit_rate": int(ceiling[mask].sum()) / inp if inp else None,
             }
         )
     return rows
@@ -158,9 +218,10 @@ def _timeseries(trace: Trace, s: Scenario, tokens: np.ndarray, bucket_s: float) 
     return rows
 
 
-def _outcomes(trace, s, outcome, tokens, cross) -> pa.Table:  # type: ignore[no-untyped-def]
+def _outcomes(trace: Trace, r: Replayed) -> pa.Table:
+    s, hit_blocks, tokens, cross = r.scenario, r.hit_blocks, r.tokens, r.cross
     n_blocks = trace.blocks_per_request
-    first_miss = np.where(outcome.hit_blocks < n_blocks, outcome.hit_blocks, -1)
+    first_miss = np.where(hit_blocks < n_blocks, hit_blocks, -1)
     return pa.table(
         {
             "request_id": trace.request_ids
@@ -171,7 +232,7 @@ def _outcomes(trace, s, outcome, tokens, cross) -> pa.Table:  # type: ignore[no-
             "isolation": pa.array([s.isolation] * trace.n_requests),
             "capacity_blocks": pa.array([s.capacity_blocks] * trace.n_requests, pa.int64()),
             "input_tokens": pa.array(trace.input_tokens),
-            "hit_blocks": pa.array(outcome.hit_blocks, pa.int32()),
+            "hit_blocks": pa.array(hit_blocks, pa.int32()),
             "hit_tokens": pa.array(tokens),
             "first_miss_block": pa.array(first_miss.astype(np.int32), mask=first_miss < 0),
             "cross_tenant_hit_tokens": pa.array(cross),

@@ -10,6 +10,7 @@ import numpy as np
 from prefixscope.analysis.policies import POLICIES, Outcome, PolicyOptions
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.isolation import ISOLATIONS, quotas, salted, subset
+from prefixscope.analysis.trace.measure import served_blocks
 
 
 def replay(
@@ -20,7 +21,20 @@ def replay(
     isolation: str = "shared",
     quota_file: str | Path | None = None,
 ) -> Outcome:
-    """Replay under an isolation mode; the outcome is in ``trace``'s own request order."""
+    """Replay under an isolation mode; the outcome is in ``trace``'s own request order, its hit
+    blocks those the request is served from (``measure.served_blocks``: the last-token rule)."""
+    out = _replay(trace, policy, capacity, options, isolation, quota_file)
+    return replace(out, hit_blocks=served_blocks(trace, out.hit_blocks))
+
+
+def _replay(
+    trace: Trace,
+    policy: str,
+    capacity: int | None,
+    options: PolicyOptions,
+    isolation: str,
+    quota_file: str | Path | None,
+) -> Outcome:
     if isolation not in ISOLATIONS:
         raise ValueError(f"unknown isolation {isolation!r}; known: {', '.join(ISOLATIONS)}")
     impl = POLICIES[policy]

@@ -31,6 +31,8 @@ HIT_RATES_SCHEMA = pa.schema(
         ("steady", pa.bool_()),
         ("ci_low", pa.float64()),
         ("ci_high", pa.float64()),
+        ("own_warmup_requests", pa.int64()),
+        ("ceiling_token_hit_rate", pa.float64()),
     ]
 )
 

@@ -9,7 +9,7 @@ blocks, under some policy and capacity) is in exactly one class, decided in this
 3. ``shared_prefix``: anything else: a block this tenant's other sessions brought in.
 
 Classes partition the hit blocks, and a block's tokens are counted as ``hit_tokens`` counts
-them (``Trace.token_sizes``), so the three sums equal the hit tokens to the token.
+them (``Trace.served_sizes``), so the three sums equal the hit tokens to the token.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def split_tokens(trace: Trace, session: np.ndarray, outcome: Outcome) -> np.ndar
     cls = classify(trace, session, outcome)
     out = np.zeros((trace.n_requests, len(CLASSES)), np.int64)
     for k in range(len(CLASSES)):
-        weights = np.where(cls == k, trace.token_sizes, 0)
+        weights = np.where(cls == k, trace.served_sizes, 0)
         out[:, k] = np.bincount(
             trace.request_of_lookup, weights=weights, minlength=trace.n_requests
         ).astype(np.int64)

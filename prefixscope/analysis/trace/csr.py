@@ -30,6 +30,9 @@ class Trace:
     hashes: np.ndarray  # uint64: the block hash of each dense id
     request_ids: pa.Array | None = None  # warehouse request ids (Arrow strings), when loaded
     start_s: float = 0.0  # epoch seconds of the first arrival (times count from it)
+    #: bool per request: the engine always computes the prompt's last token (vLLM's rule, for
+    #: token sources); None: never (hash-id traces). See :attr:`recomputes_last_block`.
+    last_token_rule: np.ndarray | None = None
 
     @property
     def n_requests(self) -> int:
@@ -64,6 +67,30 @@ class Trace:
         """Per lookup, the next request (after this one) that looks up the same block;
         ``n_requests`` when there is none (int64, n_lookups)."""
         return _next_use(self.blocks, self.request_of_lookup, self.n_requests)
+
+    @cached_property
+    def recomputes_last_block(self) -> np.ndarray:
+        """Per request: its last block is recomputed even when cached. vLLM always computes a
+        prompt's last token, so for a token source a whole-block prompt (``input_tokens ==
+        blocks × block_size``) can serve at most ``blocks - 1`` blocks from cache."""
+        if self.last_token_rule is None:
+            return np.zeros(self.n_requests, dtype=bool)
+        n = self.blocks_per_request
+        return self.last_token_rule & (n > 0) & (self.input_tokens == n * self.block_size)
+
+    @cached_property
+    def servable_tokens(self) -> np.ndarray:
+        """Per request, the most tokens a hit can serve: ``input_tokens``, less the last block
+        where it is always recomputed. Used as the token weights of lookups (the last block of
+        such a request weighs 0), so hit tokens follow the rule wherever they are summed."""
+        return self.input_tokens - self.block_size * self.recomputes_last_block
+
+    @cached_property
+    def served_sizes(self) -> np.ndarray:
+        """Tokens each lookup serves when it hits: :attr:`token_sizes`, but 0 for a last block
+        that is always recomputed (:attr:`recomputes_last_block`)."""
+        position = np.arange(self.n_lookups) - self.offsets[self.request_of_lookup]
+        return block_tokens(self.servable_tokens[self.request_of_lookup], position, self.block_size)
 
     @cached_property
     def token_sizes(self) -> np.ndarray:
@@ -101,9 +128,11 @@ def build_trace(
     block_size: int,
     times: Sequence[float] | np.ndarray | None = None,
     request_ids: Sequence[str] | None = None,
+    last_token_rule: Sequence[bool] | np.ndarray | None = None,
 ) -> Trace:
     """A trace from per-request hash lists (already in replay order); ``times`` in seconds
-    (default: one request a second)."""
+    (default: one request a second); ``last_token_rule``: per request, whether the engine always
+    computes the last prompt token (token sources; :attr:`Trace.recomputes_last_block`)."""
     if not isinstance(block_hashes, (pa.ListArray, pa.LargeListArray)):
         block_hashes = pa.array(block_hashes, type=pa.list_(pa.uint64()))
     offsets = np.asarray(block_hashes.offsets, dtype=np.int64)
@@ -127,4 +156,7 @@ def build_trace(
         hashes=unique,
         request_ids=None if request_ids is None else pa.array(request_ids, pa.string()),
         start_s=float(t[0]) if n else 0.0,
+        last_token_rule=None
+        if last_token_rule is None
+        else np.asarray(last_token_rule, dtype=bool).ravel(),
     )

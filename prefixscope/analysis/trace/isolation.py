@@ -52,6 +52,7 @@ def subset(trace: Trace, requests: np.ndarray) -> Trace:
         times=trace.times[requests],
         hashes=trace.hashes[unique],
         request_ids=None,
+        last_token_rule=None if trace.last_token_rule is None else trace.last_token_rule[requests],
     )
 
 

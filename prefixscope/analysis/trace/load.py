@@ -8,6 +8,11 @@ import pyarrow as pa
 
 from prefixscope.analysis.trace.csr import Trace, build_trace
 
+#: Formats whose block ids come with the trace (a partial last block is hashed and can hit).
+#: Every other format is a token source, which follows vLLM's rule that the last prompt token
+#: is always computed (``Trace.recomputes_last_block``).
+HASH_ID_FORMATS = ("mooncake", "bailian")
+
 #: Replay order: arrival time, ties broken by input order (file, then line).
 REPLAY_ORDER = "arrival_ts, source.file, source.line"
 
@@ -25,10 +30,11 @@ def block_size_of(con: duckdb.DuckDBPyConnection) -> int:
 
 def replay_relation(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
     """Every request in replay order: id, tenant, input tokens, block hashes, arrival (``t``,
-    epoch seconds)."""
+    epoch seconds), and whether the last prompt token is always computed (a token source)."""
     return con.sql(
         "SELECT request_id, tenant, input_tokens, block_hashes, "
-        "epoch_us(arrival_ts) / 1e6 AS t "
+        "epoch_us(arrival_ts) / 1e6 AS t, "
+        f"format NOT IN {HASH_ID_FORMATS!r} AS last_token_rule "
         f"FROM requests ORDER BY {REPLAY_ORDER}"
     )
 
@@ -37,6 +43,7 @@ def trace_from_table(table: pa.Table, block_size: int) -> Trace:
     """A trace from rows of :func:`replay_relation` (already in replay order); request ids only
     where the table has them."""
     ids = "request_id" in table.column_names
+    rule = "last_token_rule" in table.column_names
     return build_trace(
         table.column("block_hashes").combine_chunks(),
         table.column("input_tokens").to_numpy(),
@@ -44,6 +51,9 @@ def trace_from_table(table: pa.Table, block_size: int) -> Trace:
         block_size,
         times=table.column("t").to_numpy(),
         request_ids=table.column("request_id").combine_chunks() if ids else None,
+        last_token_rule=table.column("last_token_rule").to_numpy(zero_copy_only=False)
+        if rule
+        else None,
     )
 
 

@@ -14,11 +14,22 @@ from prefixscope.analysis.trace.csr import Trace
 FLEET = "*"
 
 
+def served_blocks(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
+    """The leading run of cached blocks a request is served from: ``hit_blocks``, less one when
+    every block of a whole-block prompt of a token source hit (vLLM always computes the last
+    prompt token, so the last block is recomputed; ``Trace.recomputes_last_block``). The one
+    place this rule is applied to a replay's outcome (idempotent)."""
+    full = trace.recomputes_last_block & (hit_blocks >= trace.blocks_per_request)
+    return (hit_blocks - full).astype(hit_blocks.dtype)
+
+
 def hit_tokens(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
-    """Tokens served from cache per request: ``block_size`` per hit block, capped at
-    ``input_tokens``. When a hash-id trace's partial last block hits, it so counts its own
-    tokens; token sources never hash a partial tail, so it is never served from cache."""
-    return np.minimum(hit_blocks.astype(np.int64) * trace.block_size, trace.input_tokens)
+    """Tokens served from cache per request: ``block_size`` per served block
+    (:func:`served_blocks`), capped at ``input_tokens``. When a hash-id trace's partial last
+    block hits, it so counts its own tokens; token sources never hash a partial tail, so it is
+    never served from cache, and a whole-block prompt's last block is always recomputed."""
+    served = served_blocks(trace, hit_blocks).astype(np.int64)
+    return np.minimum(served * trace.block_size, trace.input_tokens)
 
 
 def groups(

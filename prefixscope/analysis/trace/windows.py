@@ -24,7 +24,8 @@ def _last_half(trace: Trace) -> np.ndarray:
 
 WINDOWS: dict[str, Callable[[Trace], np.ndarray]] = {"all": _all, "last-half": _last_half}
 
-#: The window measured from the end of each configuration's warm-up (``steady.py``); it
+#: The window measured from the run's one shared warm-up end (``steady.py``; the latest
+#: configuration's own end, ``simulation/grid.py``); it
 #: depends on the outcome, so it is not a mask of the trace alone.
 STEADY = "steady"
 KNOWN = (*WINDOWS, STEADY)

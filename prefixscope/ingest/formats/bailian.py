@@ -13,7 +13,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prefixscope.ingest.formats.base import IngestOptions, JsonLines, accepted_csr, conform
+from prefixscope.ingest.formats.base import (
+    IngestOptions,
+    JsonLines,
+    accepted_csr,
+    conform,
+    seconds_to_arrival,
+)
 from prefixscope.ingest.formats.jsonfields import Check, Field, parse_fields
 from prefixscope.ingest.hashing import chain_block_ids
 
@@ -56,10 +62,7 @@ class Bailian(JsonLines):
         offsets, ids = accepted_csr(rows, "ids")
         chained = chain_block_ids(offsets, ids)
         block_hashes = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(chained))
-        seconds = pc.multiply(pc.fill_null(rows["ts"], 0.0), 1_000_000)
-        micros = pc.cast(pc.round(seconds), pa.int64())
-        start = int(options.start.timestamp() * 1_000_000)
-        arrival = pc.cast(pc.add(micros, start), pa.timestamp("us", tz="UTC"))
+        rows, arrival = seconds_to_arrival(rows, "ts", options)
         tenant = (
             rows["request_type"]
             if options.tenant_from == "type"

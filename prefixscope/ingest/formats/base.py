@@ -19,6 +19,12 @@ from prefixscope.ingest.lines import FileReadState, read_line_batches
 #: epoch means a log whose timestamps are already absolute epoch times keeps its real times.
 DEFAULT_START = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_TENANT = "default"
+#: Plausible arrival times (epoch microseconds): a line whose timestamp, after its unit and
+#: ``--start``, lands outside [1970-01-01, 2100-01-01) UTC -- or overflows, or is not finite -- is
+#: rejected as ``timestamp_out_of_range`` (epoch microseconds in a milliseconds field land in the
+#: year 50,000). The loader adds the per-file spread rule (``timestamp_implausible``).
+MIN_ARRIVAL_US = 0
+MAX_ARRIVAL_US = int(datetime(2100, 1, 1, tzinfo=UTC).timestamp()) * 1_000_000
 #: Longest line accepted (bytes): stops a runaway line (a file without newlines) from being parsed.
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 
@@ -63,6 +69,9 @@ class IngestOptions:
     chat_template: str | None = None  # openai: Jinja chat template file
     tokenizer: str | None = None  # openai: tokenizer.json of the model
     pseudonymize_key: str | None = None  # replace tenant names by a keyed hash
+    # Replace a file's earlier rows even when that turns lines accepted before into rejects
+    # (``--replace``); without it such a re-ingest stops and changes nothing.
+    replace: bool = False
 
     def field(self, name: str, default: str | None = None) -> str | None:
         """The field mapped to canonical ``name`` (``--NAME-field``), else ``default``."""
@@ -131,3 +140,38 @@ def conform(table: pa.Table) -> pa.Table:
         for f in STAGE_SCHEMA
     ]
     return pa.Table.from_arrays(columns, schema=STAGE_SCHEMA)
+
+
+TIMESTAMP_OUT_OF_RANGE = (
+    "timestamp_out_of_range",
+    "the timestamp is not finite or lands outside 1970-01-01..2100-01-01 after its unit and "
+    "--start",
+)
+
+
+def seconds_to_arrival(
+    rows: pa.Table, column: str, options: IngestOptions
+) -> tuple[pa.Table, pa.Array]:
+    """Arrival times from ``column`` (seconds after ``--start``, DOUBLE; NULL where rejected):
+    an accepted row whose value is not finite or lands outside the plausible range becomes a
+    ``timestamp_out_of_range`` reject (never an overflow that aborts the file)."""
+    seconds = np.asarray(pc.fill_null(rows[column], 0.0).cast(pa.float64()), dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        micros = float(options.start_us) + seconds * 1e6
+        bad = ~np.isfinite(micros) | (micros < MIN_ARRIVAL_US) | (micros >= MAX_ARRIVAL_US)
+    bad &= np.asarray(pc.is_null(rows["reason"]).to_numpy(zero_copy_only=False), dtype=bool)
+    if bad.any():
+        rows = mark_rejected(rows, bad, *TIMESTAMP_OUT_OF_RANGE)
+    safe = np.where(bad | ~np.isfinite(micros), 0.0, micros)
+    safe = np.clip(safe, MIN_ARRIVAL_US, MAX_ARRIVAL_US)
+    arrival = pa.array(np.round(safe).astype(np.int64)).cast(pa.timestamp("us", tz="UTC"))
+    return rows, arrival
+
+
+def mark_rejected(rows: pa.Table, where: np.ndarray, reason: str, detail: str) -> pa.Table:
+    """``rows`` with ``reason``/``detail`` set on the rows where ``where`` holds."""
+    mask = pa.array(where, pa.bool_())
+    for name, value in (("reason", reason), ("detail", detail)):
+        column = pc.if_else(mask, pa.scalar(value, pa.string()), rows[name])
+        rows = rows.set_column(rows.schema.get_field_index(name), name, column)
+    return rows

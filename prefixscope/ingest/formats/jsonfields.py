@@ -4,7 +4,8 @@ format states its fields and rules once and shares one rule chain.
 
 Every line gets exactly one outcome: the values (``reason`` NULL) or the first rule it breaks:
 blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
-wrong_type, out_of_range, then the format's own checks, in the order given. Messages name the
+wrong_type, out_of_range, timestamp_out_of_range (a ``time`` field: not finite, or outside
+1970-01-01..2100-01-01), then the format's own checks, in the order given. Messages name the
 fields, never their values.
 """
 
@@ -16,6 +17,8 @@ from typing import Literal
 
 import duckdb
 import pyarrow as pa
+
+from prefixscope.ingest.formats.base import MAX_ARRIVAL_US, MIN_ARRIVAL_US
 
 Kind = Literal["integer", "number", "string", "id", "integer_array", "json", "time"]
 
@@ -89,10 +92,14 @@ def _value(f: Field, v: str) -> str:
         "integer_array": f"CASE WHEN regexp_full_match({v}::VARCHAR, '{_ARRAY}') "
         f"THEN TRY_CAST({v}::VARCHAR AS UBIGINT[]) END",
         "json": f"{v}",
+        # DOUBLE epoch µs here (never an overflowing cast): the range rule rejects what does
+        # not fit, and the output casts the rest to BIGINT. An ISO string that parses to an
+        # infinite time ('infinity') is +inf, so it is out of range too.
         "time": f"CASE WHEN {t} IN ('UBIGINT', 'BIGINT', 'DOUBLE') "
-        f"THEN {f.start_us} "
-        f"+ CAST(round(TRY_CAST({v}::VARCHAR AS DOUBLE) * {f.unit_us}) AS BIGINT) "
-        f"WHEN {t} = 'VARCHAR' THEN epoch_us(TRY_CAST({v} ->> '$' AS TIMESTAMPTZ)) END",
+        f"THEN {f.start_us}::DOUBLE + TRY_CAST({v}::VARCHAR AS DOUBLE) * {f.unit_us} "
+        f"WHEN {t} = 'VARCHAR' THEN CASE "
+        f"WHEN NOT isfinite(TRY_CAST({v} ->> '$' AS TIMESTAMPTZ)) THEN 'inf'::DOUBLE "
+        f"ELSE epoch_us(TRY_CAST({v} ->> '$' AS TIMESTAMPTZ))::DOUBLE END END",
     }[f.kind]
 
 
@@ -117,6 +124,15 @@ def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
         parts = ", ".join(f"CASE WHEN {cond(f)} THEN '{f.path}' END" for f in fs)
         return f"array_to_string(list_filter([{parts}], lambda x: x IS NOT NULL), ', ')"
 
+    times = [f for f in fields if f.kind == "time"]
+
+    def unplausible(f: Field) -> str:
+        return (
+            f"({f.name} IS NOT NULL AND (NOT isfinite({f.name}) OR {f.name} < {MIN_ARRIVAL_US} "
+            f"OR {f.name} >= {MAX_ARRIVAL_US}))"
+        )
+
+    time_range = " OR ".join(unplausible(f) for f in times) or "false"
     required = [f for f in fields if f.required]
     bounded = [f for f in fields if f.minimum is not None]
     missing = " OR ".join(absent(f) for f in required) or "false"
@@ -133,7 +149,12 @@ def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
     )
     range_detail = names(lambda f: low(f), bounded) if bounded else "''"
     minimums = ", ".join(f"{f.path} >= {f.minimum}" for f in bounded)
-    columns = ", ".join(f.name for f in fields)
+    columns = ", ".join(
+        f"CASE WHEN reason IS NULL THEN CAST(round({f.name}) AS BIGINT) END AS {f.name}"
+        if f.kind == "time"
+        else f.name
+        for f in fields
+    )
     return f"""
 WITH decoded AS (
     SELECT line, octet_length(raw) AS nbytes,
@@ -166,6 +187,7 @@ judged AS (
             WHEN {missing} THEN 'missing_field'
             WHEN {wrong} THEN 'wrong_type'
             WHEN {out_of_range} THEN 'out_of_range'
+            WHEN {time_range} THEN 'timestamp_out_of_range'
 {format_checks}
         END AS reason
     FROM typed
@@ -182,6 +204,8 @@ SELECT line, reason,
             THEN trim(regexp_replace({wrong_detail}, '(; )+', '; ', 'g'), '; ')
         WHEN reason = 'out_of_range' AND ({out_of_range})
             THEN {range_detail} || ' out of range ({minimums})'
+        WHEN reason = 'timestamp_out_of_range' THEN {names(unplausible, times) if times else "''"}
+            || ' is not finite or lands outside 1970-01-01..2100-01-01 after its unit and --start'
 {format_details}
     END AS detail,
     {columns}

@@ -10,7 +10,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope import sql
-from prefixscope.ingest.formats.base import IngestOptions, JsonLines, conform
+from prefixscope.ingest.formats.base import (
+    MAX_ARRIVAL_US,
+    MIN_ARRIVAL_US,
+    IngestOptions,
+    JsonLines,
+    conform,
+)
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,8 @@ class Mooncake(JsonLines):
             "max_line_bytes": options.max_line_bytes,
             "start": options.start,
             "tenant": options.tenant,
+            "min_us": MIN_ARRIVAL_US,
+            "max_us": MAX_ARRIVAL_US,
         }
         # Lines in the canonical shape are read by one cheap pass; the rest (rare in a real
         # log) go through the full rule chain, which alone decides what is rejected and why.

@@ -86,6 +86,28 @@ def _template(source: str):  # type: ignore[no-untyped-def]
     return env.from_string(source)
 
 
+def check_chat_template(options: IngestOptions) -> None:
+    """Compile ``--chat-template`` once, before any file is read: a template that cannot be read
+    or compiled is a command error (ValueError naming the file and Jinja's message), never a
+    ``template_error`` reject on every line."""
+    if not options.chat_template:
+        return
+    path = Path(options.chat_template)
+    try:
+        source = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the chat template {path}: {exc}") from exc
+    from jinja2.exceptions import TemplateError
+
+    try:
+        _template(source)
+    except TemplateError as exc:
+        where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        raise ValueError(
+            f"the chat template {path} does not compile{where}: {exc.message or exc}"
+        ) from exc
+
+
 def _flatten_content(content: Any) -> Any:
     """Message content as text: the text parts of a multi-part content, a placeholder per image."""
     if isinstance(content, list):

@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prefixscope.ingest.formats.base import IngestOptions
+from prefixscope.ingest.formats.base import MAX_ARRIVAL_US, MIN_ARRIVAL_US, IngestOptions
 from prefixscope.ingest.formats.jsonfields import Check, Field, parse_fields
 from prefixscope.ingest.formats.tokensource import MAX_TOKEN_ID, arrival_field, finish_token_rows
 from prefixscope.ingest.lines import FileReadState, read_line_batches
@@ -131,7 +131,7 @@ def _parse_parquet(
                 if pa.types.is_timestamp(typ):
                     value = f"epoch_us({col})"
                 elif pa.types.is_integer(typ) or pa.types.is_floating(typ):
-                    value = f"{f.start_us} + CAST(round({col} * {f.unit_us}) AS BIGINT)"
+                    value = f"{f.start_us}::DOUBLE + {col}::DOUBLE * {f.unit_us}"
                 else:
                     value = "NULL"
                 bad = f"({col} IS NOT NULL AND ({value}) IS NULL)"
@@ -144,6 +144,19 @@ def _parse_parquet(
             exprs.append(f"{value} AS {f.name}")
             absent.append(f"CASE WHEN {col} IS NULL THEN '{f.path}' END")
             wrong.append(f"CASE WHEN {bad} THEN '{f.path}' END")
+        time_range = " OR ".join(
+            f"({f.name} IS NOT NULL AND (NOT isfinite({f.name}::DOUBLE) "
+            f"OR {f.name} < {MIN_ARRIVAL_US} OR {f.name} >= {MAX_ARRIVAL_US}))"
+            for f in fields
+            if f.kind == "time"
+        )
+        time_range = time_range or "false"
+        outputs = ", ".join(
+            f"CASE WHEN reason IS NULL THEN CAST(round({f.name}) AS BIGINT) END AS {f.name}"
+            if f.kind == "time"
+            else f.name
+            for f in fields
+        )
         minimum = " OR ".join(f"{f.name} < {f.minimum}" for f in fields if f.minimum is not None)
         query = f"""
         WITH v AS (
@@ -157,6 +170,7 @@ def _parse_parquet(
                 WHEN len(absent) > 0 THEN 'missing_field'
                 WHEN len(wrong) > 0 THEN 'wrong_type'
                 WHEN {minimum or "false"} THEN 'out_of_range'
+                WHEN {time_range} THEN 'timestamp_out_of_range'
                 {" ".join(f"WHEN {c.bad} THEN '{c.reason}'" for c in CHECKS)}
             END AS reason FROM v
         )
@@ -166,7 +180,9 @@ def _parse_parquet(
                 WHEN 'out_of_range' THEN
                     CASE WHEN len(token_ids) = 0 THEN 'token_ids is empty'
                          ELSE 'a value is out of range' END
-            END AS detail, {", ".join(f.name for f in fields)}
+                WHEN 'timestamp_out_of_range' THEN 'the timestamp is not finite or lands '
+                    || 'outside 1970-01-01..2100-01-01 after its unit and --start'
+            END AS detail, {outputs}
         FROM judged ORDER BY line
         """
         return con.sql(query).to_arrow_table()

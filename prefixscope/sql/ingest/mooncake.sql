@@ -1,10 +1,10 @@
 -- Parse one batch of Mooncake JSONL lines.
 -- In:  view `batch(line BIGINT, raw BLOB)`; parameters $block_size, $max_line_bytes, $start,
---      $tenant.
+--      $tenant, $min_us, $max_us (the plausible arrival range, epoch microseconds).
 -- Out: one row per input line: `reason` is NULL for an accepted line, else the first rule it
 --      breaks (`detail` says how, without quoting the line). Rules, in order:
 --      blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
---      wrong_type, out_of_range, block_count_mismatch.
+--      wrong_type, out_of_range, timestamp_out_of_range, block_count_mismatch.
 WITH decoded AS (
     SELECT line,
            octet_length(raw) AS nbytes,
@@ -52,8 +52,11 @@ judged AS (
               OR coalesce(t_ids, 'NULL') = 'NULL'                THEN 'missing_field'
             WHEN ts_ms IS NULL OR input_tokens IS NULL OR output_tokens IS NULL
               OR t_ids <> 'ARRAY' OR NOT coalesce(ids_ok, true)  THEN 'wrong_type'
-            WHEN ts_ms < 0 OR input_tokens <= 0 OR output_tokens < 0
-              OR NOT isfinite(ts_ms)                             THEN 'out_of_range'
+            WHEN ts_ms < 0 OR input_tokens <= 0 OR output_tokens < 0 THEN 'out_of_range'
+            WHEN NOT isfinite(ts_ms)
+              OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 < $min_us
+              OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 >= $max_us
+                                                                 THEN 'timestamp_out_of_range'
             WHEN n_ids <> (input_tokens + $block_size - 1) // $block_size
                                                                  THEN 'block_count_mismatch'
         END AS reason
@@ -81,10 +84,12 @@ SELECT
                   WHEN NOT coalesce(ids_ok, true) THEN 'hash_ids holds an item that is not a non-negative integer' END],
             lambda x: x IS NOT NULL), '; ')
         WHEN 'out_of_range' THEN array_to_string(list_filter(
-            [CASE WHEN ts_ms < 0 OR NOT isfinite(ts_ms) THEN 'timestamp < 0' END,
+            [CASE WHEN ts_ms < 0 THEN 'timestamp < 0' END,
              CASE WHEN input_tokens <= 0 THEN format('input_length = {} <= 0', input_tokens) END,
              CASE WHEN output_tokens < 0 THEN format('output_length = {} < 0', output_tokens) END],
             lambda x: x IS NOT NULL), '; ')
+        WHEN 'timestamp_out_of_range' THEN
+            'timestamp (milliseconds after --start) is not finite or lands outside 1970-01-01..2100-01-01'
         WHEN 'block_count_mismatch' THEN format(
             'hash_ids has {} blocks; input_length {} at block size {} needs {}',
             n_ids, input_tokens, $block_size, (input_tokens + $block_size - 1) // $block_size)

@@ -2,7 +2,8 @@
 -- non-negative numbers, no other content. Such a line is parsed once; any other line (another
 -- key order, extra fields, exponents, bad values...) is left to mooncake.sql, the authority.
 -- Everything accepted here is accepted there too (the shape below is a strict subset).
--- In: view `batch(line, raw)`; $block_size, $max_line_bytes, $start, $tenant.
+-- In: view `batch(line, raw)`; $block_size, $max_line_bytes, $start, $tenant, $min_us, $max_us
+-- (a timestamp landing outside [$min_us, $max_us) is left to mooncake.sql, which rejects it).
 -- Out: the stage columns of prefixscope.ingest.formats.base.STAGE_SCHEMA that Mooncake fills.
 WITH canonical AS (
     SELECT line, decode(raw) AS text
@@ -33,3 +34,5 @@ SELECT line,
 FROM parsed
 WHERE f.input_length > 0
   AND len(f.hash_ids) = (f.input_length + $block_size - 1) // $block_size
+  AND epoch_us($start::TIMESTAMPTZ) + f.timestamp * 1000.0 >= $min_us
+  AND epoch_us($start::TIMESTAMPTZ) + f.timestamp * 1000.0 < $max_us

@@ -11,3 +11,7 @@ CREATE TABLE IF NOT EXISTS runs (
     status       VARCHAR NOT NULL,
     error        VARCHAR
 );
+-- Which process ran it (added later; NULL on rows of older versions): a 'running' row whose
+-- process is gone is marked 'abandoned' by the next command that opens the warehouse to write.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS pid BIGINT;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS host VARCHAR;

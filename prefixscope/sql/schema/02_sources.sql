@@ -1,5 +1,7 @@
--- One row per ingested input file, keyed by the SHA-256 of its decompressed bytes: the same
--- content ingested again (under any path, compressed or not) replaces its earlier rows.
+-- One row per ingested input file, keyed by the SHA-256 of its decompressed bytes. A file is
+-- the same file as an earlier source when it has the same content (under any path, compressed
+-- or not) or the same resolved path (a log that grew): ingesting it again replaces that
+-- source's rows.
 -- Invariant: lines = accepted + rejected.
 CREATE TABLE IF NOT EXISTS sources (
     file_id        VARCHAR NOT NULL,
@@ -14,3 +16,6 @@ CREATE TABLE IF NOT EXISTS sources (
     ingest_run_id  VARCHAR NOT NULL,
     ingested_at    TIMESTAMPTZ NOT NULL
 );
+-- Added after the first release (existing warehouses gain it; NULL on their older rows, which
+-- then match by `path`): the absolute, symlink-resolved path the file was read from.
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS resolved_path VARCHAR;

@@ -1,0 +1,290 @@
+"""Stage an ingest: read and parse every input file of a command, touching no warehouse.
+
+Each file's rows (hashes and counts, never text) go to a private DuckDB file in a temporary
+directory, already in the layout of ``requests``; :mod:`prefixscope.ingest.loader` publishes
+them in one transaction. Everything a command can be refused for without the warehouse --
+inputs that are not files, a chat template that does not compile, a file of another format --
+is raised here, before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import shutil
+import stat
+import tempfile
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prefixscope import sql
+from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
+from prefixscope.ingest.formats.base import (
+    MAX_ARRIVAL_US,
+    MIN_ARRIVAL_US,
+    TIMESTAMP_OUT_OF_RANGE,
+    conform,
+    mark_rejected,
+)
+from prefixscope.ingest.formats.openai import check_chat_template
+from prefixscope.ingest.lines import FileReadState, prefetch
+
+#: Reject reasons that say "this line is not of the format" rather than "this value is bad".
+_SHAPE_REASONS = {"invalid_utf8", "invalid_json", "not_an_object", "missing_field", "wrong_type"}
+#: A file whose first this-many non-blank lines all fail on shape is not the format asked for.
+SNIFF_LINES = 100
+
+
+class FormatMismatch(ValueError):
+    """The file is not the format asked for; nothing of it was written."""
+
+
+@dataclass
+class StagedFile:
+    """One input file read and parsed. Its full rows (hashes and counts, never text) wait in
+    table ``table`` of the staging file; ``stage`` keeps the narrow columns publishing decides
+    on (line, reason, detail, log_request_id, arrival_ts), one row per line read."""
+
+    path: Path
+    resolved: str  # its resolved absolute path: half of its identity (the other: file_id)
+    state: FileReadState
+    stage: pa.Table
+    table: str = ""
+
+    @property
+    def file_id(self) -> str:
+        return self.state.file_id
+
+
+@dataclass
+class Staged:
+    """Every file of one command, parsed into a private staging DuckDB file (a temporary
+    directory, removed by :meth:`close`); nothing of it is in any warehouse yet. Use it as a
+    context manager, or call :meth:`close` after :func:`publish`."""
+
+    format_name: str
+    options: IngestOptions
+    files: list[StagedFile]
+    skipped: tuple[str, ...] = ()  # inputs given again (same path, or same content): read once
+    staging_dir: Path | None = None
+
+    @property
+    def staging_path(self) -> Path:
+        assert self.staging_dir is not None, "closed"
+        return self.staging_dir / "stage.duckdb"
+
+    def close(self) -> None:
+        if self.staging_dir is not None:
+            shutil.rmtree(self.staging_dir, ignore_errors=True)
+            self.staging_dir = None
+
+    def __enter__(self) -> Staged:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_inputs(paths: Sequence[str | Path], format_name: str) -> None:
+    """Refuse, before anything is read or written, inputs that are not regular readable files:
+    a missing path (FileNotFoundError), a directory, a FIFO, a device or a socket (ValueError
+    naming what it is), or a Parquet file given to a JSON-lines format (FormatMismatch)."""
+    if format_name not in FORMATS:
+        raise ValueError(f"unknown format {format_name!r}; known: {', '.join(sorted(FORMATS))}")
+    if not paths:
+        raise ValueError("no input file given")
+    missing = [str(p) for p in paths if not os.path.lexists(p) or not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"no such input file: {', '.join(missing)}")
+    for p in paths:
+        try:
+            mode = os.stat(p).st_mode
+        except OSError as exc:
+            raise ValueError(f"cannot read {p}: {exc.strerror}") from exc
+        if not stat.S_ISREG(mode):
+            kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+            raise ValueError(
+                f"{p} is {kind}, not a log file: give regular files (plain, gzip or Parquet)"
+            )
+        try:
+            with Path(p).open("rb") as f:
+                head = f.read(4)
+        except OSError as exc:
+            raise ValueError(f"cannot read {p}: {exc.strerror or exc}") from exc
+        if head == b"PAR1" and format_name != "tokens":
+            raise FormatMismatch(f"{p} is a Parquet file; only --format tokens reads Parquet")
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOptions) -> Staged:
+    """Read and parse every file of a command, touching no warehouse: parsing runs on a private
+    DuckDB file in a temporary directory, where each file's rows are kept as a table until
+    :func:`publish` copies them. An input given twice -- the same resolved path, or the same
+    content under another path -- is read once. Raises before anything is written (and then
+    leaves no staging file)."""
+    check_inputs(paths, format_name)
+    if format_name == "openai":
+        check_chat_template(options)
+    result = Staged(format_name, options, [], (), Path(tempfile.mkdtemp(prefix="prefixscope-")))
+    # Removed by close(); else when the object is collected or the interpreter exits.
+    weakref.finalize(result, shutil.rmtree, result.staging_dir, True)
+    skipped: list[str] = []
+    seen_paths: set[str] = set()
+    seen_ids: set[str] = set()
+    try:
+        parser = duckdb.connect(str(result.staging_path))
+        try:
+            parser.execute("SET TimeZone = 'UTC'")
+            parser.execute("SET enable_progress_bar = false")
+            for p in paths:
+                resolved = str(Path(p).resolve())
+                if resolved in seen_paths:
+                    skipped.append(str(p))
+                    continue
+                seen_paths.add(resolved)
+                staged = _stage_one(parser, Path(p), resolved, format_name, options)
+                if staged.file_id in seen_ids:
+                    skipped.append(str(p))
+                    continue
+                seen_ids.add(staged.file_id)
+                staged.table = f"stage_{len(result.files)}"
+                parser.register("arrow_stage", staged.stage)
+                parser.execute(
+                    sql.load("ingest/stage_table").replace("stage_table", staged.table),
+                    {"file_id": staged.file_id, "path": str(staged.path), "format": format_name},
+                )
+                parser.unregister("arrow_stage")
+                staged.stage = staged.stage.select(list(_NARROW))
+                result.files.append(staged)
+        finally:
+            parser.close()
+    except BaseException:
+        result.close()
+        raise
+    result.skipped = tuple(skipped)
+    return result
+
+
+#: The stage columns that publishing decides on; the rest wait in the staging file only.
+_NARROW = ("line", "reason", "detail", "log_request_id", "arrival_ts")
+
+
+def _stage_one(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    resolved: str,
+    format_name: str,
+    options: IngestOptions,
+) -> StagedFile:
+    fmt = FORMATS[format_name]
+    state = FileReadState()
+    staged: list[pa.Table] = []
+    for batch in prefetch(fmt.batches(path, state)):
+        rows = fmt.parse(con, batch, options)
+        assert rows.num_rows == batch.num_rows, "a format must return one row per input row"
+        if not staged:
+            _sniff(rows, path, format_name)
+        if options.pseudonymize_key:
+            rows = pseudonymize(rows, options.pseudonymize_key)
+        staged.append(rows)
+    if state.truncated is not None:
+        staged = _mark_truncated(staged, *state.truncated)
+    stage = pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table()
+    stage = judge_timestamps(stage)
+    # Every line read is staged exactly once: the identity that means "nothing vanishes".
+    assert stage.num_rows == state.lines, (stage.num_rows, state.lines)
+    return StagedFile(path, resolved, state, stage)
+
+
+#: The spread rule: an arrival farther from the file's median arrival than this many times the
+#: median distance to it (at least MIN_SPREAD_US) is ``timestamp_implausible``.
+SPREAD_FACTOR = 1000
+MIN_SPREAD_US = 3_600 * 1_000_000  # one hour: so a file of near-equal times keeps ~41 days
+
+
+def judge_timestamps(stage: pa.Table) -> pa.Table:
+    """Reject accepted rows whose arrival is out of the plausible range
+    (``timestamp_out_of_range``, the formats reject most of them already) or far outside the
+    file's own span (``timestamp_implausible``: farther from the median arrival than
+    SPREAD_FACTOR x the median distance to it, that distance taken as at least one hour)."""
+    ok = np.asarray(pc.is_null(stage["reason"]).to_numpy(zero_copy_only=False), dtype=bool)
+    if not ok.any():
+        return stage
+    ts = pc.cast(stage["arrival_ts"], pa.int64()).to_numpy(zero_copy_only=False)
+    ts = np.asarray(np.nan_to_num(ts.astype(np.float64), nan=0.0))
+    out = ok & ((ts < MIN_ARRIVAL_US) | (ts >= MAX_ARRIVAL_US))
+    if out.any():
+        stage = mark_rejected(stage, out, *TIMESTAMP_OUT_OF_RANGE)
+    keep = ok & ~out
+    if keep.sum() >= 3:
+        kept = ts[keep]
+        median = float(np.median(kept))
+        spread = max(float(np.median(np.abs(kept - median))), MIN_SPREAD_US)
+        far = keep & (np.abs(ts - median) > SPREAD_FACTOR * spread)
+        if far.any():
+            stage = mark_rejected(
+                stage,
+                far,
+                "timestamp_implausible",
+                f"the arrival is more than {SPREAD_FACTOR}x the median distance from the "
+                "file's median arrival (check --timestamp-unit / --start)",
+            )
+    return stage
+
+
+def _sniff(rows: pa.Table, path: Path, format_name: str) -> None:
+    """Fail fast, before anything is written, on a file that is not ``format_name``."""
+    head = rows.filter(pc.not_equal(pc.fill_null(rows["reason"], ""), "blank_line"))
+    head = head.slice(0, SNIFF_LINES)
+    reasons = head["reason"].to_pylist()
+    if not reasons or any(r is None or r not in _SHAPE_REASONS for r in reasons):
+        return
+    counts: dict[tuple[str, str], int] = {}
+    for r, d in zip(reasons, head["detail"].to_pylist(), strict=True):
+        counts[(r, d)] = counts.get((r, d), 0) + 1
+    (reason, detail), _ = max(counts.items(), key=lambda kv: kv[1])
+    raise FormatMismatch(
+        f"{path} does not look like {format_name}: none of its first {len(reasons)} lines "
+        f"parsed (most often: {reason}, {detail}); pick the right --format or field flags"
+    )
+
+
+def pseudonymize(rows: pa.Table, key: str) -> pa.Table:
+    """Replace tenant names with ``t-`` + the first 16 hex digits of HMAC-SHA256(key, name):
+    stable for one key, not reversible without it."""
+    names = rows["tenant"]
+    mapping = {
+        n: "t-" + hmac.new(key.encode(), n.encode(), hashlib.sha256).hexdigest()[:16]
+        for n in pc.unique(names).to_pylist()
+        if n is not None
+    }
+    column = pa.array([None if n is None else mapping[n] for n in names.to_pylist()], pa.string())
+    return rows.set_column(rows.schema.get_field_index("tenant"), "tenant", column)
+
+
+def _mark_truncated(staged: list[pa.Table], line: int, why: str) -> list[pa.Table]:
+    """The tail of a cut-short stream is one rejected line (``truncated_file``), unless it is a
+    whole valid line that only lost its newline (a JSON object cut short never parses)."""
+    detail = f"the file ends early ({why[:200]}); the lines before were kept"
+    tail = [t.filter(pc.equal(t["line"], line)) for t in staged]
+    if any(t.num_rows and t["reason"][0].as_py() is None for t in tail):
+        return staged  # the tail parsed: nothing was lost but its newline
+    kept = [t.filter(pc.not_equal(t["line"], line)) for t in staged]
+    marker = pa.table({"line": [line], "reason": ["truncated_file"], "detail": [detail]})
+    return [*kept, conform(marker)]
