@@ -48,6 +48,7 @@ bench: setup
 	$(BIN)/python benchmarks/mrc.py
 	$(BIN)/python benchmarks/turn_inference.py
 	$(BIN)/python benchmarks/miss_cost_cpu.py
+	$(BIN)/python benchmarks/fifo_order.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks
