@@ -78,6 +78,14 @@ def _open(path: Path, read_only: bool, lock_timeout: float | None) -> duckdb.Duc
         delay = min(delay * 2, 0.25)
 
 
+def _header(path: Path) -> bytes:
+    try:
+        with path.open("rb") as f:
+            return f.read(16)
+    except OSError:
+        return b""
+
+
 def _open_error(path: Path, exc: duckdb.Error) -> Exception:
     text = str(exc)
     if "not a valid DuckDB database file" in text or "sqlite" in text.lower():
@@ -135,6 +143,13 @@ def connect(
                 "give --warehouse a path you may write"
             ) from None
     existed = path.exists()
+    if existed and _header(path).startswith(b"SQLite format 3"):
+        # Caught here: DuckDB would first try to fetch its SQLite extension, a slow failure
+        # on a machine without network.
+        raise WarehouseError(
+            f"{path} is not a DuckDB file (it is SQLite) — give --warehouse a new path or a "
+            "prefixscope warehouse"
+        )
     con = _open(path, read_only, lock_timeout)
     try:
         con.execute("SET TimeZone = 'UTC'")

@@ -5,7 +5,6 @@ killed mid-way is marked 'abandoned' by the next command (docs/operations.md).""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -287,13 +286,15 @@ def test_a_locked_warehouse_waits_then_fails_cleanly(tmp_path, capsys, bundled_w
     assert not (tmp_path / "r.html").exists()
 
 
-def _big_mooncake(path: Path, lines: int) -> Path:
-    chunk = "\n".join(
-        json.dumps({"timestamp": i, "input_length": 1500, "output_length": 5,
-                    "hash_ids": [i, i + 1, i + 2]})
-        for i in range(lines)
-    )  # fmt: skip
-    path.write_text(chunk + "\n")
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Mooncake log that takes the ingest several seconds: long enough to be interrupted."""
+    path = tmp_path_factory.mktemp("big") / "big.jsonl"
+    line = (
+        '{{"timestamp": {0}, "input_length": 1500, "output_length": 5, '
+        '"hash_ids": [{0}, {1}, {2}]}}'
+    )
+    path.write_text("\n".join(line.format(i, i + 1, i + 2) for i in range(1_000_000)) + "\n")
     return path
 
 
@@ -307,11 +308,10 @@ def _prefixscope(*args: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_exits_130_with_one_line(tmp_path) -> None:
-    big = _big_mooncake(tmp_path / "big.jsonl", 1_500_000)
-    proc = _prefixscope("ingest", "--format", "mooncake", "--input", str(big), "--warehouse",
+def test_ctrl_c_exits_130_with_one_line(tmp_path, big_log) -> None:
+    proc = _prefixscope("ingest", "--format", "mooncake", "--input", str(big_log), "--warehouse",
                         str(tmp_path / "wh.duckdb"))  # fmt: skip
-    time.sleep(4)
+    time.sleep(3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -320,12 +320,13 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_kill_9_then_the_next_command_marks_the_run_abandoned(tmp_path, bundled_warehouse) -> None:
+def test_kill_9_then_the_next_command_marks_the_run_abandoned(
+    tmp_path, bundled_warehouse, big_log
+) -> None:
     wh = bundled_warehouse.copy_to(tmp_path)
-    big = _big_mooncake(tmp_path / "big.jsonl", 1_500_000)
-    proc = _prefixscope("ingest", "--format", "mooncake", "--input", str(big), "--warehouse",
+    proc = _prefixscope("ingest", "--format", "mooncake", "--input", str(big_log), "--warehouse",
                         str(wh))  # fmt: skip
-    time.sleep(4)
+    time.sleep(3)
     proc.kill()
     proc.wait()  # reaped: its pid is no longer alive
     assert main(["report", "--warehouse", str(wh), "--out", str(tmp_path / "r.html")]) == 0
