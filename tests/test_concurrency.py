@@ -12,8 +12,6 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.test_errors import _big_mooncake
-
 READER = textwrap.dedent(
     """
     import json, sys, time
@@ -36,6 +34,16 @@ READER = textwrap.dedent(
 )
 
 
+def mooncake_log(path: Path, lines: int) -> Path:
+    """``lines`` Mooncake requests, each of three fresh blocks."""
+    line = (
+        '{{"timestamp": {0}, "input_length": 1500, "output_length": 5, '
+        '"hash_ids": [{0}, {1}, {2}]}}'
+    )
+    path.write_text("\n".join(line.format(i, i + 1, i + 2) for i in range(lines)) + "\n")
+    return path
+
+
 @pytest.mark.slow
 def test_a_reader_never_fails_and_sees_whole_runs(tmp_path: Path, bundled_warehouse) -> None:
     wh = bundled_warehouse.copy_to(tmp_path)
@@ -46,7 +54,7 @@ def test_a_reader_never_fails_and_sees_whole_runs(tmp_path: Path, bundled_wareho
         stderr=subprocess.PIPE,
         text=True,
     )
-    inputs = [_big_mooncake(tmp_path / f"in{i}.jsonl", 100_000 * (i + 1)) for i in range(2)]
+    inputs = [mooncake_log(tmp_path / f"in{i}.jsonl", 100_000 * (i + 1)) for i in range(2)]
     cli = [sys.executable, "-m", "prefixscope.cli"]
     writers = [
         subprocess.Popen(
