@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import duckdb
+import jinja2
 
 from prefixscope import __version__, warehouse
 from prefixscope.cli import cost, curve, flags, flows, ingest, report, simulate, structure
@@ -107,16 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {c.name: c.run for c in COMMANDS}[args.command]
     prog = f"prefixscope {args.command}"
     try:
-        import jinja2
-    except ImportError:  # pragma: no cover - jinja2 is a dependency
-        jinja2 = None  # type: ignore[assignment]
-    template_error = jinja2.TemplateError if jinja2 is not None else ()
-    try:
         return handler(args)
     except (KeyboardInterrupt, duckdb.InterruptException):
         print(f"{prog}: interrupted — nothing more was written; run it again", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except template_error as exc:
+    except jinja2.TemplateError as exc:
         print(f"{prog}: error: chat template: {one_line(exc)} — fix the template", file=sys.stderr)
         return EXIT_USAGE
     except (duckdb.Error, OSError, ValueError) as exc:
