@@ -395,17 +395,6 @@ class StageRun:
 
 
 @contextmanager
-def stage_run(
-    path: str | Path, command: str, settings: object, *, create: bool = False
-) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
-    """Open the warehouse at ``path`` to write and record ``command`` with ``settings`` around
-    the block; yields the connection and the run id. Holds the write lock for the whole block:
-    a stage should prefer :class:`StageRun`."""
-    with StageRun(path, command, settings, create=create) as run, run.writing() as con:
-        yield con, run.run_id
-
-
-@contextmanager
 def reading(path: str | Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """The warehouse at ``path``, opened read-only; closed after the block."""
     con = connect(path, read_only=True)

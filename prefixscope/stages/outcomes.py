@@ -50,24 +50,17 @@ def load_outcomes(
     con: duckdb.DuckDBPyConnection, config: Configuration
 ) -> tuple[pl.DataFrame, float | None]:
     """The configuration's per-request outcomes, and the arrival span of those requests."""
-    where = (
-        "o.run_id = $1 AND o.policy = $2 AND o.isolation = $3 AND "
-        "o.capacity_blocks IS NOT DISTINCT FROM $4"
-    )
-    args = [config.run_id, config.policy, config.isolation, config.capacity_blocks]
-    df = pl.DataFrame(
-        con.sql(
-            f"SELECT o.tenant, o.input_tokens, o.hit_tokens FROM request_outcomes o WHERE {where}",
-            params=args,
-        ).to_arrow_table()
-    )
     ((span,),) = con.execute(
-        "SELECT epoch(max(q.arrival_ts)) - epoch(min(q.arrival_ts)) FROM request_outcomes o "
-        f"JOIN requests q USING (request_id) WHERE {where}",
-        args,
+        "SELECT epoch(max(arrival_ts)) - epoch(min(arrival_ts)) FROM requests WHERE request_id "
+        f"IN (SELECT request_id FROM request_outcomes WHERE {_OF_CONFIG})",
+        _params(config),
     ).fetchall()
     traffic = None if span is None or span <= 0 else float(span)
-    return df, traffic
+    rows = con.sql(
+        f"SELECT tenant, input_tokens, hit_tokens FROM request_outcomes WHERE {_OF_CONFIG}",
+        params=_params(config),
+    ).to_arrow_table()
+    return pl.DataFrame(rows), traffic
 
 
 def calibrated(
@@ -94,8 +87,17 @@ def outcome_rows(con: duckdb.DuckDBPyConnection, config: Configuration) -> pl.Da
     return pl.DataFrame(
         con.sql(
             "SELECT request_id, tenant, input_tokens, hit_tokens FROM request_outcomes "
-            "WHERE run_id = $1 AND policy = $2 AND isolation = $3 "
-            "AND capacity_blocks IS NOT DISTINCT FROM $4 ORDER BY request_id",
-            params=[config.run_id, config.policy, config.isolation, config.capacity_blocks],
+            f"WHERE {_OF_CONFIG} ORDER BY request_id",
+            params=_params(config),
         ).to_arrow_table()
     )
+
+
+#: The rows of ``request_outcomes`` that belong to one configuration (parameters: _params).
+_OF_CONFIG = (
+    "run_id = $1 AND policy = $2 AND isolation = $3 AND capacity_blocks IS NOT DISTINCT FROM $4"
+)
+
+
+def _params(config: Configuration) -> list[object]:
+    return [config.run_id, config.policy, config.isolation, config.capacity_blocks]

@@ -86,16 +86,7 @@ def simulate_scenarios(
             workers=settings.workers,
             dask_address=settings.dask_address,
         )
-    if settings.outcomes_for is None:
-        return measure_replayed(trace, replayed, measure)
-    # request_outcomes for one scenario only: measure the others without them
-    merged = Tables()
-    every = measure_replayed(trace, replayed, replace(measure, outcomes=False))
-    merged.hit_rates, merged.timeseries = every.hit_rates, every.timeseries
-    chosen = [r for r in replayed if r.scenario == settings.outcomes_for]
-    if chosen:
-        merged.outcomes = measure_replayed(trace, chosen, replace(measure, outcomes=True)).outcomes
-    return merged
+    return measure_replayed(trace, replayed, measure, settings.outcomes_for)
 
 
 def simulate_scenario(trace: Trace, job: tuple[Scenario, Settings]) -> Replayed:

@@ -105,10 +105,16 @@ def shared_start(trace: Trace, replayed: Sequence[Replayed]) -> int:
     return max(ends) if ends else trace.n_requests
 
 
-def measure_replayed(trace: Trace, replayed: Sequence[Replayed], settings: Settings) -> Tables:
+def measure_replayed(
+    trace: Trace,
+    replayed: Sequence[Replayed],
+    settings: Settings,
+    outcomes_for: Scenario | None = None,
+) -> Tables:
     """The second pass: the rows, every steady row from the run's shared start, every row with
     the ceiling's rate over its own measured requests (one ``ceiling`` replay per isolation
-    mode, reused when the run has it)."""
+    mode, reused when the run has it). ``request_outcomes`` rows: of ``outcomes_for`` alone
+    when given, else of every scenario when ``settings.outcomes``."""
     start = shared_start(trace, replayed)
     ceilings: dict[str, np.ndarray] = {
         r.scenario.isolation: r.tokens for r in replayed if r.scenario.policy == "ceiling"
@@ -123,7 +129,7 @@ def measure_replayed(trace: Trace, replayed: Sequence[Replayed], settings: Setti
         for window in settings.windows:
             tables.hit_rates += _window_rows(trace, r, ceilings[mode], window, start, base)
         tables.timeseries += _timeseries(trace, r.scenario, r.tokens, settings.bucket_s)
-        if settings.outcomes:
+        if r.scenario == outcomes_for or (outcomes_for is None and settings.outcomes):
             tables.outcomes.append(_outcomes(trace, r))
     return tables
 
