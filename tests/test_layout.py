@@ -176,6 +176,7 @@ ANALYSIS = "prefixscope.analysis"
 #: Per part of ``analysis``, the other parts it may import. In data-flow order the core is
 #: trace ← policies ← structure ← simulation ← curves (each may import the ones before it);
 #: ``cost`` (pricing, KV sizes of models) reads traces only and may be imported by any part;
+#: ``fleet`` (replicas behind a router) reads traces and prices steps with ``cost``;
 #: ``fanout`` imports nothing of ``analysis``.
 MAY_IMPORT = {
     "trace": set(),
@@ -184,6 +185,7 @@ MAY_IMPORT = {
     "simulation": {"trace", "policies", "structure", "cost", "fanout"},
     "curves": {"trace", "policies", "structure", "simulation", "cost", "fanout"},
     "cost": {"trace"},
+    "fleet": {"trace", "policies", "cost", "fanout"},
     "fanout": set(),
 }
 

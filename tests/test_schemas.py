@@ -13,6 +13,7 @@ import pytest
 from prefixscope import warehouse
 from prefixscope.analysis.cost.savings import SAVINGS_SCHEMA
 from prefixscope.analysis.curves.curve import MRC_SCHEMA
+from prefixscope.analysis.fleet.tables import FLEET_HIT_RATES_SCHEMA, FLEET_REPLICAS_SCHEMA
 from prefixscope.analysis.simulation.tables import (
     HIT_RATES_SCHEMA,
     OUTCOMES_SCHEMA,
@@ -98,6 +99,8 @@ CASES: list[tuple[str, Callable[[], pa.Schema], set[str]]] = [
     ("request_outcomes", lambda: OUTCOMES_SCHEMA, set()),
     ("mrc", lambda: MRC_SCHEMA, set()),
     ("savings", lambda: SAVINGS_SCHEMA, set()),
+    ("fleet_hit_rates", lambda: FLEET_HIT_RATES_SCHEMA, set()),
+    ("fleet_replicas", lambda: FLEET_REPLICAS_SCHEMA, set()),
     ("miss_cost_models", cost_model_schema, set()),
     *((name, lambda name=name: structure_schemas()[name], set()) for name in TABLES),
 ]

@@ -18,12 +18,23 @@ import duckdb
 import jinja2
 
 from prefixscope import __version__, warehouse
-from prefixscope.cli import cost, curve, flags, flows, ingest, report, simulate, structure
+from prefixscope.cli import (
+    cost,
+    curve,
+    flags,
+    fleet,
+    flows,
+    ingest,
+    report,
+    simulate,
+    structure,
+)
 from prefixscope.cli.command import Command
 
 COMMANDS: tuple[Command, ...] = (
     ingest.COMMAND,
     simulate.COMMAND,
+    fleet.COMMAND,
     curve.COMMAND,
     structure.COMMAND,
     report.COMMAND,

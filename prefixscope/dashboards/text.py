@@ -87,3 +87,30 @@ def format_curve(table: pa.Table) -> str:
             rate = "—" if r["token_hit_rate"] is None else f"{r['token_hit_rate']:.2%}"
             lines.append(f"  {r['capacity_blocks']:>12,} blocks{gib}  {rate:>8}")
     return "\n".join(lines)
+
+
+def format_fleet(table: pa.Table) -> str:
+    """``fleet_hit_rates`` fleet rows: per window, replica count, capacity and load, one line
+    per router with its hit rate beside what it costs in TTFT and balance."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    df = df.filter(pl.col("tenant") == FLEET).sort(
+        ["measure_window", "replicas", "capacity_blocks", "load_scale", "router"]
+    )
+    lines = [
+        f"{'window':<10} {'replicas':>8} {'capacity':>12} {'load':>5} {'router':<13} "
+        f"{'token hit':>9} {'ceiling':>8} {'TTFT p50':>9} {'p95':>8} {'p99':>8} {'imbalance':>9}"
+    ]
+    for r in df.iter_rows(named=True):
+        lines.append(
+            f"{r['measure_window']:<10} {r['replicas']:>8} "
+            f"{r['capacity_blocks']:>8,} blk {r['load_scale']:>4g}x {r['router']:<13} "
+            f"{_num(r['token_hit_rate'], 9)} {_num(r['ceiling_token_hit_rate'], 8)} "
+            f"{_seconds(r['ttft_p50_s'], 9)} {_seconds(r['ttft_p95_s'], 8)} "
+            f"{_seconds(r['ttft_p99_s'], 8)} {_num(r['load_imbalance'], 9)}"
+        )
+    return "\n".join(lines)
+
+
+def _seconds(x: float | None, width: int) -> str:
+    return f"{'—':>{width}}" if x is None else f"{x:>{width - 1}.3f}s"

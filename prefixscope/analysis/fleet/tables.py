@@ -1,0 +1,192 @@
+"""The tables a fleet simulation writes (``fleet_hit_rates``, ``fleet_replicas``;
+docs/schema.md): Arrow schemas, and the rows of a run's outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from prefixscope.analysis.fleet.run import FleetOutcome
+from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.measure import FLEET, trace_groups
+from prefixscope.analysis.trace.steady import WarmUp, warm_up
+from prefixscope.analysis.trace.windows import STEADY, WINDOWS
+
+FLEET_HIT_RATES_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("router", pa.string()),
+        ("replicas", pa.int32()),
+        ("capacity_blocks", pa.int64()),
+        ("capacity_tokens", pa.int64()),
+        ("capacity_gib", pa.float64()),
+        ("policy", pa.string()),
+        ("load_scale", pa.float64()),
+        ("block_size", pa.int32()),
+        ("model", pa.string()),
+        ("gpu", pa.string()),
+        ("cost_model", pa.string()),
+        ("cost_model_run_id", pa.string()),
+        ("measure_window", pa.string()),
+        ("requests", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("hit_tokens", pa.int64()),
+        ("token_hit_rate", pa.float64()),
+        ("ceiling_token_hit_rate", pa.float64()),
+        ("ttft_p50_s", pa.float64()),
+        ("ttft_p95_s", pa.float64()),
+        ("ttft_p99_s", pa.float64()),
+        ("ttft_mean_s", pa.float64()),
+        ("load_imbalance", pa.float64()),
+        ("prefill_imbalance", pa.float64()),
+        ("warmup_requests", pa.int64()),
+        ("steady", pa.bool_()),
+    ]
+)
+
+FLEET_REPLICAS_SCHEMA = pa.schema(
+    [
+        ("router", pa.string()),
+        ("replicas", pa.int32()),
+        ("capacity_blocks", pa.int64()),
+        ("policy", pa.string()),
+        ("load_scale", pa.float64()),
+        ("replica", pa.int32()),
+        ("requests", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("hit_tokens", pa.int64()),
+        ("token_hit_rate", pa.float64()),
+        ("prefill_tokens", pa.int64()),
+        ("decode_tokens", pa.int64()),
+        ("steps", pa.int64()),
+        ("busy_s", pa.float64()),
+        ("utilisation", pa.float64()),
+        ("drained_s", pa.float64()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What the rows say about the step cost: the model, the GPU, and where the cost came
+    from (``calibrated`` with its replay run, or ``roofline``)."""
+
+    model: str
+    gpu: str
+    cost_model: str
+    cost_model_run_id: str | None = None
+
+
+def own_warm_up(trace: Trace, o: FleetOutcome) -> WarmUp:
+    """A configuration's warm-up: every serving replica's cache full, and MSER-5 over the
+    fleet's hit rates (``trace/steady.py``)."""
+    return warm_up(o.hit_tokens, trace.input_tokens, o.fleet_filled_at, True)
+
+
+def shared_start(trace: Trace, outcomes: Sequence[FleetOutcome]) -> int:
+    """The steady window of a fleet run starts at the latest warm-up end among its
+    configurations that filled, as ``simulate``'s does for single caches."""
+    ends = [w.end for w in (own_warm_up(trace, o) for o in outcomes) if w.filled]
+    return max(ends) if ends else trace.n_requests
+
+
+def _share(x: float, total: float) -> float | None:
+    return x / total if total else None
+
+
+def _imbalance(values: np.ndarray) -> float | None:
+    mean = float(values.mean()) if len(values) else 0.0
+    return float(values.max()) / mean if mean > 0 else None
+
+
+def hit_rate_rows(
+    trace: Trace,
+    o: FleetOutcome,
+    ceiling: np.ndarray,
+    windows: Sequence[str],
+    start: int,
+    pricing: Pricing,
+) -> list[dict]:
+    """``fleet_hit_rates`` rows of one configuration: per window, the fleet then each tenant.
+    ``ceiling``: the single unbounded cache's hit tokens per request."""
+    f = o.fleet
+    base = {
+        "router": f.router,
+        "replicas": f.replicas,
+        "capacity_blocks": f.capacity_blocks,
+        "capacity_tokens": f.capacity_blocks * trace.block_size,
+        "capacity_gib": f.capacity_gib,
+        "policy": f.policy,
+        "load_scale": f.load_scale,
+        "block_size": trace.block_size,
+        "model": pricing.model,
+        "gpu": pricing.gpu,
+        "cost_model": pricing.cost_model,
+        "cost_model_run_id": pricing.cost_model_run_id,
+        "load_imbalance": _imbalance(o.busy),
+        "prefill_imbalance": _imbalance(o.prefill_tokens.astype(np.float64)),
+    }
+    rows = []
+    for window in windows:
+        steady = window == STEADY
+        measured = np.arange(trace.n_requests) >= start if steady else WINDOWS[window](trace)
+        reported = not steady or own_warm_up(trace, o).filled
+        groups = trace_groups(trace, measured) if measured.any() else [(FLEET, measured)]
+        for name, mask in groups:
+            inp = int(trace.input_tokens[mask].sum())
+            hit = int(o.hit_tokens[mask].sum())
+            ttft = o.ttft[mask]
+            some = len(ttft) > 0
+            rows.append(
+                {
+                    **base,
+                    "tenant": name,
+                    "measure_window": window,
+                    "requests": int(mask.sum()),
+                    "input_tokens": inp,
+                    "hit_tokens": hit,
+                    "token_hit_rate": _share(hit, inp) if reported else None,
+                    "ceiling_token_hit_rate": _share(int(ceiling[mask].sum()), inp),
+                    "ttft_p50_s": float(np.percentile(ttft, 50)) if some else None,
+                    "ttft_p95_s": float(np.percentile(ttft, 95)) if some else None,
+                    "ttft_p99_s": float(np.percentile(ttft, 99)) if some else None,
+                    "ttft_mean_s": float(ttft.mean()) if some else None,
+                    "warmup_requests": start if steady else None,
+                    "steady": reported if steady else None,
+                }
+            )
+    return rows
+
+
+def replica_rows(trace: Trace, o: FleetOutcome) -> list[dict]:
+    """``fleet_replicas`` rows: one per replica, over every request routed to it."""
+    f = o.fleet
+    n = f.replicas
+    requests = np.bincount(o.replica, minlength=n)
+    inp = np.bincount(o.replica, weights=trace.input_tokens, minlength=n)
+    hit = np.bincount(o.replica, weights=o.hit_tokens, minlength=n)
+    span = float(o.drained_at.max() - o.arrival[0]) if len(o.arrival) else 0.0
+    return [
+        {
+            "router": f.router,
+            "replicas": n,
+            "capacity_blocks": f.capacity_blocks,
+            "policy": f.policy,
+            "load_scale": f.load_scale,
+            "replica": i,
+            "requests": int(requests[i]),
+            "input_tokens": int(inp[i]),
+            "hit_tokens": int(hit[i]),
+            "token_hit_rate": _share(float(hit[i]), float(inp[i])),
+            "prefill_tokens": int(o.prefill_tokens[i]),
+            "decode_tokens": int(o.decode_tokens[i]),
+            "steps": int(o.steps[i]),
+            "busy_s": float(o.busy[i]),
+            "utilisation": _share(float(o.busy[i]), span),
+            "drained_s": float(o.drained_at[i] - o.arrival[0]) if len(o.arrival) else 0.0,
+        }
+        for i in range(n)
+    ]

@@ -1,0 +1,102 @@
+"""``prefixscope fleet``: replicas behind a router, each with its own cache, under load."""
+
+from __future__ import annotations
+
+import argparse
+
+from prefixscope.analysis.fleet.routers import ROUTERS
+from prefixscope.analysis.fleet.run import DEFAULT_BUDGET, DEFAULT_MAX_SEQS, FLEET_POLICIES
+from prefixscope.cli import flags
+from prefixscope.cli.command import Command
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    flags.warehouse(p)
+    p.add_argument(
+        "--replicas", type=flags.int_list, required=True, metavar="N[,N...]", help="1 to 64"
+    )
+    p.add_argument("--router", type=flags.name_list, required=True, help=", ".join(ROUTERS))
+    cap = p.add_mutually_exclusive_group(required=True)
+    cap.add_argument(
+        "--capacity-blocks", type=flags.int_list, metavar="C[,C...]", help="per replica"
+    )
+    cap.add_argument(
+        "--capacity-gib", type=flags.float_list, metavar="X[,X...]", help="per replica, of --model"
+    )
+    p.add_argument(
+        "--model", default="llama-3-8b", help="catalog model: KV bytes and step cost (%(default)s)"
+    )
+    p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
+    p.add_argument(
+        "--gpu", default="h100", help="h100, h200, a100 or NAME:TFLOPS:TBPS (%(default)s)"
+    )
+    p.add_argument(
+        "--cost-model",
+        default="auto",
+        choices=["auto", "calibrated", "roofline"],
+        help="step times: calibrated when the warehouse has one (auto), else the roofline",
+    )
+    p.add_argument("--policy", default="lru", choices=sorted(FLEET_POLICIES))
+    p.add_argument(
+        "--load-scale",
+        type=flags.float_list,
+        default=[1.0],
+        metavar="S[,S...]",
+        help="S times the traffic: the same requests in 1/S of the time (1)",
+    )
+    flags.windows(p, ["all"])
+    p.add_argument(
+        "--budget-tokens",
+        type=flags.positive_int,
+        default=DEFAULT_BUDGET,
+        metavar="N",
+        help="tokens per step, vLLM's max_num_batched_tokens (%(default)s)",
+    )
+    p.add_argument(
+        "--max-seqs",
+        type=flags.positive_int,
+        default=DEFAULT_MAX_SEQS,
+        metavar="N",
+        help="requests running at once per replica, vLLM's max_num_seqs (%(default)s)",
+    )
+    p.add_argument("--seed", type=flags.count, default=0, help="the random router's seed (0)")
+    p.add_argument(
+        "--dask-address",
+        metavar="ADDRESS",
+        help="run each replica of round-robin, random and session as a task on this cluster",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from prefixscope.analysis.fleet.routers import RouterSettings
+    from prefixscope.analysis.simulation.capacities import Capacities
+    from prefixscope.dashboards.text import format_fleet
+    from prefixscope.stages import fleet
+
+    settings = fleet.FleetSettings(
+        routers=tuple(args.router),
+        replicas=tuple(args.replicas),
+        capacities=Capacities(
+            blocks=args.capacity_blocks,
+            gib=args.capacity_gib,
+            model=args.model,
+            kv_dtype=args.kv_dtype,
+        ),
+        policy=args.policy,
+        load_scales=tuple(args.load_scale),
+        windows=tuple(args.window),
+        model=args.model,
+        gpu=args.gpu,
+        cost_model=args.cost_model,
+        budget_tokens=args.budget_tokens,
+        max_seqs=args.max_seqs,
+        router_settings=RouterSettings(seed=args.seed),
+        workers=1,
+        dask_address=args.dask_address,
+    )
+    result = fleet.run(args.warehouse, settings)
+    print(format_fleet(result.hit_rates))
+    return 0
+
+
+COMMAND = Command("fleet", "simulate replicas behind a router, under load", arguments, run)

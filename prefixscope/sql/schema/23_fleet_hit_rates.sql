@@ -1,0 +1,40 @@
+-- One row per (run, fleet configuration, measure window, tenant): replicas behind a router,
+-- each with its own cache of capacity_blocks (per replica), under traffic sped up load_scale
+-- times. tenant '*' is the whole fleet. token_hit_rate = hit_tokens / input_tokens, where a
+-- hit is served only by the replica the request was routed to; ceiling_token_hit_rate is one
+-- unbounded cache's rate over the same requests. TTFT (seconds) includes queueing, from the
+-- discrete-event model of each replica (docs/fleet.md); model, gpu and cost_model say what
+-- priced its steps. load_imbalance = max / mean busy time over replicas; prefill_imbalance
+-- the same over prefill tokens computed. For the 'steady' window warmup_requests is where
+-- measuring starts (shared by the run's configurations); steady is false when this
+-- configuration's caches never all filled, and then token_hit_rate is NULL.
+CREATE TABLE IF NOT EXISTS fleet_hit_rates (
+    run_id                  VARCHAR NOT NULL,
+    tenant                  VARCHAR NOT NULL,
+    router                  VARCHAR NOT NULL,
+    replicas                INTEGER NOT NULL,
+    capacity_blocks         BIGINT NOT NULL,
+    capacity_tokens         BIGINT NOT NULL,
+    capacity_gib            DOUBLE,
+    policy                  VARCHAR NOT NULL,
+    load_scale              DOUBLE NOT NULL,
+    block_size              INTEGER NOT NULL,
+    model                   VARCHAR NOT NULL,
+    gpu                     VARCHAR NOT NULL,
+    cost_model              VARCHAR NOT NULL,
+    cost_model_run_id       VARCHAR,
+    measure_window          VARCHAR NOT NULL,
+    requests                BIGINT NOT NULL,
+    input_tokens            BIGINT NOT NULL,
+    hit_tokens              BIGINT NOT NULL,
+    token_hit_rate          DOUBLE,
+    ceiling_token_hit_rate  DOUBLE,
+    ttft_p50_s              DOUBLE,
+    ttft_p95_s              DOUBLE,
+    ttft_p99_s              DOUBLE,
+    ttft_mean_s             DOUBLE,
+    load_imbalance          DOUBLE,
+    prefill_imbalance       DOUBLE,
+    warmup_requests         BIGINT,
+    steady                  BOOLEAN
+);

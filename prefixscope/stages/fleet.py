@@ -1,0 +1,232 @@
+"""Stage ``fleet``: the warehouse's trace through every router × replica count × capacity ×
+load scale → ``fleet_hit_rates`` and ``fleet_replicas``."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from prefixscope import warehouse
+from prefixscope.analysis.cost.costmodel import CostModel
+from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
+from prefixscope.analysis.fanout import fan_out
+from prefixscope.analysis.fleet.assign import assign
+from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
+from prefixscope.analysis.fleet.run import (
+    DEFAULT_BUDGET,
+    DEFAULT_MAX_SEQS,
+    Engine,
+    Fleet,
+    FleetOutcome,
+    Traffic,
+    merge_replicas,
+    simulate_fleet,
+    simulate_replica,
+)
+from prefixscope.analysis.fleet.stepcost import StepCost, from_cost_model, from_roofline
+from prefixscope.analysis.fleet.tables import (
+    FLEET_HIT_RATES_SCHEMA,
+    FLEET_REPLICAS_SCHEMA,
+    Pricing,
+    hit_rate_rows,
+    replica_rows,
+    shared_start,
+)
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.load import REPLAY_ORDER, load_trace
+from prefixscope.analysis.trace.measure import hit_tokens
+from prefixscope.analysis.trace.windows import check_windows
+from prefixscope.stages.outcomes import calibrated
+
+COST_KINDS = ("auto", "calibrated", "roofline")
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Every combination of ``routers`` × ``replicas`` × capacities (per replica) ×
+    ``load_scales`` runs under ``policy``. ``model`` and ``gpu`` price the steps (a calibrated
+    cost model when the warehouse holds one and ``cost_model`` allows it, else the roofline);
+    ``model`` also turns GiB into blocks. Fixed routers run each replica as its own task
+    where ``workers`` / ``dask_address`` say."""
+
+    routers: tuple[str, ...] = ("round-robin",)
+    replicas: tuple[int, ...] = (4,)
+    capacities: Capacities = field(default_factory=lambda: Capacities(blocks=[16_000]))
+    policy: str = "lru"
+    load_scales: tuple[float, ...] = (1.0,)
+    windows: tuple[str, ...] = ("all",)
+    model: str = DEFAULT_MODEL
+    gpu: str = DEFAULT_GPU
+    cost_model: str = "auto"
+    budget_tokens: int = DEFAULT_BUDGET
+    max_seqs: int = DEFAULT_MAX_SEQS
+    router_settings: RouterSettings = field(default_factory=RouterSettings)
+    workers: int | None = 1
+    dask_address: str | None = None
+
+    def check(self) -> None:
+        """Names and numbers first, before any work."""
+        for name in self.routers:
+            resolve_router(name)
+        if not self.routers or not self.replicas or not self.load_scales:
+            raise ValueError("give at least one router, replica count and load scale")
+        if self.cost_model not in COST_KINDS:
+            raise ValueError(
+                f"unknown cost model {self.cost_model!r}; known: {', '.join(COST_KINDS)}"
+            )
+        resolve_model(self.model)
+        gpu_key(self.gpu)
+        check_windows(self.windows)
+        for fleet in self.grid([1]):
+            fleet.check()
+        Engine(
+            StepCost(0, 0, 0, 0, 0, 1, 1, "check"),
+            self.budget_tokens,
+            self.max_seqs,
+            self.router_settings,
+        ).check()
+
+    def grid(
+        self, blocks: Sequence[int], gibs: Sequence[float | None] | None = None
+    ) -> list[Fleet]:
+        gibs = list(gibs) if gibs else [None] * len(blocks)
+        return [
+            Fleet(router, n, int(c), self.policy, float(s), g)
+            for n, (c, g), s, router in itertools.product(
+                self.replicas, zip(blocks, gibs, strict=True), self.load_scales, self.routers
+            )
+        ]
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    run_id: str
+    hit_rates: pa.Table
+    replicas: pa.Table
+    outcomes: tuple[FleetOutcome, ...]
+
+
+def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
+    settings.check()
+    with warehouse.StageRun(wh, "fleet", settings) as run:
+        with run.reading() as con:
+            trace = load_trace(con)
+            traffic = load_traffic(con)
+            fitted = (
+                None
+                if settings.cost_model == "roofline"
+                else calibrated(con, settings.model, settings.gpu)
+            )
+        engine, pricing = engine_for(settings, fitted)
+        capacities = Capacities(
+            settings.capacities.blocks,
+            settings.capacities.tokens,
+            settings.capacities.gib,
+            settings.capacities.model or (settings.model if settings.capacities.gib else None),
+            settings.capacities.model_config,
+            settings.capacities.kv_dtype,
+        )
+        blocks, gibs = capacities.resolve(trace.block_size)
+        grid = settings.grid(blocks, gibs)
+        outcomes = simulate_grid(trace, traffic, grid, engine, settings)
+        hit_rates, replicas = tables(trace, outcomes, settings.windows, pricing)
+        with run.publishing() as con:
+            warehouse.append(con, "fleet_hit_rates", hit_rates, run.run_id)
+            warehouse.append(con, "fleet_replicas", replicas, run.run_id)
+    return FleetResult(run.run_id, hit_rates, replicas, tuple(outcomes))
+
+
+def load_traffic(con: duckdb.DuckDBPyConnection) -> Traffic:
+    """Output tokens (0 where the log has none) and session ids, in replay order."""
+    table = con.sql(
+        f"SELECT coalesce(output_tokens, 0) AS output_tokens, session_id FROM requests "
+        f"ORDER BY {REPLAY_ORDER}"
+    ).to_arrow_table()
+    sessions = table.column("session_id")
+    return Traffic(
+        np.maximum(table.column("output_tokens").to_numpy(), 0).astype(np.int64),
+        None if sessions.null_count == len(sessions) else sessions.to_pylist(),
+    )
+
+
+def engine_for(
+    settings: FleetSettings, fitted: tuple[str, tuple[float, ...], tuple[float, float]] | None
+) -> tuple[Engine, Pricing]:
+    """The step cost: the calibrated model where there is one (and allowed), else the
+    roofline of ``model`` on ``gpu``."""
+    shape = resolve_model(settings.model)
+    key = gpu_key(settings.gpu)
+    if fitted is not None:
+        run_id, coefficients, knees = fitted
+        cost = from_cost_model(CostModel(coefficients, knees), run_id)
+    elif settings.cost_model == "calibrated":
+        raise ValueError(f"no calibrated cost model of {shape.name} on {key}: run replay")
+    elif key == "cpu":
+        raise ValueError("the roofline needs a GPU spec (--gpu h100, or NAME:TFLOPS:TBPS)")
+    else:
+        cost = from_roofline(shape, resolve_gpu(settings.gpu))
+    engine = Engine(cost, settings.budget_tokens, settings.max_seqs, settings.router_settings)
+    return engine, Pricing(shape.name, key, cost.source, cost.run_id)
+
+
+def simulate_grid(
+    trace: Trace,
+    traffic: Traffic,
+    grid: Sequence[Fleet],
+    engine: Engine,
+    settings: FleetSettings,
+) -> list[FleetOutcome]:
+    """Every configuration. A fixed router's replicas are independent, so with a Dask address
+    (or several workers) each replica is one task, the trace shipped to each worker once."""
+    local = settings.dask_address is None and settings.workers == 1
+    out = []
+    for fleet in grid:
+        if local or not resolve_router(fleet.router).fixed or fleet.replicas == 1:
+            out.append(simulate_fleet(trace, traffic, fleet, engine))
+            continue
+        routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)
+        requests = [np.flatnonzero(routing == i) for i in range(fleet.replicas)]
+        parts = fan_out(
+            replica_task,
+            (trace, traffic),
+            [(fleet, engine, r) for r in requests],
+            workers=settings.workers,
+            dask_address=settings.dask_address,
+        )
+        out.append(merge_replicas(trace, fleet, list(zip(requests, parts, strict=True))))
+    return out
+
+
+def replica_task(
+    shared: tuple[Trace, Traffic], job: tuple[Fleet, Engine, np.ndarray]
+) -> FleetOutcome:
+    """One replica of a fixed router (a task of :func:`simulate_grid`)."""
+    trace, traffic = shared
+    fleet, engine, requests = job
+    return simulate_replica(trace, traffic, fleet, engine, requests)
+
+
+def tables(
+    trace: Trace, outcomes: Sequence[FleetOutcome], windows: Sequence[str], pricing: Pricing
+) -> tuple[pa.Table, pa.Table]:
+    """The rows of every configuration, all measured from the run's one steady start."""
+    ceiling = hit_tokens(trace, POLICIES["ceiling"].hit_blocks(trace, None))
+    start = shared_start(trace, outcomes)
+    hits, reps = [], []
+    for o in outcomes:
+        hits += hit_rate_rows(trace, o, ceiling, windows, start, pricing)
+        reps += replica_rows(trace, o)
+    return (
+        pa.Table.from_pylist(hits, schema=FLEET_HIT_RATES_SCHEMA),
+        pa.Table.from_pylist(reps, schema=FLEET_REPLICAS_SCHEMA),
+    )
