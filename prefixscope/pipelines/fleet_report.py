@@ -1,5 +1,6 @@
 """The ``fleet_report`` flow: ingest → simulate every policy × capacity → LRU curve →
-structure → [replay] → savings → report.
+structure → [replay] → fleet (routers × replicas × load, priced like the savings) → savings →
+report.
 
 The flow only sequences. Each task is one stage (``prefixscope.stages``): it opens the
 warehouse for its own step and closes it, so a task can retry without shared state. A stage
@@ -20,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
 from prefixscope.analysis.curves.settings import CurveSettings
+from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
 from prefixscope.analysis.structure.tables import StructureSettings
@@ -28,6 +30,7 @@ from prefixscope.dashboards.savings import format_savings
 from prefixscope.dashboards.text import format_hit_rates
 from prefixscope.ingest import IngestOptions, IngestResult
 from prefixscope.stages import curve as curve_stage
+from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import ingest as ingest_stage
 from prefixscope.stages import replay as replay_stage
 from prefixscope.stages import report as report_stage
@@ -40,6 +43,10 @@ from prefixscope.stages import structure as structure_stage
 DEFAULT_CAPACITIES = (1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000)
 DEFAULT_POLICIES = ("ceiling", "lru", "fifo", "s3fifo", "belady")
 DEFAULT_WINDOWS = ("all", "last-half", "steady")
+#: The fleet grid: every router at two replica counts, at the traffic as logged and twice it;
+#: each replica's cache is the grid's middle capacity (the one ``structure`` simulates).
+DEFAULT_FLEET_REPLICAS = (4, 8)
+DEFAULT_FLEET_LOAD_SCALES = (1.0, 2.0)
 STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
 
 
@@ -88,6 +95,11 @@ def simulate(wh: str, settings: simulate_stage.SimulateSettings) -> simulate_sta
 
 
 @task(**STAGE)
+def fleet(wh: str, settings: fleet_stage.FleetSettings) -> int:
+    return fleet_stage.run(wh, settings).hit_rates.num_rows
+
+
+@task(**STAGE)
 def curve(wh: str, settings: curve_stage.CurveStageSettings) -> int:
     return curve_stage.run(wh, settings).table.num_rows
 
@@ -129,10 +141,36 @@ def report(wh: str, settings: report_stage.ReportSettings) -> str:
     return str(report_stage.run(wh, settings))
 
 
+def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
+    caps = sorted(capacities_blocks)
+    return caps[len(caps) // 2] if caps else None
+
+
 def structure_settings(capacities_blocks: Sequence[int]) -> StructureSettings:
     """The structure stage simulates the middle capacity of the flow's grid."""
-    caps = sorted(capacities_blocks)
-    return StructureSettings(capacity_blocks=caps[len(caps) // 2] if caps else None)
+    return StructureSettings(capacity_blocks=middle_capacity(capacities_blocks))
+
+
+def fleet_settings(
+    capacities_blocks: Sequence[int],
+    windows: Sequence[str],
+    model: str,
+    gpu: str,
+    replicas: Sequence[int],
+    dask_address: str | None,
+) -> fleet_stage.FleetSettings:
+    """Every router at each replica count, each replica with the grid's middle capacity."""
+    return fleet_stage.FleetSettings(
+        routers=tuple(ROUTERS),
+        replicas=tuple(replicas),
+        capacities=Capacities(blocks=[middle_capacity(capacities_blocks) or 16_000]),
+        load_scales=DEFAULT_FLEET_LOAD_SCALES,
+        windows=tuple(windows),
+        model=model,
+        gpu=gpu,
+        workers=1 if dask_address is None else None,
+        dask_address=dask_address,
+    )
 
 
 def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | None) -> Scenario:
@@ -162,6 +200,7 @@ def fleet_report(
     savings_gpu: str = DEFAULT_GPU,
     replay_samples: int = 0,
     dask_address: str | None = None,
+    fleet_replicas: list[int] | None = None,
 ) -> FleetReportOutcome:
     policies = policies or list(DEFAULT_POLICIES)
     capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
@@ -192,6 +231,17 @@ def fleet_report(
     structure(wh, structure_settings(capacities_blocks))
     calibrated = replay(wh, priced, replay_samples) if replay_samples > 0 else None
     model, gpu = calibrated or (savings_model, savings_gpu)
+    fleet(
+        wh,
+        fleet_settings(
+            capacities_blocks,
+            windows,
+            model,
+            gpu,
+            fleet_replicas or DEFAULT_FLEET_REPLICAS,
+            dask_address,
+        ),
+    )
     saved = savings(
         wh,
         savings_stage.SavingsSettings(

@@ -1,0 +1,219 @@
+"""The fleet's fidelity: what must hold between the fleet simulation, the single cache and the
+cost model, on generated traces of known structure and on the bundled hour."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.fleet.assign import assign, ring, session_keys
+from prefixscope.analysis.fleet.routers import ROUTERS, RouterSettings
+from prefixscope.analysis.fleet.run import (
+    Engine,
+    Fleet,
+    Traffic,
+    simulate_fleet,
+    simulate_replica,
+)
+from prefixscope.analysis.fleet.stepcost import from_roofline
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.trace.csr import Trace, build_trace
+from prefixscope.analysis.trace.isolation import subset
+from prefixscope.analysis.trace.measure import hit_tokens
+
+COST = from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100"))
+ENGINE = Engine(COST)
+
+
+def sessions_trace(
+    n_sessions: int = 60,
+    turns: int = 5,
+    seed: int = 0,
+    block_size: int = 16,
+    shared_first: bool = False,
+    gap_s: float = 0.5,
+) -> tuple[Trace, Traffic]:
+    """Conversations: each session's first prompt is its own (or, with ``shared_first``,
+    starts with one system block common to all), and every later turn extends the previous
+    turn's prompt. Sessions interleave in time. Returns the trace and its traffic (output
+    tokens, session ids)."""
+    rng = np.random.default_rng(seed)
+    events = []
+    next_id = 1_000
+    for s in range(n_sessions):
+        chain = [7] if shared_first else []
+        t = float(rng.uniform(0, n_sessions * gap_s))
+        for _ in range(turns):
+            grow = int(rng.integers(1, 6))
+            chain = chain + list(range(next_id, next_id + grow))
+            next_id += grow
+            events.append((t, s, list(chain), int(rng.integers(0, 40))))
+            t += float(rng.exponential(gap_s * 10))
+    events.sort(key=lambda e: e[0])
+    hashes = [e[2] for e in events]
+    trace = build_trace(
+        hashes,
+        [len(h) * block_size for h in hashes],
+        [f"t{e[1] % 3}" for e in events],
+        block_size,
+        times=[e[0] for e in events],
+    )
+    traffic = Traffic(np.array([e[3] for e in events], np.int64), [f"s{e[1]}" for e in events])
+    return trace, traffic
+
+
+def single_cache(trace: Trace, policy: str, capacity: int) -> np.ndarray:
+    return hit_tokens(trace, POLICIES[policy].hit_blocks(trace, capacity))
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("router", list(ROUTERS))
+def test_one_replica_under_any_router_equals_the_single_cache(
+    bundled_trace: Trace, router: str, policy: str
+) -> None:
+    traffic = Traffic(np.zeros(bundled_trace.n_requests, np.int64))
+    out = simulate_fleet(bundled_trace, traffic, Fleet(router, 1, 4_000, policy), ENGINE)
+    expected = single_cache(bundled_trace, policy, 4_000)
+    assert expected.sum() > 0
+    np.testing.assert_array_equal(out.hit_tokens, expected)
+
+
+@pytest.mark.parametrize("replicas", [2, 5])
+def test_a_router_that_sends_everything_to_one_replica_is_one_cache(replicas: int) -> None:
+    trace, traffic = sessions_trace()
+    routing = np.full(trace.n_requests, replicas - 1, np.int32)
+    out = simulate_fleet(
+        trace, traffic, Fleet("round-robin", replicas, 40), ENGINE, routing=routing
+    )
+    np.testing.assert_array_equal(out.hit_tokens, single_cache(trace, "lru", 40))
+    assert (out.busy[: replicas - 1] == 0).all() and out.busy[replicas - 1] > 0
+
+
+@pytest.mark.parametrize("replicas", [3, 4])
+def test_session_routing_of_independent_sessions_is_separate_caches(replicas: int) -> None:
+    trace, traffic = sessions_trace()
+    fleet = Fleet("session", replicas, 30)
+    out = simulate_fleet(trace, traffic, fleet, ENGINE)
+    routing = assign(trace, "session", replicas, RouterSettings(), traffic.sessions)
+    np.testing.assert_array_equal(out.replica, routing)
+    for i in range(replicas):
+        mine = np.flatnonzero(routing == i)
+        alone = single_cache(subset(trace, mine), "lru", 30)
+        np.testing.assert_array_equal(out.hit_tokens[mine], alone)
+        # the replica's clock, too: it sees nothing but its own stream
+        part = simulate_replica(trace, traffic, fleet, ENGINE, mine)
+        np.testing.assert_allclose(out.ttft[mine], part.ttft, rtol=1e-12)
+        assert out.busy[i] == pytest.approx(part.busy[0], rel=1e-12)
+
+
+def test_session_routing_sends_a_request_home_unless_home_is_at_its_bound() -> None:
+    trace, traffic = sessions_trace(n_sessions=80)
+    settings = RouterSettings()
+    routing = assign(trace, "session", 4, settings, traffic.sessions)
+    points, owner = ring(4, settings.virtual_nodes)
+    keys = session_keys(trace, traffic.sessions, settings)
+    home = owner[np.searchsorted(points, keys) % len(points)]
+    counts = np.zeros(4, np.int64)
+    for r in range(trace.n_requests):
+        bound = np.ceil(settings.balance_factor * (r + 1) / 4)
+        assert counts[routing[r]] < bound
+        if routing[r] != home[r]:
+            assert counts[home[r]] >= bound  # a spill only when home is full
+        counts[routing[r]] += 1
+    assert (routing == home).mean() > 0.85
+    # the same session id, the same home: a conversation stays unless it spills
+    sessions = np.array(traffic.sessions)
+    assert all(len(set(home[sessions == s])) == 1 for s in set(traffic.sessions))
+
+
+@pytest.mark.parametrize("shared_first", [False, True])
+def test_kv_aware_without_a_load_term_and_unbounded_caches_reaches_the_ceiling(
+    shared_first: bool,
+) -> None:
+    trace, traffic = sessions_trace(shared_first=shared_first)
+    engine = replace(ENGINE, routers=RouterSettings(load_weight=0.0))
+    out = simulate_fleet(trace, traffic, Fleet("kv-aware", 4, trace.n_unique), engine)
+    ceiling = hit_tokens(trace, POLICIES["ceiling"].hit_blocks(trace, None))
+    np.testing.assert_array_equal(out.hit_tokens, ceiling)
+
+
+@pytest.mark.parametrize("router", list(ROUTERS))
+def test_work_is_conserved_and_nothing_starts_before_it_arrives(router: str) -> None:
+    trace, traffic = sessions_trace(gap_s=0.01)  # bursts: queues form
+    engine = Engine(COST, budget_tokens=64, max_seqs=4)
+    out = simulate_fleet(trace, traffic, Fleet(router, 3, 20, load_scale=3.0), engine)
+    new = np.maximum(trace.input_tokens - out.hit_tokens, 1)
+    assert out.prefill_tokens.sum() == new.sum()
+    assert out.decode_tokens.sum() == np.maximum(traffic.output_tokens - 1, 0).sum()
+    for i in range(3):  # per replica: what it computed is what was routed to it
+        assert out.prefill_tokens[i] == new[out.replica == i].sum()
+    assert (out.first_start >= out.arrival).all()
+    assert (out.arrival + out.ttft >= out.first_start).all()
+    assert (out.done_at >= out.arrival + out.ttft - 1e-12).all()
+    # without decodes and with prefills that fit one step, batching only shares a step's
+    # fixed cost and weight read: never more work than each prefill alone (a small budget
+    # splits prefills into chunks that each pay the weight read, and can cost more)
+    quiet = Traffic(np.zeros(trace.n_requests, np.int64))
+    assert trace.input_tokens.max() <= ENGINE.budget_tokens
+    batched = simulate_fleet(trace, quiet, Fleet(router, 3, 20, load_scale=3.0), ENGINE)
+    new = np.maximum(trace.input_tokens - batched.hit_tokens, 1)
+    alone = COST.prefill_seconds(new, trace.input_tokens - new).sum()
+    assert 0 < batched.busy.sum() <= alone * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-loaded", "kv-aware"])
+def test_without_overlap_busy_time_is_the_sum_of_each_prefill_alone(router: str) -> None:
+    """Requests far apart and no decode: each step holds one request's one chunk, so a
+    replica's busy time is the cost model's T(new, cached) summed over its requests."""
+    trace, traffic = sessions_trace(gap_s=100.0)
+    traffic = Traffic(np.zeros(trace.n_requests, np.int64))
+    out = simulate_fleet(trace, traffic, Fleet(router, 3, 25), ENGINE)
+    new = np.maximum(trace.input_tokens - out.hit_tokens, 1)
+    service = COST.prefill_seconds(new, trace.input_tokens - new)
+    for i in range(3):
+        assert out.busy[i] == pytest.approx(service[out.replica == i].sum(), rel=1e-9)
+    np.testing.assert_allclose(out.ttft, service, rtol=1e-9)
+    assert out.busy.sum() == pytest.approx(service.sum(), rel=1e-9)
+
+
+def test_twice_the_load_keeps_fixed_routing_hits_and_only_adds_queueing() -> None:
+    trace, traffic = sessions_trace(gap_s=0.05)
+    one = simulate_fleet(trace, traffic, Fleet("round-robin", 2, 30), ENGINE)
+    two = simulate_fleet(trace, traffic, Fleet("round-robin", 2, 30, load_scale=8.0), ENGINE)
+    np.testing.assert_array_equal(one.hit_tokens, two.hit_tokens)
+    assert np.percentile(two.ttft, 95) > np.percentile(one.ttft, 95)
+
+
+@pytest.mark.parametrize("replicas", [4, 8])
+def test_affinity_routers_beat_scattering_ones_on_conversations(replicas: int) -> None:
+    """On conversations, keeping a session (or its prefix) in one place wins hits; spreading
+    requests without regard to their prefix loses them."""
+    trace, traffic = sessions_trace(n_sessions=120, turns=6, seed=3)
+    rate = {}
+    for router in ROUTERS:
+        out = simulate_fleet(trace, traffic, Fleet(router, replicas, 60), ENGINE)
+        rate[router] = out.hit_tokens.sum() / trace.input_tokens.sum()
+    for affinity in ("session", "cache-aware", "kv-aware"):
+        for scatter in ("round-robin", "random"):
+            assert rate[affinity] > rate[scatter], rate
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (Fleet("nope", 2, 10), "unknown router"),
+        (Fleet("round-robin", 0, 10), "replicas must be"),
+        (Fleet("round-robin", 65, 10), "replicas must be"),
+        (Fleet("round-robin", 2, 0), "at least one block"),
+        (Fleet("round-robin", 2, 10, policy="belady"), "run lru, fifo"),
+        (Fleet("round-robin", 2, 10, load_scale=0), "load scale"),
+    ],
+)
+def test_a_bad_configuration_says_what_is_wrong(settings: Fleet, message: str) -> None:
+    trace, traffic = sessions_trace(n_sessions=2)
+    with pytest.raises(ValueError, match=message):
+        simulate_fleet(trace, traffic, settings, ENGINE)
