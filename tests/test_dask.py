@@ -99,3 +99,41 @@ def test_a_grid_curve_on_the_dask_workers_equals_the_one_computed_here(cluster) 
         assert np.array_equal(a.input_tokens, b.input_tokens)
     fleet = next(g for g in here.groups if g.tenant == "*" and g.window == "all")
     assert fleet.hit_tokens[0] < fleet.hit_tokens[-1]  # it rises: the comparison is not vacuous
+
+
+@pytest.mark.parametrize("router", ["round-robin", "random", "session"])
+def test_each_replica_of_a_fixed_router_runs_as_a_task_and_equals_the_run_here(
+    cluster, bundled_trace, router
+) -> None:
+    from distributed import Client, get_task_stream
+
+    from prefixscope.analysis.cost.gpus import resolve_gpu
+    from prefixscope.analysis.cost.models import resolve_model
+    from prefixscope.analysis.fleet.run import Engine, Fleet, Traffic
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.analysis.fleet.tables import Pricing
+    from prefixscope.stages.fleet import FleetSettings, simulate_grid, tables
+
+    rng = np.random.default_rng(1)
+    traffic = Traffic(rng.integers(0, 400, bundled_trace.n_requests))
+    engine = Engine(from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100")))
+    grid = [Fleet(router, 4, 3_000, load_scale=2.0)]
+    here = simulate_grid(bundled_trace, traffic, grid, engine, FleetSettings())
+    with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
+        there = simulate_grid(
+            bundled_trace,
+            traffic,
+            grid,
+            engine,
+            FleetSettings(workers=None, dask_address=cluster.scheduler_address),
+        )
+    ran = [t for t in stream.data if "replica_task" in t["key"]]
+    assert len(ran) == 4  # one task per replica
+    a, b = here[0], there[0]
+    for name in ("replica", "hit_tokens", "ttft", "done_at", "busy", "steps", "filled_at"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    pricing = Pricing("llama-3-8b", "h100", "roofline")
+    for x, y in zip(tables(bundled_trace, here, ["all"], pricing),
+                    tables(bundled_trace, there, ["all"], pricing), strict=True):  # fmt: skip
+        assert x.equals(y)
+    assert a.hit_tokens.sum() > 0 and a.ttft.max() > 0

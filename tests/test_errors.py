@@ -25,6 +25,7 @@ READ_COMMANDS = {
     "structure": ["structure"],
     "savings": ["savings"],
     "replay": ["replay"],
+    "fleet": ["fleet", "--replicas", "2", "--router", "round-robin", "--capacity-blocks", "9"],
 }
 
 
@@ -62,6 +63,18 @@ FLAG_MISUSE = [
     (["simulate", "--policy", "ttl", "--capacity-blocks", "5", "--ttl", "inf"], "--ttl"),
     (["simulate", "--policy", "lru", "--capacity-blocks", "5", "--bucket", "infs"], "--bucket"),
     (["simulate", "--policy", "lru", "--capacity-blocks", "5", "--capacity-tokens", "5"], "not"),
+    (["fleet", "--replicas", "0", "--router", "random", "--capacity-blocks", "5"], "--replicas"),
+    (["fleet", "--replicas", "2", "--router", "nope", "--capacity-blocks", "5"], "unknown router"),
+    (["fleet", "--replicas", "99", "--router", "random", "--capacity-blocks", "5"], "1 to 64"),
+    (["fleet", "--replicas", "2", "--router", "random"], "capacity"),
+    (["fleet", "--replicas", "2", "--router", "random", "--capacity-blocks", "5", "--load-scale",
+      "0"], "--load-scale"),
+    (["fleet", "--replicas", "2", "--router", "random", "--capacity-blocks", "5", "--policy",
+      "belady"], "--policy"),
+    (["fleet", "--replicas", "2", "--router", "random", "--capacity-gib", "1", "--model", "gpt"],
+     "unknown model"),
+    (["fleet", "--replicas", "2", "--router", "random", "--capacity-blocks", "5", "--gpu", "tpu"],
+     "unknown GPU"),
     (["curve", "--sample-rate", "nan"], "sample-rate"),
     (["curve", "--sample-rate", "2"], "sample-rate"),
     (["structure", "--capacity-blocks", str(2**70)], "capacity-blocks"),
@@ -112,6 +125,7 @@ STATE_COMMANDS = {
     "simulate": ["simulate", "--policy", "lru", "--capacity-blocks", "100"],
     "report": ["report", "--out", "{tmp}/r.html"],
     "structure": ["structure"],
+    "fleet": ["fleet", "--replicas", "2", "--router", "kv-aware", "--capacity-blocks", "9"],
 }
 
 
@@ -298,20 +312,36 @@ def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _prefixscope(*args: str) -> subprocess.Popen[str]:
+def _prefixscope(*args: str, tmpdir: Path | None = None) -> subprocess.Popen[str]:
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     return subprocess.Popen(
         [sys.executable, "-m", "prefixscope.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
+
+
+def _ingesting(tmp_path: Path, big_log: Path, wh: Path) -> subprocess.Popen[str]:
+    """An ingest of ``big_log`` that has recorded its run and is staging the file: its
+    staging folder has appeared in its own temporary directory. Waiting for that, rather
+    than for a fixed time, keeps the interrupt inside the run on fast and slow machines."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = _prefixscope("ingest", "--format", "mooncake", "--input", str(big_log), "--warehouse",
+                        str(wh), tmpdir=tmpdir)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not any(tmpdir.glob("prefixscope-*")) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    time.sleep(0.2)
+    return proc
 
 
 @pytest.mark.slow
 def test_ctrl_c_exits_130_with_one_line(tmp_path, big_log) -> None:
-    proc = _prefixscope("ingest", "--format", "mooncake", "--input", str(big_log), "--warehouse",
-                        str(tmp_path / "wh.duckdb"))  # fmt: skip
-    time.sleep(3)
+    proc = _ingesting(tmp_path, big_log, tmp_path / "wh.duckdb")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -324,9 +354,7 @@ def test_kill_9_then_the_next_command_marks_the_run_abandoned(
     tmp_path, bundled_warehouse, big_log
 ) -> None:
     wh = bundled_warehouse.copy_to(tmp_path)
-    proc = _prefixscope("ingest", "--format", "mooncake", "--input", str(big_log), "--warehouse",
-                        str(wh))  # fmt: skip
-    time.sleep(3)
+    proc = _ingesting(tmp_path, big_log, wh)
     proc.kill()
     proc.wait()  # reaped: its pid is no longer alive
     assert main(["report", "--warehouse", str(wh), "--out", str(tmp_path / "r.html")]) == 0

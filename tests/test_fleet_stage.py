@@ -1,0 +1,122 @@
+"""The ``fleet`` command and stage on real warehouses: its rows, one replica against
+``simulate``, per-tenant rows that add up, capacities in GiB, and where step costs come from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.fleet.routers import ROUTERS
+from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.cli import main
+from prefixscope.stages import fleet
+from tests.conftest import mooncake_line
+
+
+def rows(wh: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(wh), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_one_replica_through_the_command_equals_simulate(bundled_warehouse, tmp_path, capsys):
+    wh = str(bundled_warehouse.copy_to(tmp_path))
+    assert main(["simulate", "--warehouse", wh, "--policy", "lru", "--capacity-blocks", "4000",
+                 "--window", "all,steady"]) == 0  # fmt: skip
+    assert main(["fleet", "--warehouse", wh, "--replicas", "1,3", "--router",
+                 "round-robin,kv-aware", "--capacity-blocks", "4000", "--window",
+                 "all,steady"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "kv-aware" in printed and "round-robin" in printed
+    single = dict(rows(wh, "SELECT tenant, hit_tokens FROM hit_rates WHERE measure_window='all'"))
+    for router in ("round-robin", "kv-aware"):
+        fleet_rows = rows(
+            wh,
+            "SELECT tenant, hit_tokens FROM fleet_hit_rates WHERE replicas = 1 "
+            f"AND measure_window = 'all' AND router = '{router}'",
+        )
+        assert dict(fleet_rows) == single
+    # 2 routers x 2 replica counts x 2 windows x (fleet + 1 tenant)
+    assert rows(wh, "SELECT count(*) FROM fleet_hit_rates") == [(16,)]
+    assert rows(wh, "SELECT count(*) FROM fleet_replicas") == [(2 * (1 + 3),)]
+    # every request served once, by exactly one replica
+    served = rows(
+        wh,
+        "SELECT router, replicas, sum(requests) FROM fleet_replicas GROUP BY ALL ORDER BY ALL",
+    )
+    assert {r[2] for r in served} == {bundled_warehouse.result.accepted}
+    # the view holds the newest row of every configuration, ready for the page
+    assert rows(wh, "SELECT count(*) FROM latest_fleet_hit_rates") == [(16,)]
+
+
+@pytest.fixture
+def two_tenants(tmp_path, write_lines) -> Path:
+    """Two tenants whose conversations share a system block and grow turn by turn."""
+    wh = tmp_path / "wh.duckdb"
+    for tenant, offset in (("alpha", 0), ("beta", 10_000)):
+        lines = []
+        for s in range(40):
+            chain = [1]  # the shared system block
+            for turn in range(4):
+                chain = chain + [offset + s * 100 + turn * 10 + k for k in range(3)]
+                t = s * 7 + turn * 60
+                lines.append(mooncake_line(t * 1000, len(chain) * 512, 20, chain))
+        path = write_lines(lines)
+        assert main(["ingest", "--format", "mooncake", "--input", str(path), "--tenant",
+                     tenant, "--warehouse", str(wh)]) == 0  # fmt: skip
+    return wh
+
+
+def test_tenant_rows_add_up_to_the_fleet_row(two_tenants: Path) -> None:
+    result = fleet.run(
+        two_tenants,
+        fleet.FleetSettings(routers=tuple(ROUTERS), replicas=(3,), windows=("all",)),
+    )
+    table = result.hit_rates.to_pylist()
+    assert {r["tenant"] for r in table} == {"*", "alpha", "beta"}
+    for router in ROUTERS:
+        mine = [r for r in table if r["router"] == router]
+        whole = next(r for r in mine if r["tenant"] == "*")
+        parts = [r for r in mine if r["tenant"] != "*"]
+        for column in ("requests", "input_tokens", "hit_tokens"):
+            assert whole[column] == sum(r[column] for r in parts)
+        assert whole["hit_tokens"] > 0
+        assert whole["token_hit_rate"] <= whole["ceiling_token_hit_rate"]
+        assert whole["ttft_p50_s"] <= whole["ttft_p95_s"] <= whole["ttft_p99_s"]
+        assert whole["load_imbalance"] >= 1.0
+        assert (whole["model"], whole["gpu"], whole["cost_model"]) == ("llama-3-8b", "h100",
+                                                                       "roofline")  # fmt: skip
+
+
+def test_capacity_in_gib_is_blocks_of_the_model(two_tenants: Path) -> None:
+    settings = fleet.FleetSettings(
+        replicas=(2,),
+        capacities=Capacities(gib=[0.5]),
+        model="llama-3-8b",
+    )
+    result = fleet.run(two_tenants, settings)
+    expected = resolve_model("llama-3-8b").blocks_in(0.5, 512)
+    assert set(result.hit_rates.column("capacity_blocks").to_pylist()) == {expected}
+    assert set(result.hit_rates.column("capacity_gib").to_pylist()) == {0.5}
+
+
+@pytest.mark.parametrize(
+    ("kind", "fitted", "source"),
+    [
+        ("auto", None, "roofline"),
+        ("auto", ("run-1", (1e-3, 1e-6, 0.0, 1e-11, 1e-12), (64.0, 16.0)), "calibrated"),
+        ("roofline", None, "roofline"),
+    ],
+)
+def test_steps_are_priced_by_the_calibrated_model_when_there_is_one(kind, fitted, source):
+    engine, pricing = fleet.engine_for(fleet.FleetSettings(cost_model=kind), fitted)
+    assert engine.cost.source == pricing.cost_model == source
+    if fitted:
+        assert engine.cost.a == 1e-3 and pricing.cost_model_run_id == "run-1"
+
+
+def test_calibrated_without_a_model_in_the_warehouse_says_run_replay() -> None:
+    with pytest.raises(ValueError, match="run replay"):
+        fleet.engine_for(fleet.FleetSettings(cost_model="calibrated"), None)
