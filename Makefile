@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python benchmarks/turn_inference.py
 	$(BIN)/python benchmarks/miss_cost_cpu.py
 	$(BIN)/python benchmarks/fifo_order.py
+	$(BIN)/python benchmarks/fleet_speed.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks
