@@ -37,9 +37,25 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         ("simulate", "succeeded"),
         ("curve", "succeeded"),
         ("structure", "succeeded"),
+        ("fleet", "succeeded"),
         ("savings", "succeeded"),
         ("report", "succeeded"),
     ]
+    # the fleet step: every router at 4 and 8 replicas, the logged traffic and twice it, each
+    # replica with the middle capacity, priced like the savings
+    fleet = con.execute(
+        "SELECT count(DISTINCT router), list(DISTINCT replicas ORDER BY replicas), "
+        "list(DISTINCT load_scale ORDER BY load_scale), list(DISTINCT capacity_blocks), "
+        "list(DISTINCT cost_model) FROM fleet_hit_rates WHERE tenant = '*'"
+    ).fetchone()
+    assert fleet == (6, [4, 8], [1.0, 2.0], [64_000], ["roofline"])
+    assert (
+        con.execute(
+            "SELECT sum(replicas) FROM (SELECT DISTINCT router, replicas, "
+            "load_scale FROM fleet_replicas)"
+        ).fetchone()[0]
+        == 6 * 2 * 12
+    )
     rates = dict(
         con.execute(
             "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "

@@ -19,6 +19,12 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", default=DEFAULT_TENANT)
     p.add_argument("--policy", type=flags.name_list, help="ceiling,lru,fifo,s3fifo,belady")
     p.add_argument("--capacity-blocks", type=flags.int_list, metavar="N[,N...]")
+    p.add_argument(
+        "--fleet-replicas",
+        type=flags.int_list,
+        metavar="N[,N...]",
+        help="replica counts of the fleet step, every router at each (4,8)",
+    )
     flags.windows(p)
     p.add_argument("--savings-model", default="llama-3-8b", help="model the savings price")
     p.add_argument(
@@ -52,6 +58,7 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
         "savings_model": args.savings_model,
         "savings_gpu": args.savings_gpu,
         "replay_samples": args.replay_samples,
+        "fleet_replicas": args.fleet_replicas or None,
     }
 
 
