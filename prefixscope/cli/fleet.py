@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.fleet.run import DEFAULT_BUDGET, DEFAULT_MAX_SEQS, FLEET_POLICIES
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
+from prefixscope.stages.fleet import TierSpec
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -44,6 +46,22 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="S[,S...]",
         help="S times the traffic: the same requests in 1/S of the time (1)",
     )
+    p.add_argument(
+        "--tier",
+        type=dram_tiers,
+        default=[None],
+        metavar="dram:GIB[:GBPS][,...]",
+        help="a DRAM tier per replica (GiB of --model's KV), read at GBPS GB/s (63: PCIe 5.0 "
+        "x16); several, comma-separated, or none, are a grid",
+    )
+    p.add_argument(
+        "--shared-store",
+        type=stores,
+        default=[None],
+        metavar="GIB[:GBPS][,...]",
+        help="one store for the fleet (inf: unbounded), read at GBPS GB/s (25: a 200 Gb/s "
+        "NIC); several, comma-separated, or none, are a grid",
+    )
     flags.windows(p, ["all"])
     p.add_argument(
         "--budget-tokens",
@@ -67,6 +85,39 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _tier(text: str, what: str, unbounded: bool) -> TierSpec | None:
+    if text.strip().lower() == "none":
+        return None
+    parts = text.split(":")
+    try:
+        gib = float(parts[0])
+        gbps = float(parts[1]) if len(parts) > 1 else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    bad_gib = not gib >= 0 or (math.isinf(gib) and not unbounded) or math.isnan(gib)
+    if len(parts) > 2 or bad_gib or (gbps is not None and not gbps > 0):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return TierSpec(gib, gbps)
+
+
+def dram_tiers(text: str) -> list[TierSpec | None]:
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if item.lower() == "none":
+            out.append(None)
+            continue
+        if not item.lower().startswith("dram:"):
+            raise argparse.ArgumentTypeError(f"expected dram:GIB[:GBPS] or none, got {item!r}")
+        out.append(_tier(item[5:], "dram:GIB[:GBPS] with GIB >= 0 and GBPS > 0", False))
+    return out
+
+
+def stores(text: str) -> list[TierSpec | None]:
+    what = "GIB[:GBPS] (GIB >= 0 or inf, GBPS > 0) or none"
+    return [_tier(item.strip(), what, True) for item in text.split(",")]
+
+
 def run(args: argparse.Namespace) -> int:
     from prefixscope.analysis.fleet.routers import RouterSettings
     from prefixscope.analysis.simulation.capacities import Capacities
@@ -84,8 +135,11 @@ def run(args: argparse.Namespace) -> int:
         ),
         policy=args.policy,
         load_scales=tuple(args.load_scale),
+        drams=tuple(args.tier),
+        stores=tuple(args.shared_store),
         windows=tuple(args.window),
         model=args.model,
+        kv_dtype=args.kv_dtype,
         gpu=args.gpu,
         cost_model=args.cost_model,
         budget_tokens=args.budget_tokens,

@@ -4,8 +4,9 @@ load scale → ``fleet_hit_rates`` and ``fleet_replicas``."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -23,9 +24,13 @@ from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
     DEFAULT_BUDGET,
     DEFAULT_MAX_SEQS,
+    DRAM_GBPS,
+    STORE_GBPS,
+    UNBOUNDED,
     Engine,
     Fleet,
     FleetOutcome,
+    Tiers,
     Traffic,
     merge_replicas,
     simulate_fleet,
@@ -52,20 +57,66 @@ COST_KINDS = ("auto", "calibrated", "roofline")
 
 
 @dataclass(frozen=True)
+class TierSpec:
+    """A tier as given: its GiB of the model's KV cache (``inf``: unbounded, for the store)
+    and its bandwidth in GB/s (None: the default link)."""
+
+    gib: float
+    gbps: float | None = None
+
+    def check(self, what: str) -> None:
+        if not self.gib >= 0:
+            raise ValueError(f"a {what} of {self.gib} GiB")
+        if what == "DRAM tier" and math.isinf(self.gib):
+            raise ValueError("a DRAM tier is per replica and bounded: give its GiB")
+        if self.gbps is not None and not self.gbps > 0:
+            raise ValueError(f"a {what}'s bandwidth must be positive, got {self.gbps} GB/s")
+
+
+def tiers_of(
+    dram: TierSpec | None, store: TierSpec | None, model: str, block_size: int, kv_dtype: str
+) -> Tiers:
+    """GiB become blocks through the model's KV bytes per token, as ``--capacity-gib`` does."""
+    shape = resolve_model(model)
+    tiers = Tiers()
+    if dram is not None:
+        tiers = replace(
+            tiers,
+            dram_blocks=shape.blocks_in(dram.gib, block_size, kv_dtype),
+            dram_gib=dram.gib,
+            dram_gbps=dram.gbps or DRAM_GBPS,
+        )
+    if store is not None:
+        unbounded = math.isinf(store.gib)
+        blocks = UNBOUNDED if unbounded else shape.blocks_in(store.gib, block_size, kv_dtype)
+        tiers = replace(
+            tiers,
+            store_blocks=blocks,
+            store_gib=None if unbounded else store.gib,
+            store_gbps=store.gbps or STORE_GBPS,
+        )
+    return tiers
+
+
+@dataclass(frozen=True)
 class FleetSettings:
-    """Every combination of ``routers`` × ``replicas`` × capacities (per replica) ×
-    ``load_scales`` runs under ``policy``. ``model`` and ``gpu`` price the steps (a calibrated
-    cost model when the warehouse holds one and ``cost_model`` allows it, else the roofline);
-    ``model`` also turns GiB into blocks. Fixed routers run each replica as its own task
-    where ``workers`` / ``dask_address`` say."""
+    """Every combination of ``routers`` × ``replicas`` × capacities (per replica) × DRAM tier
+    options (per replica; None: none) × shared store options (None: none) × ``load_scales``
+    runs under ``policy``. ``model`` and ``gpu`` price the steps (a calibrated cost model when
+    the warehouse holds one and ``cost_model`` allows it, else the roofline); ``model`` also
+    turns GiB into blocks and sizes what a tier copies. Fixed routers without a shared store
+    run each replica as its own task where ``workers`` / ``dask_address`` say."""
 
     routers: tuple[str, ...] = ("round-robin",)
     replicas: tuple[int, ...] = (4,)
     capacities: Capacities = field(default_factory=lambda: Capacities(blocks=[16_000]))
     policy: str = "lru"
     load_scales: tuple[float, ...] = (1.0,)
+    drams: tuple[TierSpec | None, ...] = (None,)
+    stores: tuple[TierSpec | None, ...] = (None,)
     windows: tuple[str, ...] = ("all",)
     model: str = DEFAULT_MODEL
+    kv_dtype: str = "bf16"
     gpu: str = DEFAULT_GPU
     cost_model: str = "auto"
     budget_tokens: int = DEFAULT_BUDGET
@@ -78,8 +129,8 @@ class FleetSettings:
         """Names and numbers first, before any work."""
         for name in self.routers:
             resolve_router(name)
-        if not self.routers or not self.replicas or not self.load_scales:
-            raise ValueError("give at least one router, replica count and load scale")
+        if not (self.routers and self.replicas and self.load_scales and self.drams and self.stores):
+            raise ValueError("give at least one router, replica count, load scale and tier option")
         if self.cost_model not in COST_KINDS:
             raise ValueError(
                 f"unknown cost model {self.cost_model!r}; known: {', '.join(COST_KINDS)}"
@@ -87,6 +138,12 @@ class FleetSettings:
         resolve_model(self.model)
         gpu_key(self.gpu)
         check_windows(self.windows)
+        for dram in self.drams:
+            if dram is not None:
+                dram.check("DRAM tier")
+        for store in self.stores:
+            if store is not None:
+                store.check("shared store")
         for fleet in self.grid([1]):
             fleet.check()
         Engine(
@@ -96,14 +153,30 @@ class FleetSettings:
             self.router_settings,
         ).check()
 
+    def tiers(self, block_size: int) -> list[Tiers]:
+        """Every DRAM × store option, in blocks of ``block_size``."""
+        return [
+            tiers_of(d, st, self.model, block_size, self.kv_dtype)
+            for d in self.drams
+            for st in self.stores
+        ]
+
     def grid(
-        self, blocks: Sequence[int], gibs: Sequence[float | None] | None = None
+        self,
+        blocks: Sequence[int],
+        gibs: Sequence[float | None] | None = None,
+        tiers: Sequence[Tiers] | None = None,
     ) -> list[Fleet]:
+        """Every replicas × capacity × tiers × load scale × router."""
         gibs = list(gibs) if gibs else [None] * len(blocks)
         return [
-            Fleet(router, n, int(c), self.policy, float(s), g)
-            for n, (c, g), s, router in itertools.product(
-                self.replicas, zip(blocks, gibs, strict=True), self.load_scales, self.routers
+            Fleet(router, n, int(c), self.policy, float(s), g, t)
+            for n, (c, g), t, s, router in itertools.product(
+                self.replicas,
+                zip(blocks, gibs, strict=True),
+                list(tiers or [Tiers()]),
+                self.load_scales,
+                self.routers,
             )
         ]
 
@@ -134,10 +207,10 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
             settings.capacities.gib,
             settings.capacities.model or (settings.model if settings.capacities.gib else None),
             settings.capacities.model_config,
-            settings.capacities.kv_dtype,
+            settings.kv_dtype,
         )
         blocks, gibs = capacities.resolve(trace.block_size)
-        grid = settings.grid(blocks, gibs)
+        grid = settings.grid(blocks, gibs, settings.tiers(trace.block_size))
         outcomes = simulate_grid(trace, traffic, grid, engine, settings)
         hit_rates, replicas = tables(trace, outcomes, settings.windows, pricing)
         with run.publishing() as con:
@@ -175,7 +248,13 @@ def engine_for(
         raise ValueError("the roofline needs a GPU spec (--gpu h100, or NAME:TFLOPS:TBPS)")
     else:
         cost = from_roofline(shape, resolve_gpu(settings.gpu))
-    engine = Engine(cost, settings.budget_tokens, settings.max_seqs, settings.router_settings)
+    engine = Engine(
+        cost,
+        settings.budget_tokens,
+        settings.max_seqs,
+        settings.router_settings,
+        float(shape.kv_bytes_per_token(settings.kv_dtype)),
+    )
     return engine, Pricing(shape.name, key, cost.source, cost.run_id)
 
 
@@ -191,7 +270,8 @@ def simulate_grid(
     local = settings.dask_address is None and settings.workers == 1
     out = []
     for fleet in grid:
-        if local or not resolve_router(fleet.router).fixed or fleet.replicas == 1:
+        joined = fleet.tiers.store_blocks is not None  # a shared store joins the replicas
+        if local or joined or not resolve_router(fleet.router).fixed or fleet.replicas == 1:
             out.append(simulate_fleet(trace, traffic, fleet, engine))
             continue
         routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)

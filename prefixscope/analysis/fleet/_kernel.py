@@ -147,6 +147,13 @@ def fleet(  # type: ignore[no-untyped-def]
     tree_held,
     tnxt,
     tprv,
+    tiers,
+    dram_held,
+    dnxt,
+    dprv,
+    store_in,
+    snxt,
+    sprv,
 ):
     n = offsets.size - 1
     n_unique = held.size
@@ -155,6 +162,9 @@ def fleet(  # type: ignore[no-untyped-def]
     threshold, bal_abs, bal_rel = rparams[0], rparams[1], rparams[2]
     tree_cap, interval, w_overlap, w_load = int(rparams[3]), rparams[4], rparams[5], rparams[6]
     decode_unit = cc + ce * max(1.0, k2)
+    dram_cap, store_cap = int(tiers[0]), int(tiers[1])  # 0: no DRAM tier; -1: no store
+    per_token = np.array([0.0, tiers[2], tiers[3]])  # transfer seconds per token, by source
+    has_dram, has_store = dram_cap > 0, store_cap >= 0
     for i in range(n_rep):  # sentinels: each list starts empty
         s = i * stride + n_unique
         nxt[s] = s
@@ -162,6 +172,24 @@ def fleet(  # type: ignore[no-untyped-def]
         if tnxt.size > 1:
             tnxt[s] = s
             tprv[s] = s
+        if has_dram:
+            dnxt[s] = s
+            dprv[s] = s
+    if has_store:
+        snxt[n_unique] = n_unique
+        sprv[n_unique] = n_unique
+    longest = 0
+    for r in range(n):
+        longest = max(longest, offsets[r + 1] - offsets[r])
+    source = np.zeros(longest + 1, np.int8)  # per block of the leading run: 0 HBM, 1 DRAM, 2 store
+    t_at = np.zeros(longest + 2, np.float64)  # T(j): the prefill with j blocks served
+    x_at = np.zeros(longest + 2, np.float64)  # X(j): the transfers of the first j blocks
+    src_tok = np.zeros((n, 3), np.int64)  # hit tokens by source
+    saved = np.zeros((n, 3), np.float64)  # prefill seconds each source saves, transfers paid
+    xfer = np.zeros(n, np.float64)
+    cost_none = np.zeros(n, np.float64)  # T(input, 0): the request without any cache
+    dsize = np.zeros(n_rep, np.int64)
+    ssize = 0
     # per request
     replica = np.full(n, NONE, np.int32)
     hit_blocks = np.zeros(n, np.int32)
@@ -215,6 +243,7 @@ def fleet(  # type: ignore[no-untyped-def]
                         started[q] = True
                         n_started[i] += 1
                         first_start[q] = now[i]
+                        step += xfer[q]  # its prefix is loaded before its first chunk
                     take = min(rem[q], left)
                     c0 = ctx[q]
                     step += cc * c0 + ce * max(take, k2) * c0 + cf * take * take
@@ -329,22 +358,112 @@ def fleet(  # type: ignore[no-untyped-def]
                 tsize[i] = _evict_to(i, i * stride, sj, tree_cap, tsize[i], tree_held, tnxt, tprv)
         replica[r] = i
 
-        # --- the replica's cache ---
+        # --- the replica's cache (and its tiers) ---
         bit = _bit(i)
-        k = 0
-        while start + k < end and held[blocks[start + k]] & bit:
-            k += 1
-        hit_blocks[r] = k
         base = i * stride
         s = base + n_unique
-        size[i] += _touch(blocks, start, end, i, base, s, held, nxt, prv, policy == LRU)
-        size[i] = _evict_to(i, base, s, capacity, size[i], held, nxt, prv)
+        inp = input_tokens[r]
+        nb = end - start
+        k = 0  # the leading run: each block from the fastest tier that holds it
+        while start + k < end:
+            b = blocks[start + k]
+            if held[b] & bit:
+                source[k] = 0
+            elif has_dram and dram_held[b] & bit:
+                source[k] = 1
+            elif has_store and store_in[b]:
+                source[k] = 2
+            else:
+                break
+            k += 1
+        # T(j) and X(j) for j = 0..k; serve j* = the k blocks unless stopping before a slower
+        # tier's block (recomputing from there) takes less time, transfers included
+        best = k
+        tiered = has_dram or has_store
+        for j in range(k + 1):
+            if not tiered and 0 < j < k:
+                continue  # one tier: only T(0) and T(k) are used
+            served_j = j - (1 if recompute_last[r] and j >= nb and j > 0 else 0)
+            new_j = max(inp - min(served_j * block_size, inp), 1)
+            c0 = inp - new_j
+            t_at[j] = (
+                a + cb * max(new_j, k1) + cc * c0 + ce * max(new_j, k2) * c0 + cf * new_j * new_j
+            )
+            if tiered and j > 0:
+                tok = min(max(inp - (j - 1) * block_size, 0), block_size)
+                x_at[j] = x_at[j - 1] + per_token[source[j - 1]] * tok
+        if tiered:
+            for j in range(k - 1, -1, -1):
+                slower = source[j] != 0 and x_at[k] > x_at[j]
+                if slower and t_at[j] + x_at[j] < t_at[best] + x_at[best]:
+                    best = j
+        hit_blocks[r] = best
+        cost_none[r] = t_at[0]
+        xfer[r] = x_at[best] if tiered else 0.0
+        served = best - (1 if recompute_last[r] and best >= nb and best > 0 else 0)
+        hit = min(served * block_size, inp)
+        if tiered:
+            for j in range(best):
+                tok = min(max(hit - j * block_size, 0), block_size)
+                src_tok[r, source[j]] += tok
+                saved[r, source[j]] += t_at[j] - t_at[j + 1] - (x_at[j + 1] - x_at[j])
+        else:
+            src_tok[r, 0] = hit
+            saved[r, 0] = t_at[0] - t_at[best]
+
+        if has_dram:  # exclusive tiers: a DRAM hit moves up; HBM victims move down
+            recency = policy == LRU
+            for p in range(end - 1, start - 1, -1):
+                b = blocks[p]
+                v = base + b
+                if held[b] & bit:
+                    if recency:
+                        _unlink(nxt, prv, v)
+                        _push_back(nxt, prv, s, v)
+                    continue
+                if dram_held[b] & bit:
+                    _unlink(dnxt, dprv, v)
+                    dram_held[b] &= ~bit
+                    dsize[i] -= 1
+                held[b] |= bit
+                size[i] += 1
+                _push_back(nxt, prv, s, v)
+            while size[i] > capacity:
+                v = nxt[s]
+                _unlink(nxt, prv, v)
+                held[v - base] &= ~bit
+                size[i] -= 1
+                dram_held[v - base] |= bit
+                _push_back(dnxt, dprv, s, v)
+                dsize[i] += 1
+            dsize[i] = _evict_to(i, base, s, dram_cap, dsize[i], dram_held, dnxt, dprv)
+        else:
+            size[i] += _touch(blocks, start, end, i, base, s, held, nxt, prv, policy == LRU)
+            size[i] = _evict_to(i, base, s, capacity, size[i], held, nxt, prv)
         if filled_at[i] == NONE and size[i] >= capacity:
             filled_at[i] = r
+        if has_store:  # what was computed is written; what the store served is used again
+            su = n_unique
+            for p in range(end - 1, start - 1, -1):
+                j = p - start
+                b = blocks[p]
+                if j < best and source[j] != 2:
+                    continue
+                if store_in[b]:
+                    if policy == LRU:
+                        _unlink(snxt, sprv, b)
+                        _push_back(snxt, sprv, su, b)
+                else:
+                    store_in[b] = True
+                    ssize += 1
+                    _push_back(snxt, sprv, su, b)
+            while ssize > store_cap and snxt[su] != su:
+                v = snxt[su]
+                _unlink(snxt, sprv, v)
+                store_in[v] = False
+                ssize -= 1
 
         # --- join the queue ---
-        served = k - (1 if recompute_last[r] and k >= end - start and k > 0 else 0)
-        hit = min(served * block_size, input_tokens[r])
         hit_tok[r] = hit
         new = max(input_tokens[r] - hit, 1)
         rem[r] = new
@@ -370,4 +489,8 @@ def fleet(  # type: ignore[no-untyped-def]
         decode_tok,
         filled_at,
         now,
+        src_tok,
+        saved,
+        xfer,
+        cost_none,
     )

@@ -25,6 +25,42 @@ MAX_REPLICAS = 64
 #: vLLM's defaults: ``max_num_batched_tokens`` with chunked prefill, and ``max_num_seqs``.
 DEFAULT_BUDGET = 8192
 DEFAULT_MAX_SEQS = 256
+#: A DRAM tier's link: PCIe 5.0 x16, 32 GT/s per lane with 128b/130b encoding, 63 GB/s each
+#: way (PCI-SIG), the host link of H100/H200-class GPUs. A shared store's: one 200 Gb/s NIC
+#: (25 GB/s) per replica, as RDMA stores (Mooncake Store) are deployed.
+DRAM_GBPS = 63.0
+STORE_GBPS = 25.0
+#: A shared store of unbounded capacity (``--shared-store inf``), in blocks.
+UNBOUNDED = 2**62
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """Where KV lives besides each replica's HBM: a DRAM tier per replica (``dram_blocks``,
+    0: none), read at ``dram_gbps``; one store for the fleet (``store_blocks``, None: none,
+    :data:`UNBOUNDED`: no limit), read at ``store_gbps`` (GB/s; ``inf``: free). The GiB they
+    came from, when given so, for the tables."""
+
+    dram_blocks: int = 0
+    dram_gbps: float = DRAM_GBPS
+    store_blocks: int | None = None
+    store_gbps: float = STORE_GBPS
+    dram_gib: float | None = None
+    store_gib: float | None = None
+
+    def check(self) -> None:
+        if self.dram_blocks < 0:
+            raise ValueError(f"a DRAM tier cannot hold {self.dram_blocks} blocks")
+        if self.store_blocks is not None and self.store_blocks < 0:
+            raise ValueError(f"a shared store cannot hold {self.store_blocks} blocks")
+        if not (self.dram_gbps > 0 and self.store_gbps > 0):
+            raise ValueError("a tier's bandwidth must be positive (GB/s, or inf)")
+
+    def per_token_s(self, kv_bytes_per_token: float) -> tuple[float, float]:
+        """Seconds to copy one token's KV from DRAM and from the store."""
+        return kv_bytes_per_token / (self.dram_gbps * 1e9), kv_bytes_per_token / (
+            self.store_gbps * 1e9
+        )
 
 
 @dataclass(frozen=True)
@@ -38,9 +74,11 @@ class Fleet:
     policy: str = "lru"
     load_scale: float = 1.0
     capacity_gib: float | None = None
+    tiers: Tiers = field(default_factory=Tiers)
 
     def check(self) -> None:
         resolve_router(self.router)
+        self.tiers.check()
         if self.policy not in FLEET_POLICIES:
             raise ValueError(
                 f"a fleet's caches run {', '.join(FLEET_POLICIES)}; got {self.policy!r}"
@@ -56,12 +94,13 @@ class Fleet:
 @dataclass(frozen=True)
 class Engine:
     """How every replica runs: the step cost, the token budget of a step and the most requests
-    running at once (vLLM's defaults)."""
+    running at once (vLLM's defaults), and the KV bytes of one token (what a tier copies)."""
 
     cost: StepCost
     budget_tokens: int = DEFAULT_BUDGET
     max_seqs: int = DEFAULT_MAX_SEQS
     routers: RouterSettings = field(default_factory=RouterSettings)
+    kv_bytes_per_token: float = 0.0
 
     def check(self) -> None:
         if self.max_seqs < 1 or self.budget_tokens < self.max_seqs:
@@ -90,7 +129,10 @@ class FleetOutcome:
     """Per request: the replica, leading cached blocks and tokens served from cache, TTFT (s),
     the start of its first prefill step and when it finished (s since the first arrival, on
     the scaled clock). Per replica: busy seconds, steps, prefill and decode tokens computed,
-    the request after which its cache was full (-1: never) and when it went idle for good."""
+    the request after which its cache was full (-1: never) and when it went idle for good.
+    Per request and source (HBM, DRAM, store): hit tokens, and the prefill seconds each saved,
+    transfers paid (a telescoping split of ``T(input, 0) − T(served) − transfers``); the
+    transfer seconds; the prefill alone without any cache, ``T(input, 0)``."""
 
     fleet: Fleet
     arrival: np.ndarray
@@ -106,6 +148,10 @@ class FleetOutcome:
     decode_tokens: np.ndarray
     filled_at: np.ndarray
     drained_at: np.ndarray
+    source_tokens: np.ndarray
+    source_saved_s: np.ndarray
+    transfer_s: np.ndarray
+    no_cache_s: np.ndarray
 
     @property
     def fleet_filled_at(self) -> int:
@@ -140,7 +186,11 @@ def simulate_replica(
     """One replica of a fixed router alone, on the requests routed to it (their positions):
     the same replica as in :func:`simulate_fleet`, since nothing else reaches it."""
     sub = subset(trace, requests)
-    one = Fleet(fleet.router, 1, fleet.capacity_blocks, fleet.policy, fleet.load_scale)
+    if fleet.tiers.store_blocks is not None:
+        raise ValueError("a shared store joins the replicas: simulate the fleet together")
+    one = Fleet(
+        fleet.router, 1, fleet.capacity_blocks, fleet.policy, fleet.load_scale, None, fleet.tiers
+    )
     zeros = np.zeros(len(requests), np.int32)
     return _run(sub, traffic.take(requests), one, engine, _kernel.FIXED, zeros, 1)
 
@@ -164,6 +214,14 @@ def _run(  # type: ignore[no-untyped-def]
     nodes = n_rep * (trace.n_unique + 1)
     tree = kind == _kernel.CACHE_AWARE
     arrival = trace.times / fleet.load_scale
+    t = fleet.tiers
+    dram = t.dram_blocks > 0
+    store = t.store_blocks is not None
+    dram_s, store_s = t.per_token_s(engine.kv_bytes_per_token)
+    tiers = np.array(
+        [t.dram_blocks, -1 if t.store_blocks is None else t.store_blocks, dram_s, store_s],
+        np.float64,
+    )
     out = _kernel.fleet(
         trace.offsets,
         trace.blocks,
@@ -187,24 +245,15 @@ def _run(  # type: ignore[no-untyped-def]
         np.zeros(trace.n_unique if tree else 1, np.uint64),
         np.empty(nodes if tree else 1, np.int32),
         np.empty(nodes if tree else 1, np.int32),
+        tiers,
+        np.zeros(trace.n_unique if dram else 1, np.uint64),
+        np.empty(nodes if dram else 1, np.int32),
+        np.empty(nodes if dram else 1, np.int32),
+        np.zeros(trace.n_unique if store else 1, np.bool_),
+        np.empty(trace.n_unique + 1 if store else 1, np.int32),
+        np.empty(trace.n_unique + 1 if store else 1, np.int32),
     )
-    replica, hit_blocks, hit_tok, ttft, first, done, busy, steps, pre, dec, filled, now = out
-    return FleetOutcome(
-        fleet,
-        arrival,
-        replica,
-        hit_blocks,
-        hit_tok,
-        ttft,
-        first,
-        done,
-        busy,
-        steps,
-        pre,
-        dec,
-        filled,
-        now,
-    )
+    return FleetOutcome(fleet, arrival, *out)
 
 
 def merge_replicas(
@@ -212,7 +261,9 @@ def merge_replicas(
 ) -> FleetOutcome:
     """One outcome from per-replica runs (``(requests, outcome)`` in replica order)."""
     n = trace.n_requests
-    per_request = {k: np.zeros(n, v.dtype) for k, v in _request_arrays(parts[0][1]).items()}
+    per_request = {
+        k: np.zeros((n, *v.shape[1:]), v.dtype) for k, v in _request_arrays(parts[0][1]).items()
+    }
     for i, (requests, part) in enumerate(parts):
         for k, v in _request_arrays(part).items():
             per_request[k][requests] = v
@@ -239,9 +290,24 @@ def merge_replicas(
         cat("decode_tokens"),
         filled,
         cat("drained_at"),
+        per_request["source_tokens"],
+        per_request["source_saved_s"],
+        per_request["transfer_s"],
+        per_request["no_cache_s"],
     )
 
 
 def _request_arrays(o: FleetOutcome) -> dict[str, np.ndarray]:
-    names = ("replica", "hit_blocks", "hit_tokens", "ttft", "first_start", "done_at")
+    names = (
+        "replica",
+        "hit_blocks",
+        "hit_tokens",
+        "ttft",
+        "first_start",
+        "done_at",
+        "source_tokens",
+        "source_saved_s",
+        "transfer_s",
+        "no_cache_s",
+    )
     return {k: getattr(o, k) for k in names}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from prefixscope.analysis.fleet.run import FleetOutcome
+from prefixscope.analysis.fleet.run import UNBOUNDED, FleetOutcome
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET, trace_groups
 from prefixscope.analysis.trace.steady import WarmUp, warm_up
@@ -25,6 +25,13 @@ FLEET_HIT_RATES_SCHEMA = pa.schema(
         ("capacity_gib", pa.float64()),
         ("policy", pa.string()),
         ("load_scale", pa.float64()),
+        ("dram_blocks", pa.int64()),
+        ("dram_gib", pa.float64()),
+        ("dram_gbps", pa.float64()),
+        ("store_blocks", pa.int64()),
+        ("store_unbounded", pa.bool_()),
+        ("store_gib", pa.float64()),
+        ("store_gbps", pa.float64()),
         ("block_size", pa.int32()),
         ("model", pa.string()),
         ("gpu", pa.string()),
@@ -34,8 +41,19 @@ FLEET_HIT_RATES_SCHEMA = pa.schema(
         ("requests", pa.int64()),
         ("input_tokens", pa.int64()),
         ("hit_tokens", pa.int64()),
+        ("hit_tokens_hbm", pa.int64()),
+        ("hit_tokens_dram", pa.int64()),
+        ("hit_tokens_store", pa.int64()),
         ("token_hit_rate", pa.float64()),
         ("ceiling_token_hit_rate", pa.float64()),
+        ("traffic_seconds", pa.float64()),
+        ("transfer_s", pa.float64()),
+        ("prefill_gpu_seconds_no_cache", pa.float64()),
+        ("prefill_gpu_seconds", pa.float64()),
+        ("gpu_seconds_saved_hbm", pa.float64()),
+        ("gpu_seconds_saved_dram", pa.float64()),
+        ("gpu_seconds_saved_store", pa.float64()),
+        ("gpu_seconds_saved_per_hour", pa.float64()),
         ("ttft_p50_s", pa.float64()),
         ("ttft_p95_s", pa.float64()),
         ("ttft_p99_s", pa.float64()),
@@ -54,6 +72,9 @@ FLEET_REPLICAS_SCHEMA = pa.schema(
         ("capacity_blocks", pa.int64()),
         ("policy", pa.string()),
         ("load_scale", pa.float64()),
+        ("dram_blocks", pa.int64()),
+        ("store_blocks", pa.int64()),
+        ("store_unbounded", pa.bool_()),
         ("replica", pa.int32()),
         ("requests", pa.int64()),
         ("input_tokens", pa.int64()),
@@ -113,6 +134,9 @@ def hit_rate_rows(
     """``fleet_hit_rates`` rows of one configuration: per window, the fleet then each tenant.
     ``ceiling``: the single unbounded cache's hit tokens per request."""
     f = o.fleet
+    t = f.tiers
+    store = t.store_blocks is not None
+    unbounded = store and t.store_blocks == UNBOUNDED
     base = {
         "router": f.router,
         "replicas": f.replicas,
@@ -121,6 +145,13 @@ def hit_rate_rows(
         "capacity_gib": f.capacity_gib,
         "policy": f.policy,
         "load_scale": f.load_scale,
+        "dram_blocks": t.dram_blocks,
+        "dram_gib": t.dram_gib if t.dram_blocks else None,
+        "dram_gbps": t.dram_gbps if t.dram_blocks else None,
+        "store_blocks": t.store_blocks if store and not unbounded else None,
+        "store_unbounded": unbounded if store else None,
+        "store_gib": t.store_gib if store else None,
+        "store_gbps": t.store_gbps if store else None,
         "block_size": trace.block_size,
         "model": pricing.model,
         "gpu": pricing.gpu,
@@ -140,6 +171,10 @@ def hit_rate_rows(
             hit = int(o.hit_tokens[mask].sum())
             ttft = o.ttft[mask]
             some = len(ttft) > 0
+            by_source = o.source_tokens[mask].sum(axis=0)
+            saved = o.source_saved_s[mask].sum(axis=0)
+            span = float(o.arrival[mask].max() - o.arrival[mask].min()) if some else 0.0
+            no_cache = float(o.no_cache_s[mask].sum())
             rows.append(
                 {
                     **base,
@@ -148,7 +183,20 @@ def hit_rate_rows(
                     "requests": int(mask.sum()),
                     "input_tokens": inp,
                     "hit_tokens": hit,
+                    "hit_tokens_hbm": int(by_source[0]),
+                    "hit_tokens_dram": int(by_source[1]),
+                    "hit_tokens_store": int(by_source[2]),
                     "token_hit_rate": _share(hit, inp) if reported else None,
+                    "traffic_seconds": span,
+                    "transfer_s": float(o.transfer_s[mask].sum()),
+                    "prefill_gpu_seconds_no_cache": no_cache,
+                    "prefill_gpu_seconds": no_cache - float(saved.sum()),
+                    "gpu_seconds_saved_hbm": float(saved[0]),
+                    "gpu_seconds_saved_dram": float(saved[1]),
+                    "gpu_seconds_saved_store": float(saved[2]),
+                    "gpu_seconds_saved_per_hour": float(saved.sum()) * 3600 / span
+                    if span > 0
+                    else None,
                     "ceiling_token_hit_rate": _share(int(ceiling[mask].sum()), inp),
                     "ttft_p50_s": float(np.percentile(ttft, 50)) if some else None,
                     "ttft_p95_s": float(np.percentile(ttft, 95)) if some else None,
@@ -176,6 +224,13 @@ def replica_rows(trace: Trace, o: FleetOutcome) -> list[dict]:
             "capacity_blocks": f.capacity_blocks,
             "policy": f.policy,
             "load_scale": f.load_scale,
+            "dram_blocks": f.tiers.dram_blocks,
+            "store_blocks": f.tiers.store_blocks
+            if f.tiers.store_blocks not in (None, UNBOUNDED)
+            else None,
+            "store_unbounded": None
+            if f.tiers.store_blocks is None
+            else f.tiers.store_blocks == UNBOUNDED,
             "replica": i,
             "requests": int(requests[i]),
             "input_tokens": int(inp[i]),

@@ -8,6 +8,11 @@
 -- the same over prefill tokens computed. For the 'steady' window warmup_requests is where
 -- measuring starts (shared by the run's configurations); steady is false when this
 -- configuration's caches never all filled, and then token_hit_rate is NULL.
+-- Tiers: dram_blocks per replica (0: none) read at dram_gbps; one shared store of
+-- store_blocks (store_unbounded: no limit; all NULL: no store) read at store_gbps. Hits by
+-- the tier that served them: hit_tokens_hbm + hit_tokens_dram + hit_tokens_store =
+-- hit_tokens. Prefill GPU-seconds (one request's cost model, transfers included) without
+-- any cache and with this fleet; gpu_seconds_saved_* split the difference by tier.
 CREATE TABLE IF NOT EXISTS fleet_hit_rates (
     run_id                  VARCHAR NOT NULL,
     tenant                  VARCHAR NOT NULL,
@@ -18,6 +23,13 @@ CREATE TABLE IF NOT EXISTS fleet_hit_rates (
     capacity_gib            DOUBLE,
     policy                  VARCHAR NOT NULL,
     load_scale              DOUBLE NOT NULL,
+    dram_blocks             BIGINT NOT NULL,
+    dram_gib                DOUBLE,
+    dram_gbps               DOUBLE,
+    store_blocks            BIGINT,
+    store_unbounded         BOOLEAN,
+    store_gib               DOUBLE,
+    store_gbps              DOUBLE,
     block_size              INTEGER NOT NULL,
     model                   VARCHAR NOT NULL,
     gpu                     VARCHAR NOT NULL,
@@ -27,8 +39,19 @@ CREATE TABLE IF NOT EXISTS fleet_hit_rates (
     requests                BIGINT NOT NULL,
     input_tokens            BIGINT NOT NULL,
     hit_tokens              BIGINT NOT NULL,
+    hit_tokens_hbm          BIGINT NOT NULL,
+    hit_tokens_dram         BIGINT NOT NULL,
+    hit_tokens_store        BIGINT NOT NULL,
     token_hit_rate          DOUBLE,
     ceiling_token_hit_rate  DOUBLE,
+    traffic_seconds         DOUBLE,
+    transfer_s              DOUBLE,
+    prefill_gpu_seconds_no_cache  DOUBLE,
+    prefill_gpu_seconds     DOUBLE,
+    gpu_seconds_saved_hbm   DOUBLE,
+    gpu_seconds_saved_dram  DOUBLE,
+    gpu_seconds_saved_store DOUBLE,
+    gpu_seconds_saved_per_hour  DOUBLE,
     ttft_p50_s              DOUBLE,
     ttft_p95_s              DOUBLE,
     ttft_p99_s              DOUBLE,
