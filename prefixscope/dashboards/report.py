@@ -56,11 +56,19 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         structure=structure_section(con, int(summary["max_block_size"] or 1)),
         savings=savings_section(con),
         decode_note=DECODE_NOTE,
+        fleet=_fleet_section(con),
     )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def _fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    # Imported here: the fleet module builds on this one's figure helpers.
+    from prefixscope.dashboards.fleet import fleet_section
+
+    return fleet_section(con)
 
 
 # --- figures ---------------------------------------------------------------------------------

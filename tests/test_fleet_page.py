@@ -1,0 +1,175 @@
+"""The report page's fleet section: there when the warehouse holds fleet runs (charts drawn by
+Plotly in headless Chromium, one table row per configuration), absent otherwise; router names
+shown as text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.stages import fleet, report
+from prefixscope.stages.fleet import FleetSettings
+from prefixscope.stages.report import ReportSettings
+from tests.conftest import Bundled
+from tests.test_report import CHROMIUM, CHROMIUM_ARGS, figures, needs_chromium
+
+ROUTERS = ("round-robin", "session", "cache-aware")
+REPLICAS = (2, 4)
+#: A router name that is markup, written over one router's rows to check escaping.
+MARKUP_ROUTER = "<img src=x onerror=alert(1)><b>rr</b>"
+
+
+def fleet_warehouse(bundled: Bundled, folder: Path) -> Path:
+    """The bundled trace through 3 routers × 2 replica counts, windows all and steady."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wh = bundled.copy_to(folder)
+    fleet.run(
+        wh,
+        FleetSettings(
+            routers=ROUTERS,
+            replicas=REPLICAS,
+            capacities=Capacities(blocks=[2_000]),
+            windows=("all", "steady"),
+        ),
+    )
+    return wh
+
+
+@pytest.fixture(scope="module")
+def fleet_wh(bundled_warehouse: Bundled, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fleet_warehouse(bundled_warehouse, tmp_path_factory.mktemp("fleet"))
+
+
+@pytest.fixture(scope="module")
+def fleet_page(fleet_wh: Path) -> Path:
+    return report.run(fleet_wh, ReportSettings(out=str(fleet_wh.parent / "report.html")))
+
+
+@contextmanager
+def opened(page: Path, wait_for: str | None) -> Iterator[tuple[Any, list[str], list[str]]]:
+    """The page open in headless Chromium (as ``tests/test_report.py`` opens it): the tab,
+    errors (console and uncaught) and dialogs that opened. ``wait_for``: a selector to wait
+    for."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    dialogs: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            tab = browser.new_page()
+            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            tab.on("pageerror", lambda e: errors.append(str(e)))
+
+            def dismiss(d: Any) -> None:
+                dialogs.append(d.message)
+                d.dismiss()
+
+            tab.on("dialog", dismiss)
+            tab.goto(page.as_uri(), wait_until="load")
+            if wait_for:
+                tab.wait_for_selector(wait_for, timeout=20_000)
+            yield tab, errors, dialogs
+        finally:
+            browser.close()
+
+
+def expected_hit_rate(wh: Path, router: str, replicas: int) -> str:
+    """The table's token hit rate of one configuration, from the view: its steady window."""
+    with duckdb.connect(str(wh), read_only=True) as con:
+        rows = con.execute(
+            "SELECT token_hit_rate FROM latest_fleet_hit_rates WHERE tenant = '*' "
+            "AND measure_window = 'steady' AND router = ? AND replicas = ?",
+            [router, replicas],
+        ).fetchall()
+    assert len(rows) == 1 and rows[0][0] is not None
+    return f"{rows[0][0]:.2%}"
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
+    fleet_page: Path, fleet_wh: Path
+) -> None:
+    with opened(fleet_page, "#fleet ~ .fleet-pair .js-plotly-plot .main-svg") as (tab, errors, _):
+        heading = tab.locator("h2#fleet")
+        heading_shown = heading.is_visible()
+        heading_text = heading.inner_text()
+        note = tab.locator("#fleet-note").inner_text()
+        # every fleet chart: plotly drew its SVG and one point per router in the scatters
+        plots = tab.locator(".fleet-pair .js-plotly-plot")
+        scatters = plots.count()
+        svgs = [plots.nth(i).locator(".main-svg").count() for i in range(scatters)]
+        points = [
+            plots.nth(i).locator(".scatterlayer .trace .points path").count()
+            for i in range(scatters)
+        ]
+        bars = tab.locator("#fleet ~ div .js-plotly-plot .barlayer .point").count()
+        titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
+        rows = [r.inner_text().split("\t") for r in tab.locator("#fleet-table tr").all()]
+    assert errors == []
+    assert heading_shown and heading_text.startswith("Fleet")
+    assert "Each replica has its own prefix cache" in note and "Window: steady" in note
+    configurations = len(ROUTERS) * len(REPLICAS)
+    assert scatters == 2 * len(REPLICAS)  # hit rate vs imbalance and vs TTFT, per replica count
+    assert all(n >= 1 for n in svgs), svgs
+    assert points == [len(ROUTERS)] * scatters
+    assert sum("Busy time per replica" in t for t in titles) == len(REPLICAS)
+    assert bars == len(ROUTERS) * sum(REPLICAS)  # a bar per replica of every configuration
+    header, body = rows[0], rows[1:]
+    assert len(body) == configurations
+    assert {(r[0], r[1]) for r in body} == {(t, str(n)) for t in ROUTERS for n in REPLICAS}
+    col = header.index("token hit rate")
+    (session_4,) = [r for r in body if r[0] == "session" and r[1] == "4"]
+    assert session_4[header.index("window")] == "steady"
+    assert session_4[col] == expected_hit_rate(fleet_wh, "session", 4)
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_a_page_without_fleet_runs_has_no_fleet_section(
+    bundled_warehouse: Bundled, tmp_path: Path
+) -> None:
+    wh = bundled_warehouse.copy_to(tmp_path)
+    page = report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
+    html = page.read_text()
+    assert 'id="fleet"' not in html and "fleet-table" not in html
+    with opened(page, "h1") as (tab, errors, dialogs):
+        fleet_headings = tab.locator("#fleet").count()
+        fleet_tables = tab.locator("#fleet-table").count()
+    assert errors == [] and dialogs == []
+    assert fleet_headings == 0 and fleet_tables == 0
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_router_names_with_markup_show_as_text(fleet_wh: Path, tmp_path: Path) -> None:
+    wh = tmp_path / "markup.duckdb"
+    wh.write_bytes(fleet_wh.read_bytes())
+    with duckdb.connect(str(wh)) as con:
+        for table in ("fleet_hit_rates", "fleet_replicas"):
+            con.execute(
+                f"UPDATE {table} SET router = ? WHERE router = 'round-robin'", [MARKUP_ROUTER]
+            )
+    page = report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
+    html = page.read_text()
+    # In the page: autoescaped text. In the charts' JSON: escaped for Plotly.
+    assert MARKUP_ROUTER not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;&lt;b&gt;rr&lt;/b&gt;" in html
+    blob = json.dumps(figures(html), ensure_ascii=False)
+    assert "<img" not in blob and "<b>rr" not in blob
+    with opened(page, "#fleet ~ .fleet-pair .js-plotly-plot .main-svg") as (tab, errors, dialogs):
+        tab.wait_for_timeout(300)  # an onerror handler would have fired by now
+        images = tab.locator("img").count()
+        table = tab.locator("#fleet-table").inner_text()
+        labels = [t.text_content() or "" for t in tab.locator(".fleet-pair .textpoint").all()]
+    assert errors == [] and dialogs == [] and images == 0
+    assert MARKUP_ROUTER in table
+    assert labels.count(MARKUP_ROUTER) == 2 * len(REPLICAS)  # its point label in each scatter
