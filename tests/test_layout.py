@@ -176,7 +176,8 @@ ANALYSIS = "prefixscope.analysis"
 #: Per part of ``analysis``, the other parts it may import. In data-flow order the core is
 #: trace ← policies ← structure ← simulation ← curves (each may import the ones before it);
 #: ``cost`` (pricing, KV sizes of models) reads traces only and may be imported by any part;
-#: ``fleet`` (replicas behind a router) reads traces and prices steps with ``cost``;
+#: ``fleet`` (replicas behind a router) reads traces and prices steps with ``cost``; ``plan``
+#: (the capacity planner) reads curves and prices with ``cost``;
 #: ``fanout`` imports nothing of ``analysis``.
 MAY_IMPORT = {
     "trace": set(),
@@ -186,6 +187,7 @@ MAY_IMPORT = {
     "curves": {"trace", "policies", "structure", "simulation", "cost", "fanout"},
     "cost": {"trace"},
     "fleet": {"trace", "policies", "cost", "fanout"},
+    "plan": {"trace", "policies", "curves", "cost"},
     "fanout": set(),
 }
 

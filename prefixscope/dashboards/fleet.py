@@ -17,7 +17,7 @@ import polars as pl
 from markupsafe import Markup
 
 from prefixscope.analysis.trace.measure import FLEET
-from prefixscope.dashboards.report import _PALETTE, base_layout, figure_markup, plotly_text
+from prefixscope.dashboards.figures import PALETTE, base_layout, figure_markup, plotly_text
 from prefixscope.dashboards.views import read_view
 
 #: The tiers behind each replica's HBM cache (per-replica DRAM, a shared store), where the
@@ -222,7 +222,7 @@ def _router_points(
                 "arrayminus": [max(0.0, p95 - (p50 if p50 is not None else p95))],
                 "thickness": 1.2,
             }
-        color = _PALETTE[colors[r["router"]] % len(_PALETTE)]
+        color = PALETTE[colors[r["router"]] % len(PALETTE)]
         fig.add_trace(
             go.Scatter(
                 x=[r["token_hit_rate"]],
@@ -280,7 +280,7 @@ def replica_figure(replicas: pl.DataFrame, colors: dict[str, int]) -> Markup | N
             customdata=replicas.select(
                 "replica", "busy_s", "prefill_tokens", "requests", "token_hit_rate"
             ).rows(),
-            marker={"color": [_PALETTE[colors.get(r, 0) % len(_PALETTE)] for r in routers]},
+            marker={"color": [PALETTE[colors.get(r, 0) % len(PALETTE)] for r in routers]},
             hovertemplate="%{text}, replica %{customdata[0]}: busy %{customdata[1]:,.1f} s "
             "(%{y:+.2%} vs mean), %{customdata[2]:,} prefill tokens, "
             "%{customdata[3]:,} requests, token hit rate %{customdata[4]:.2%}<extra></extra>",

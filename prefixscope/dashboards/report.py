@@ -9,7 +9,6 @@ in titles, legends and hover labels.
 
 from __future__ import annotations
 
-import html
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,12 @@ from markupsafe import Markup
 
 from prefixscope import __version__
 from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.figures import PALETTE, base_layout, figure_markup, plotly_text
+from prefixscope.dashboards.fleet import fleet_section
+from prefixscope.dashboards.plan import plan_section
 from prefixscope.dashboards.savings import DECODE_NOTE, savings_section
 from prefixscope.dashboards.structure import structure_section
 from prefixscope.dashboards.views import read_view
-
-_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 
 TEMPLATES = Environment(
     loader=PackageLoader("prefixscope.dashboards"),
@@ -56,7 +56,8 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         structure=structure_section(con, int(summary["max_block_size"] or 1)),
         savings=savings_section(con),
         decode_note=DECODE_NOTE,
-        fleet=_fleet_section(con),
+        fleet=fleet_section(con),
+        plan=plan_section(read_view(con, "latest_plan").to_dicts()),
     )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -64,43 +65,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
     return out
 
 
-def _fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
-    # Imported here: the fleet module builds on this one's figure helpers.
-    from prefixscope.dashboards.fleet import fleet_section
-
-    return fleet_section(con)
-
-
 # --- figures ---------------------------------------------------------------------------------
-
-
-def plotly_text(text: str) -> str:
-    """``text`` as Plotly shows it literally: Plotly renders some HTML (<b>, <br>, <a>, entities)
-    in titles, legend entries, annotations and hover labels, so markup is escaped."""
-    return html.escape(text, quote=False)
-
-
-def base_layout(
-    title: str, x_title: str, *, log_x: bool = False, height: int = 420, **extra: Any
-) -> dict[str, Any]:
-    """The layout every chart of the page shares: token hit rate on y from 0, ``title`` and
-    ``x_title`` as plain text (escaped here), the same margins."""
-    xaxis: dict[str, Any] = {"title": plotly_text(x_title)}
-    if log_x:
-        xaxis["type"] = "log"
-    return {
-        "title": plotly_text(title),
-        "xaxis": xaxis,
-        "yaxis": {"title": "token hit rate", "tickformat": ".0%", "rangemode": "tozero"},
-        "height": height,
-        "margin": {"l": 60, "r": 20, "t": 60, "b": 50},
-        **extra,
-    }
-
-
-def figure_markup(fig: go.Figure) -> Markup:
-    """A figure as page markup (plotly.js is embedded once, in the page's head)."""
-    return Markup(fig.to_html(full_html=False, include_plotlyjs=False))
 
 
 def capacity_figures(rates: pl.DataFrame) -> list[Markup]:
@@ -152,7 +117,7 @@ def curve_figures(curves: pl.DataFrame) -> list[Markup]:
                     mode="lines",
                     name=label,
                     line={
-                        "color": _PALETTE[i % len(_PALETTE)],
+                        "color": PALETTE[i % len(PALETTE)],
                         "width": 3 if tenant == FLEET else 1.5,
                     },
                     hovertemplate=f"%{{x:,.4g}} (%{{customdata:,}} blocks): %{{y:.2%}}"
@@ -204,7 +169,7 @@ def timeseries_figure(series: pl.DataFrame) -> Markup | None:
                 mode="lines",
                 name=plotly_text(name),
                 line={
-                    "color": _PALETTE[colors[policy] % len(_PALETTE)],
+                    "color": PALETTE[colors[policy] % len(PALETTE)],
                     "dash": "solid" if cap == middle[(policy, mode)] else "dot",
                 },
                 visible=True if cap == middle[(policy, mode)] else "legendonly",
@@ -230,7 +195,7 @@ def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
                 customdata=curve["capacity_blocks"].to_list(),
                 mode="lines+markers",
                 name=label,
-                line={"color": _PALETTE[i % len(_PALETTE)]},
+                line={"color": PALETTE[i % len(PALETTE)]},
                 hovertemplate="%{x:,} tokens (%{customdata:,} blocks): %{y:.2%}"
                 f"<extra>{label}</extra>",
             )

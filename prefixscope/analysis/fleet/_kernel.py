@@ -30,6 +30,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from prefixscope.analysis.fleet._sets import (
+    _argmin,
+    _bit,
+    _evict_to,
+    _overlaps,
+    _touch,
+)
+from prefixscope.analysis.fleet._tiers import hbm_over_dram, store_write
+
 FIXED, LEAST_LOADED, CACHE_AWARE, KV_AWARE = 0, 1, 2, 3
 LRU, FIFO = 0, 1
 NONE = -1
@@ -37,90 +46,6 @@ NONE = -1
 # cost: a, b, c, e, f, k1, k2
 # rparams: cache_threshold, balance_abs, balance_rel, tree_blocks, evict_interval_s,
 #          overlap_weight, load_weight
-
-
-@numba.njit(inline="always")
-def _bit(i):  # type: ignore[no-untyped-def]
-    return np.uint64(1) << np.uint64(i)
-
-
-@numba.njit(inline="always")
-def _unlink(nxt, prv, v):  # type: ignore[no-untyped-def]
-    nxt[prv[v]] = nxt[v]
-    prv[nxt[v]] = prv[v]
-
-
-@numba.njit(inline="always")
-def _push_back(nxt, prv, s, v):  # type: ignore[no-untyped-def]
-    last = prv[s]
-    nxt[last] = v
-    prv[v] = last
-    nxt[v] = s
-    prv[s] = v
-
-
-@numba.njit(inline="always")
-def _touch(blocks, start, end, i, base, s, held, nxt, prv, recency):  # type: ignore[no-untyped-def]
-    """Insert (or refresh, when ``recency``) the request's blocks in list ``i``, deepest first;
-    returns how many were new."""
-    added = 0
-    bit = _bit(i)
-    for p in range(end - 1, start - 1, -1):
-        b = blocks[p]
-        v = base + b
-        if held[b] & bit:
-            if recency:
-                _unlink(nxt, prv, v)
-                _push_back(nxt, prv, s, v)
-        else:
-            held[b] |= bit
-            added += 1
-            _push_back(nxt, prv, s, v)
-    return added
-
-
-@numba.njit(inline="always")
-def _evict_to(i, base, s, limit, size, held, nxt, prv):  # type: ignore[no-untyped-def]
-    bit = ~_bit(i)
-    while size > limit and nxt[s] != s:
-        v = nxt[s]
-        _unlink(nxt, prv, v)
-        held[v - base] &= bit
-        size -= 1
-    return size
-
-
-@numba.njit(inline="always")
-def _overlaps(blocks, start, end, held, n_rep, out):  # type: ignore[no-untyped-def]
-    """``out[i]``: the leading run of the request's blocks that replica ``i`` holds."""
-    full = ~np.uint64(0) if n_rep == 64 else _bit(n_rep) - np.uint64(1)
-    mask = full
-    k = 0
-    for p in range(start, end):
-        m = mask & held[blocks[p]]
-        if m != mask:
-            lost = mask & ~m
-            for i in range(n_rep):
-                if lost & _bit(i):
-                    out[i] = k
-            mask = m
-        if mask == 0:
-            break
-        k += 1
-    for i in range(n_rep):
-        if mask & _bit(i):
-            out[i] = k
-
-
-@numba.njit(inline="always")
-def _argmin(values, n_rep, first):  # type: ignore[no-untyped-def]
-    """The replica with the smallest value; ties go to the first from ``first`` on (rotating)."""
-    best = first % n_rep
-    for j in range(1, n_rep):
-        i = (first + j) % n_rep
-        if values[i] < values[best]:
-            best = i
-    return best
 
 
 @numba.njit(cache=True, nogil=True)
@@ -412,56 +337,20 @@ def fleet(  # type: ignore[no-untyped-def]
             saved[r, 0] = t_at[0] - t_at[best]
 
         if has_dram:  # exclusive tiers: a DRAM hit moves up; HBM victims move down
-            recency = policy == LRU
-            for p in range(end - 1, start - 1, -1):
-                b = blocks[p]
-                v = base + b
-                if held[b] & bit:
-                    if recency:
-                        _unlink(nxt, prv, v)
-                        _push_back(nxt, prv, s, v)
-                    continue
-                if dram_held[b] & bit:
-                    _unlink(dnxt, dprv, v)
-                    dram_held[b] &= ~bit
-                    dsize[i] -= 1
-                held[b] |= bit
-                size[i] += 1
-                _push_back(nxt, prv, s, v)
-            while size[i] > capacity:
-                v = nxt[s]
-                _unlink(nxt, prv, v)
-                held[v - base] &= ~bit
-                size[i] -= 1
-                dram_held[v - base] |= bit
-                _push_back(dnxt, dprv, s, v)
-                dsize[i] += 1
-            dsize[i] = _evict_to(i, base, s, dram_cap, dsize[i], dram_held, dnxt, dprv)
+            size[i], dsize[i] = hbm_over_dram(
+                blocks, start, end, i, base, s, capacity, dram_cap, size[i], dsize[i],
+                policy == LRU, held, nxt, prv, dram_held, dnxt, dprv,
+            )  # fmt: skip
         else:
             size[i] += _touch(blocks, start, end, i, base, s, held, nxt, prv, policy == LRU)
             size[i] = _evict_to(i, base, s, capacity, size[i], held, nxt, prv)
         if filled_at[i] == NONE and size[i] >= capacity:
             filled_at[i] = r
         if has_store:  # what was computed is written; what the store served is used again
-            su = n_unique
-            for p in range(end - 1, start - 1, -1):
-                j = p - start
-                b = blocks[p]
-                if j < best and source[j] != 2:
-                    continue
-                if store_in[b]:
-                    if policy == LRU:
-                        _unlink(snxt, sprv, b)
-                        _push_back(snxt, sprv, su, b)
-                else:
-                    store_in[b] = True
-                    ssize += 1
-                    _push_back(snxt, sprv, su, b)
-            while ssize > store_cap and snxt[su] != su:
-                v = snxt[su]
-                _unlink(snxt, sprv, v)
-                store_in[v] = False
-                ssize -= 1
+            ssize = store_write(
+                blocks, start, end, best, source, store_cap, ssize, policy == LRU,
+                store_in, snxt, sprv,
+            )  # fmt: skip
 
         # --- join the queue ---
         hit_tok[r] = hit

@@ -1,0 +1,77 @@
+"""The lower tiers' updates for the fleet loop (``_kernel.py``), after a request's lookup.
+
+- ``hbm_over_dram``: a replica's HBM with a DRAM tier below it, exclusive (a block is in one
+  of them at most). The request's blocks go to HBM, deepest first (a DRAM block moves up);
+  HBM's evictions, front first, go to the back of DRAM; DRAM's evictions leave. Under LRU the
+  two lists are then one LRU stack of ``capacity + dram_cap`` blocks, cut after ``capacity``.
+- ``store_write``: the fleet's one store. What the request computed is written to it (a
+  block computed anywhere); what the store served is used again (refreshed under LRU); what HBM
+  or DRAM served is not touched.
+"""
+
+from __future__ import annotations
+
+import numba
+
+from prefixscope.analysis.fleet._sets import _bit, _evict_to, _push_back, _unlink
+
+
+@numba.njit(inline="always")
+def hbm_over_dram(  # type: ignore[no-untyped-def]
+    blocks, start, end, i, base, s, capacity, dram_cap, size, dsize, recency,
+    held, nxt, prv, dram_held, dnxt, dprv,
+):  # fmt: skip
+    bit = _bit(i)
+    for p in range(end - 1, start - 1, -1):
+        b = blocks[p]
+        v = base + b
+        if held[b] & bit:
+            if recency:
+                _unlink(nxt, prv, v)
+                _push_back(nxt, prv, s, v)
+            continue
+        if dram_held[b] & bit:
+            _unlink(dnxt, dprv, v)
+            dram_held[b] &= ~bit
+            dsize -= 1
+        held[b] |= bit
+        size += 1
+        _push_back(nxt, prv, s, v)
+    while size > capacity:
+        v = nxt[s]
+        _unlink(nxt, prv, v)
+        held[v - base] &= ~bit
+        size -= 1
+        dram_held[v - base] |= bit
+        _push_back(dnxt, dprv, s, v)
+        dsize += 1
+    dsize = _evict_to(i, base, s, dram_cap, dsize, dram_held, dnxt, dprv)
+    return size, dsize
+
+
+@numba.njit(inline="always")
+def store_write(  # type: ignore[no-untyped-def]
+    blocks, start, end, served, source, store_cap, ssize, recency, store_in, snxt, sprv
+):
+    """``served``: the request's served leading run; ``source[j]``: the tier of its block j
+    (2: the store). Returns the store's size."""
+    su = store_in.size  # the sentinel
+    for p in range(end - 1, start - 1, -1):
+        j = p - start
+        b = blocks[p]
+        if j < served and source[j] != 2:
+            continue
+        if store_in[b]:
+            if recency:
+                _unlink(snxt, sprv, b)
+                _push_back(snxt, sprv, su, b)
+        else:
+            store_in[b] = True
+            ssize += 1
+            _push_back(snxt, sprv, su, b)
+    while ssize > store_cap and snxt[su] != su:
+        v = snxt[su]
+        _unlink(snxt, sprv, v)
+        store_in[v] = False
+        ssize -= 1
+    return ssize

@@ -1,0 +1,290 @@
+"""The planner's answers, as rows of the ``plan`` table (docs/schema.md), from stored curves,
+simulations and fleet runs, and the trace for LRU's exact refinement and the next GiB.
+
+Three kinds of row, each for the fleet (``'*'``) and each tenant:
+
+- ``capacity``: per policy, the smallest cache (one shared cache) whose token hit rate
+  reaches ``target`` × the ceiling over the same requests;
+- ``configuration``: the cheapest simulated fleet (replicas × HBM × DRAM × store × router)
+  that reaches it, at the prices given;
+- every row says where its figures come from (``source_table``, ``source_run_id``), whether
+  the target lies beyond what was simulated (``reached`` false, never extrapolated) and whether
+  the cache reached a steady state (``steady``), in ``note`` as words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from prefixscope.analysis.plan.capacity import (
+    Point,
+    exact_lru,
+    fills,
+    marginal_per_gib,
+    smallest_stored,
+)
+from prefixscope.analysis.plan.prices import Prices
+from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.analysis.trace.windows import WINDOWS
+
+#: Windows the planner measures over: the same requests at every capacity (``steady`` starts
+#: where each capacity's own warm-up ends, so its rates do not form one curve).
+PLAN_WINDOWS = ("all", "last-half")
+
+PLAN_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("tenant", pa.string()),
+        ("policy", pa.string()),
+        ("measure_window", pa.string()),
+        ("target_share", pa.float64()),
+        ("ceiling_token_hit_rate", pa.float64()),
+        ("target_token_hit_rate", pa.float64()),
+        ("reached", pa.bool_()),
+        ("capacity_blocks", pa.int64()),
+        ("capacity_tokens", pa.int64()),
+        ("capacity_gib", pa.float64()),
+        ("token_hit_rate", pa.float64()),
+        ("method", pa.string()),
+        ("bracket_low_blocks", pa.int64()),
+        ("largest_capacity_blocks", pa.int64()),
+        ("steady", pa.bool_()),
+        ("marginal_gpu_seconds_per_hour_per_gib", pa.float64()),
+        ("router", pa.string()),
+        ("replicas", pa.int32()),
+        ("dram_blocks", pa.int64()),
+        ("store_blocks", pa.int64()),
+        ("store_unbounded", pa.bool_()),
+        ("load_scale", pa.float64()),
+        ("cost_per_hour", pa.float64()),
+        ("ttft_p95_s", pa.float64()),
+        ("model", pa.string()),
+        ("gpu", pa.string()),
+        ("cost_model", pa.string()),
+        ("source_table", pa.string()),
+        ("source_run_id", pa.string()),
+        ("note", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How blocks become GiB and bytes: the model's KV bytes per block, and the blocks in one
+    GiB (at least 1)."""
+
+    model: str
+    gpu: str
+    cost_model: str
+    bytes_per_block: float
+    seconds: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+    @property
+    def gib_blocks(self) -> int:
+        return max(1, int(2**30 // self.bytes_per_block))
+
+    def gib(self, blocks: int) -> float:
+        return blocks * self.bytes_per_block / 2**30
+
+
+def capacity_rows(
+    trace: Trace,
+    window: str,
+    target: float,
+    ceilings: dict[str, float],
+    points: dict[tuple[str, str], list[Point]],
+    sizing: Sizing,
+) -> list[dict]:
+    """The ``capacity`` rows: per (tenant, policy) with stored points, fleet first."""
+    mask = WINDOWS[window](trace)
+    inp = {FLEET: float(trace.input_tokens[mask].sum())}
+    groups = {FLEET: np.ones(trace.n_requests, bool)}
+    for code, name in enumerate(trace.tenants):
+        groups[name] = trace.tenant_codes == code
+        inp[name] = float(trace.input_tokens[mask & groups[name]].sum())
+    answers = {}
+    for (tenant, policy), pts in points.items():
+        if tenant in ceilings and pts:
+            answers[(tenant, policy)] = smallest_stored(pts, target * ceilings[tenant])
+    # LRU: the exact smallest capacity between the stored points that bracket it
+    lru = {
+        t: (a.below, a.point.capacity_blocks)
+        for (t, p), a in answers.items()
+        if p == "lru" and a.point is not None and a.point.capacity_blocks - a.below > 1
+    }
+    exact = exact_lru(
+        trace, mask, lru, {t: target * ceilings[t] * inp[t] for t in lru}
+    ) if lru else {}  # fmt: skip
+    rows = []
+    for (tenant, policy), a in sorted(answers.items(), key=lambda kv: (kv[0][0] != FLEET, kv[0])):
+        ceiling = ceilings[tenant]
+        found = a.point
+        if policy == "lru" and tenant in exact:
+            blocks, hits = exact[tenant]
+            rate, method = hits / inp[tenant], "exact: LRU stack distances between stored points"
+        elif found is not None:
+            blocks, rate = found.capacity_blocks, found.token_hit_rate
+            method = "stored point" if a.below + 1 >= blocks else "smallest stored point"
+        else:
+            blocks, rate, method = a.largest.capacity_blocks, a.largest.token_hit_rate, "none"
+        source = found or a.largest
+        steady = fills(trace, blocks)
+        rows.append(
+            {
+                "kind": "capacity",
+                "tenant": tenant,
+                "policy": policy,
+                "measure_window": window,
+                "target_share": target,
+                "ceiling_token_hit_rate": ceiling,
+                "target_token_hit_rate": target * ceiling,
+                "reached": found is not None,
+                "capacity_blocks": blocks if found is not None else None,
+                "capacity_tokens": blocks * trace.block_size if found is not None else None,
+                "capacity_gib": sizing.gib(blocks) if found is not None else None,
+                "token_hit_rate": rate,
+                "method": method,
+                "bracket_low_blocks": a.below if found is not None else None,
+                "largest_capacity_blocks": a.largest.capacity_blocks,
+                "steady": steady,
+                "model": sizing.model,
+                "gpu": sizing.gpu,
+                "cost_model": sizing.cost_model,
+                "source_table": source.source_table,
+                "source_run_id": source.source_run_id,
+                "note": _capacity_note(found is not None, method, a.below, blocks, rate, steady),
+                "_at": blocks,
+            }
+        )
+    _add_marginals(trace, mask, groups, rows, sizing)
+    for row in rows:
+        del row["_at"]
+    return rows
+
+
+def _capacity_note(
+    reached: bool, method: str, below: int, blocks: int, rate: float, steady: bool
+) -> str:
+    if not reached:
+        return (
+            f"beyond the largest capacity simulated ({blocks:,} blocks, rate {rate:.4f}): "
+            "not extrapolated; simulate larger capacities"
+        )
+    words = []
+    if method == "smallest stored point" and below + 1 < blocks:
+        words.append(
+            f"the smallest capacity lies between {below:,} and {blocks:,} blocks: "
+            "capacities in between were not simulated"
+        )
+    if not steady:
+        words.append(
+            "the trace never fills a cache of this size: nothing was evicted, so this is a "
+            "cold-start rate, not a steady state"
+        )
+    return "; ".join(words)
+
+
+def _add_marginals(
+    trace: Trace,
+    mask: np.ndarray,
+    groups: dict[str, np.ndarray],
+    rows: list[dict],
+    sizing: Sizing,
+) -> None:
+    """Each row's value of the next GiB, at its answer (or the largest simulated capacity),
+    two simulator runs per (policy, capacity) shared by every tenant."""
+    done: dict[tuple[str, int], dict[str, float | None]] = {}
+    for row in rows:
+        key = (row["policy"], row["_at"])
+        if row["policy"] == "ceiling":
+            continue
+        if key not in done:
+            done[key] = marginal_per_gib(
+                trace, row["policy"], row["_at"], sizing.gib_blocks, mask, groups, sizing.seconds
+            )
+        row["marginal_gpu_seconds_per_hour_per_gib"] = done[key].get(row["tenant"])
+
+
+def configuration_rows(
+    fleet_rows: Sequence[dict],
+    window: str,
+    target: float,
+    prices: Prices,
+    sizing: Sizing,
+    working_set_blocks: int,
+    load_scale: float = 1.0,
+) -> list[dict]:
+    """The ``configuration`` rows: per tenant, the cheapest simulated fleet configuration (at
+    ``load_scale``) whose token hit rate reaches ``target`` × its ceiling. An unbounded store
+    is priced at the working set (every distinct block), the most it can hold."""
+    by_tenant: dict[str, list[dict]] = {}
+    for r in fleet_rows:
+        if r["measure_window"] == window and r["load_scale"] == load_scale:
+            by_tenant.setdefault(r["tenant"], []).append(r)
+    out = []
+    for tenant in sorted(by_tenant, key=lambda t: (t != FLEET, t)):
+        priced = []
+        for r in by_tenant[tenant]:
+            dram_gb = sizing.gib(r["dram_blocks"] or 0) * 2**30 / 1e9
+            store = working_set_blocks if r["store_unbounded"] else (r["store_blocks"] or 0)
+            store_gb = sizing.gib(store) * 2**30 / 1e9
+            cost = prices.per_hour(r["replicas"], dram_gb, store_gb)
+            priced.append((cost, r["ttft_p95_s"] or 0.0, r))
+        ceiling = priced[0][2]["ceiling_token_hit_rate"] or 0.0
+        goal = target * ceiling
+        good = [p for p in priced if (p[2]["token_hit_rate"] or 0.0) >= goal - 1e-12]
+        reached = bool(good)
+        cost, _, best = min(good, key=lambda p: (p[0], p[1])) if good else max(
+            priced, key=lambda p: (p[2]["token_hit_rate"] or 0.0, -p[0])
+        )  # fmt: skip
+        note = (
+            ""
+            if reached
+            else f"no simulated configuration reaches it; the closest ({best['router']}, "
+            f"{best['replicas']} replicas) keeps {best['token_hit_rate'] or 0:.4f}: "
+            "simulate more replicas, capacity or tiers"
+        )
+        if best.get("filled") is False:
+            note = "; ".join(x for x in (note, "its caches never filled: no steady state") if x)
+        out.append(
+            {
+                "kind": "configuration",
+                "tenant": tenant,
+                "policy": best["policy"],
+                "measure_window": window,
+                "target_share": target,
+                "ceiling_token_hit_rate": ceiling,
+                "target_token_hit_rate": goal,
+                "reached": reached,
+                "capacity_blocks": best["capacity_blocks"],
+                "capacity_tokens": best["capacity_tokens"],
+                "capacity_gib": sizing.gib(best["capacity_blocks"]),
+                "token_hit_rate": best["token_hit_rate"],
+                "method": f"cheapest of {len(priced)} simulated configurations",
+                "router": best["router"],
+                "replicas": best["replicas"],
+                "dram_blocks": best["dram_blocks"],
+                "store_blocks": best["store_blocks"],
+                "store_unbounded": best["store_unbounded"],
+                "load_scale": best["load_scale"],
+                "cost_per_hour": cost,
+                "ttft_p95_s": best["ttft_p95_s"],
+                "steady": best.get("filled"),
+                "model": sizing.model,
+                "gpu": sizing.gpu,
+                "cost_model": sizing.cost_model,
+                "source_table": "fleet_hit_rates",
+                "source_run_id": best["run_id"],
+                "note": note,
+            }
+        )
+    return out
+
+
+def plan_table(rows: Sequence[dict]) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=PLAN_SCHEMA)

@@ -1,0 +1,138 @@
+"""The planner's answer in words: one paragraph and one table, for the terminal and the page's
+opening (``latest_plan`` rows)."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+
+from prefixscope.analysis.trace.measure import FLEET
+
+#: The policy the paragraph leads with when the plan has it.
+LEAD_POLICY = "lru"
+
+
+def _capacity(row: dict) -> str:
+    return (
+        f"{row['capacity_blocks']:,} blocks ({row['capacity_tokens'] / 1e6:,.1f} M tokens, "
+        f"{row['capacity_gib']:,.1f} GiB of {row['model']} KV)"
+    )
+
+
+def _fleet(row: dict) -> str:
+    tiers = []
+    if row["dram_blocks"]:
+        tiers.append(f"{row['dram_blocks']:,} DRAM blocks each")
+    if row["store_unbounded"]:
+        tiers.append("an unbounded shared store")
+    elif row["store_blocks"] is not None:
+        tiers.append(f"a shared store of {row['store_blocks']:,} blocks")
+    extra = f" with {' and '.join(tiers)}" if tiers else ""
+    return (
+        f"{row['replicas']} replicas × {row['capacity_blocks']:,} blocks{extra}, "
+        f"{row['router']} routing"
+    )
+
+
+def sentences(rows: Sequence[dict]) -> list[str]:
+    """The answer for the fleet, in sentences: the smallest cache per policy (LRU first), the
+    value of the next GiB, the cheapest fleet, and what the numbers cannot say."""
+    fleet = [r for r in rows if r["tenant"] == FLEET]
+    caps = sorted(
+        (r for r in fleet if r["kind"] == "capacity"),
+        key=lambda r: (r["policy"] != LEAD_POLICY, r["policy"]),
+    )
+    out = []
+    if caps:
+        first = caps[0]
+        share, window = first["target_share"], first["measure_window"]
+        lead = (
+            f"To keep {share:.0%} of the ceiling (a token hit rate of "
+            f"{first['target_token_hit_rate']:.4f} of the unbounded cache's "
+            f"{first['ceiling_token_hit_rate']:.4f}, window {window}),"
+        )
+        for i, r in enumerate(caps):
+            who = f" one {r['policy']} cache" if i == 0 else f"{r['policy'].upper()}"
+            if r["reached"]:
+                text = f"{who} needs {_capacity(r)}"
+                if r["marginal_gpu_seconds_per_hour_per_gib"] is not None:
+                    text += (
+                        f"; there the next GiB saves "
+                        f"{r['marginal_gpu_seconds_per_hour_per_gib']:,.3g} prefill GPU-seconds "
+                        "an hour"
+                    )
+            else:
+                text = (
+                    f"{who} does not reach it within the capacities simulated (the largest, "
+                    f"{r['largest_capacity_blocks']:,} blocks, keeps {r['token_hit_rate']:.4f})"
+                )
+            out.append((lead if i == 0 else "") + text + ".")
+    configs = [r for r in fleet if r["kind"] == "configuration"]
+    for r in configs:
+        if r["reached"]:
+            out.append(
+                f"The cheapest simulated fleet that reaches it: {_fleet(r)}, at "
+                f"${r['cost_per_hour']:,.2f} an hour (token hit rate {r['token_hit_rate']:.4f}, "
+                f"TTFT p95 {r['ttft_p95_s']:.2f} s)."
+            )
+        else:
+            out.append(f"No simulated fleet reaches it: {r['note']}.")
+    if caps and not configs:
+        out.append("No fleet was simulated: run `prefixscope fleet` to price configurations.")
+    notes = {r["note"] for r in fleet if r["note"]}
+    out += [n[0].upper() + n[1:] + "." for n in sorted(notes) if "no simulated" not in n]
+    return out
+
+
+def answer_text(rows: Sequence[dict], width: int = 100) -> str:
+    """The paragraph, wrapped, then one line per fleet row."""
+    lines = textwrap.wrap(" ".join(sentences(rows)), width)
+    lines.append("")
+    lines.append(
+        f"{'kind':<14} {'policy':<8} {'capacity':>14} {'GiB':>9} {'rate':>7} {'reached':>7} "
+        f"{'next GiB GPU-s/h':>16} {'fleet':<40} {'$/h':>8}"
+    )
+    for r in rows:
+        if r["tenant"] != FLEET:
+            continue
+        cap = f"{r['capacity_blocks']:,} blk" if r["capacity_blocks"] is not None else "—"
+        gib = f"{r['capacity_gib']:,.1f}" if r["capacity_gib"] is not None else "—"
+        marginal = r["marginal_gpu_seconds_per_hour_per_gib"]
+        fleet = _fleet(r) if r["kind"] == "configuration" else ""
+        cost = f"{r['cost_per_hour']:,.2f}" if r["cost_per_hour"] is not None else ""
+        lines.append(
+            f"{r['kind']:<14} {r['policy']:<8} {cap:>14} {gib:>9} "
+            f"{r['token_hit_rate']:>7.4f} {'yes' if r['reached'] else 'no':>7} "
+            f"{'' if marginal is None else f'{marginal:,.1f}':>16} {fleet[:40]:<40} {cost:>8}"
+        )
+    return "\n".join(lines)
+
+
+def plan_section(rows: Sequence[dict]) -> dict | None:
+    """The page's opening: the paragraph, and one table of every plan row (fleet first), with
+    the stored result each figure comes from. None when no plan was made."""
+    if not rows:
+        return None
+    table = []
+    for r in rows:
+        table.append(
+            {
+                "fleet": r["tenant"] == FLEET,
+                "tenant": "fleet" if r["tenant"] == FLEET else r["tenant"],
+                "what": f"{r['policy']} cache" if r["kind"] == "capacity" else _fleet(r),
+                "capacity": "—"
+                if r["capacity_blocks"] is None
+                else f"{r['capacity_blocks']:,} blocks",
+                "gib": "—" if r["capacity_gib"] is None else f"{r['capacity_gib']:,.1f}",
+                "rate": f"{r['token_hit_rate']:.4f}",
+                "target": f"{r['target_token_hit_rate']:.4f}",
+                "reached": "yes" if r["reached"] else "no",
+                "marginal": ""
+                if r["marginal_gpu_seconds_per_hour_per_gib"] is None
+                else f"{r['marginal_gpu_seconds_per_hour_per_gib']:,.3g}",
+                "cost": "" if r["cost_per_hour"] is None else f"${r['cost_per_hour']:,.2f}",
+                "source": f"{r['source_table']} ({r['source_run_id']})",
+                "note": r["note"] or "",
+            }
+        )
+    return {"sentences": sentences(rows), "rows": table}

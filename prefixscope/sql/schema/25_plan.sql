@@ -1,0 +1,43 @@
+-- The capacity planner's answers (prefixscope plan): one row per (run, kind, tenant, policy).
+-- kind 'capacity': the smallest single shared cache whose token hit rate reaches
+-- target_share x the ceiling (ceiling_token_hit_rate, over the same requests), per policy;
+-- kind 'configuration': the cheapest simulated fleet (fleet_hit_rates) that reaches it at the
+-- prices given. reached is false when nothing simulated reaches the target: the capacity
+-- columns are then NULL (never extrapolated) and token_hit_rate is the best simulated.
+-- steady is false when the trace never fills a cache of the answer's size (a cold-start rate).
+-- source_table and source_run_id name the stored result every figure comes from; note says in
+-- words what the numbers cannot.
+CREATE TABLE IF NOT EXISTS plan (
+    run_id                    VARCHAR NOT NULL,
+    kind                      VARCHAR NOT NULL,
+    tenant                    VARCHAR NOT NULL,
+    policy                    VARCHAR NOT NULL,
+    measure_window            VARCHAR NOT NULL,
+    target_share              DOUBLE NOT NULL,
+    ceiling_token_hit_rate    DOUBLE,
+    target_token_hit_rate     DOUBLE,
+    reached                   BOOLEAN NOT NULL,
+    capacity_blocks           BIGINT,
+    capacity_tokens           BIGINT,
+    capacity_gib              DOUBLE,
+    token_hit_rate            DOUBLE,
+    method                    VARCHAR NOT NULL,
+    bracket_low_blocks        BIGINT,
+    largest_capacity_blocks   BIGINT,
+    steady                    BOOLEAN,
+    marginal_gpu_seconds_per_hour_per_gib  DOUBLE,
+    router                    VARCHAR,
+    replicas                  INTEGER,
+    dram_blocks               BIGINT,
+    store_blocks              BIGINT,
+    store_unbounded           BOOLEAN,
+    load_scale                DOUBLE,
+    cost_per_hour             DOUBLE,
+    ttft_p95_s                DOUBLE,
+    model                     VARCHAR NOT NULL,
+    gpu                       VARCHAR NOT NULL,
+    cost_model                VARCHAR NOT NULL,
+    source_table              VARCHAR NOT NULL,
+    source_run_id             VARCHAR NOT NULL,
+    note                      VARCHAR
+);

@@ -1,0 +1,152 @@
+"""Stage ``plan``: from the stored curves, simulations and fleet runs, the smallest capacity per
+policy, the value of the next GiB and the cheapest fleet that reach a target share of the
+ceiling → ``plan``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from prefixscope import warehouse
+from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, gpu_key
+from prefixscope.analysis.plan.capacity import Point
+from prefixscope.analysis.plan.plan import (
+    PLAN_WINDOWS,
+    Sizing,
+    capacity_rows,
+    configuration_rows,
+    plan_table,
+)
+from prefixscope.analysis.plan.prices import Prices, load_prices
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.trace.load import load_trace
+from prefixscope.stages.outcomes import calibrated
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """``target``: the share of the ceiling to reach; ``window``: the requests measured (the
+    same at every capacity); ``model`` / ``kv_dtype``: blocks to GiB; ``model`` / ``gpu`` /
+    ``cost_model``: what prices a miss; ``prices``: a TOML file of prices (default: the
+    documented round figures); ``load_scale``: the fleet runs to choose among."""
+
+    target: float = 0.9
+    window: str = "all"
+    model: str = DEFAULT_MODEL
+    gpu: str = DEFAULT_GPU
+    kv_dtype: str = "bf16"
+    cost_model: str = "auto"
+    prices: str | None = None
+    load_scale: float = 1.0
+
+    def check(self) -> Prices:
+        if not 0 < self.target <= 1:
+            raise ValueError(f"the target is a share of the ceiling, in (0, 1]: {self.target}")
+        if self.window not in PLAN_WINDOWS:
+            raise ValueError(
+                f"the planner measures over {' or '.join(PLAN_WINDOWS)} (the same requests at "
+                f"every capacity), not {self.window!r}"
+            )
+        resolve_model(self.model)
+        gpu_key(self.gpu)
+        return load_prices(self.prices)
+
+
+def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
+    prices = settings.check()
+    with warehouse.StageRun(wh, "plan", settings) as run:
+        with run.reading() as con:
+            trace = load_trace(con)
+            ceilings = _ceilings(con, settings.window)
+            points = _points(con, settings.window)
+            fleet_rows = _fleet_rows(con, settings.window)
+            fitted = None if settings.cost_model == "roofline" else calibrated(
+                con, settings.model, settings.gpu
+            )  # fmt: skip
+        if not ceilings:
+            raise ValueError(
+                f"no simulation over the {settings.window!r} window to plan from — run "
+                f"`prefixscope simulate --policy ceiling,lru --capacity-blocks … "
+                f"--window {settings.window}` first"
+            )
+        cost = cost_model(settings.model, settings.gpu, settings.cost_model, fitted)
+        shape = resolve_model(settings.model)
+        sizing = Sizing(
+            cost.model,
+            cost.gpu,
+            cost.kind,
+            float(shape.kv_bytes_per_token(settings.kv_dtype) * trace.block_size),
+            cost.seconds,
+        )
+        rows = capacity_rows(trace, settings.window, settings.target, ceilings, points, sizing)
+        rows += configuration_rows(
+            fleet_rows,
+            settings.window,
+            settings.target,
+            prices,
+            sizing,
+            trace.n_unique,
+            settings.load_scale,
+        )
+        table = plan_table(rows)
+        with run.publishing() as con:
+            warehouse.append(con, "plan", table, run.run_id)
+    return table
+
+
+def _ceilings(con: duckdb.DuckDBPyConnection, window: str) -> dict[str, float]:
+    """Per tenant, the unbounded cache's rate over the window, from the newest simulation."""
+    found = con.execute(
+        "SELECT tenant, ceiling_token_hit_rate FROM latest_hit_rates "
+        "WHERE measure_window = ? AND isolation = 'shared' AND ceiling_token_hit_rate IS NOT NULL "
+        "QUALIFY row_number() OVER (PARTITION BY tenant ORDER BY policy <> 'ceiling') = 1",
+        [window],
+    ).fetchall()
+    return {t: float(r) for t, r in found}
+
+
+def _points(con: duckdb.DuckDBPyConnection, window: str) -> dict[tuple[str, str], list[Point]]:
+    """Every stored (capacity, rate) of a bounded policy's shared cache over the window: the
+    simulations (``hit_rates``) and the exact curves (``mrc``, not sampled)."""
+    bounded = [name for name, p in POLICIES.items() if p.bounded]
+    rows = con.execute(
+        "SELECT tenant, policy, capacity_blocks, token_hit_rate, 'hit_rates', run_id "
+        "FROM latest_hit_rates WHERE measure_window = ? AND isolation = 'shared' "
+        "AND policy_options IS NULL AND capacity_blocks IS NOT NULL "
+        "AND token_hit_rate IS NOT NULL AND list_contains(?, policy) "
+        "UNION ALL "
+        "SELECT tenant, policy, capacity_blocks, token_hit_rate, 'mrc', run_id FROM latest_mrc "
+        "WHERE measure_window = ? AND isolation = 'shared' AND exact "
+        "AND token_hit_rate IS NOT NULL AND list_contains(?, policy)",
+        [window, bounded, window, bounded],
+    ).fetchall()
+    out: dict[tuple[str, str], dict[int, Point]] = {}
+    for tenant, policy, capacity, rate, table, run_id in rows:
+        mine = out.setdefault((tenant, policy), {})
+        if capacity not in mine or table == "hit_rates":  # a simulation over a curve's point
+            mine[capacity] = Point(int(capacity), float(rate), table, run_id)
+    return {k: list(v.values()) for k, v in out.items()}
+
+
+def _fleet_rows(con: duckdb.DuckDBPyConnection, window: str) -> list[dict]:
+    """The fleet runs over the window, each with whether its caches filled (its 'steady' row
+    of the same configuration, when the run measured one)."""
+    same = " AND ".join(
+        f"h.{c} IS NOT DISTINCT FROM s.{c}"
+        for c in (
+            "run_id", "tenant", "router", "replicas", "capacity_blocks", "policy", "load_scale",
+            "dram_blocks", "dram_gbps", "store_blocks", "store_unbounded", "store_gbps", "model",
+            "gpu",
+        )
+    )  # fmt: skip
+    table = con.sql(
+        "SELECT h.*, s.steady AS filled FROM latest_fleet_hit_rates h "
+        "LEFT JOIN (SELECT * FROM latest_fleet_hit_rates WHERE measure_window = 'steady') s "
+        f"ON {same} WHERE h.measure_window = $window",
+        params={"window": window},
+    ).to_arrow_table()
+    return table.to_pylist()
