@@ -26,6 +26,7 @@ READ_COMMANDS = {
     "savings": ["savings"],
     "replay": ["replay"],
     "fleet": ["fleet", "--replicas", "2", "--router", "round-robin", "--capacity-blocks", "9"],
+    "plan": ["plan"],
 }
 
 
@@ -75,6 +76,10 @@ FLAG_MISUSE = [
      "unknown model"),
     (["fleet", "--replicas", "2", "--router", "random", "--capacity-blocks", "5", "--gpu", "tpu"],
      "unknown GPU"),
+    (["plan", "--target", "0"], "--target"),
+    (["plan", "--target", "1.5"], "--target"),
+    (["plan", "--window", "steady"], "--window"),
+    (["plan", "--prices", "{tmp}/none.toml"], "none.toml"),
     (["curve", "--sample-rate", "nan"], "sample-rate"),
     (["curve", "--sample-rate", "2"], "sample-rate"),
     (["structure", "--capacity-blocks", str(2**70)], "capacity-blocks"),

@@ -38,6 +38,7 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         ("curve", "succeeded"),
         ("structure", "succeeded"),
         ("fleet", "succeeded"),
+        ("plan", "succeeded"),
         ("savings", "succeeded"),
         ("report", "succeeded"),
     ]
@@ -56,6 +57,13 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         ).fetchone()[0]
         == 6 * 2 * 12
     )
+    # the planner answered for the fleet, from the flow's own results, and the page opens with it
+    planned = con.execute(
+        "SELECT kind, policy, reached FROM plan WHERE tenant = '*' ORDER BY kind, policy"
+    ).fetchall()
+    assert ("capacity", "lru", True) in planned and planned[-1][0] == "configuration"
+    html = page.read_text()
+    assert html.index('id="plan"') < html.index("<h2>The trace</h2>")
     rates = dict(
         con.execute(
             "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "

@@ -48,6 +48,7 @@ VIEWS = (
     "latest_hit_rates",
     "latest_hit_sources",
     "latest_mrc",
+    "latest_plan",
     "latest_reuse_shares",
     "latest_savings",
     "latest_session_stats",
@@ -152,7 +153,7 @@ def test_every_view_is_in_the_warehouse_for_a_plain_duckdb_client(warehouse_path
         structure_run = con.execute("SELECT run_id FROM latest_structure_run").fetchall()
         commands = dict(con.execute("SELECT run_id, command FROM fresh_runs").fetchall())
     assert names == set(VIEWS)
-    unwritten = {"latest_mrc", "latest_fleet_hit_rates", "latest_fleet_replicas"}
+    unwritten = {"latest_mrc", "latest_fleet_hit_rates", "latest_fleet_replicas", "latest_plan"}
     assert all(counts[v] == 0 for v in unwritten)  # no curve, no fleet run
     assert all(n > 0 for v, n in counts.items() if v not in unwritten), counts
     assert counts["latest_structure_run"] == 1 and commands[structure_run[0][0]] == "structure"

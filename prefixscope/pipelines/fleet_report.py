@@ -1,6 +1,6 @@
 """The ``fleet_report`` flow: ingest → simulate every policy × capacity → LRU curve →
-structure → [replay] → fleet (routers × replicas × load, priced like the savings) → savings →
-report.
+structure → [replay] → fleet (routers × replicas × load, priced like the savings) → plan →
+savings → report.
 
 The flow only sequences. Each task is one stage (``prefixscope.stages``): it opens the
 warehouse for its own step and closes it, so a task can retry without shared state. A stage
@@ -32,6 +32,7 @@ from prefixscope.ingest import IngestOptions, IngestResult
 from prefixscope.stages import curve as curve_stage
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import ingest as ingest_stage
+from prefixscope.stages import plan as plan_stage
 from prefixscope.stages import replay as replay_stage
 from prefixscope.stages import report as report_stage
 from prefixscope.stages import savings as savings_stage
@@ -97,6 +98,11 @@ def simulate(wh: str, settings: simulate_stage.SimulateSettings) -> simulate_sta
 @task(**STAGE)
 def fleet(wh: str, settings: fleet_stage.FleetSettings) -> int:
     return fleet_stage.run(wh, settings).hit_rates.num_rows
+
+
+@task(**STAGE)
+def plan(wh: str, settings: plan_stage.PlanSettings) -> int:
+    return plan_stage.run(wh, settings).num_rows
 
 
 @task(**STAGE)
@@ -201,6 +207,7 @@ def fleet_report(
     replay_samples: int = 0,
     dask_address: str | None = None,
     fleet_replicas: list[int] | None = None,
+    plan_target: float = 0.9,
 ) -> FleetReportOutcome:
     policies = policies or list(DEFAULT_POLICIES)
     capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
@@ -242,6 +249,7 @@ def fleet_report(
             dask_address,
         ),
     )
+    plan(wh, plan_stage.PlanSettings(target=plan_target, model=model, gpu=gpu))
     saved = savings(
         wh,
         savings_stage.SavingsSettings(
