@@ -50,6 +50,7 @@ bench: setup
 	$(BIN)/python benchmarks/miss_cost_cpu.py
 	$(BIN)/python benchmarks/fifo_order.py
 	$(BIN)/python benchmarks/fleet_speed.py
+	$(BIN)/python benchmarks/tier_crossover.py
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks

@@ -14,6 +14,7 @@ from prefixscope import warehouse
 from prefixscope.analysis.cost.savings import SAVINGS_SCHEMA
 from prefixscope.analysis.curves.curve import MRC_SCHEMA
 from prefixscope.analysis.fleet.tables import FLEET_HIT_RATES_SCHEMA, FLEET_REPLICAS_SCHEMA
+from prefixscope.analysis.plan.plan import PLAN_SCHEMA
 from prefixscope.analysis.simulation.tables import (
     HIT_RATES_SCHEMA,
     OUTCOMES_SCHEMA,
@@ -101,6 +102,7 @@ CASES: list[tuple[str, Callable[[], pa.Schema], set[str]]] = [
     ("savings", lambda: SAVINGS_SCHEMA, set()),
     ("fleet_hit_rates", lambda: FLEET_HIT_RATES_SCHEMA, set()),
     ("fleet_replicas", lambda: FLEET_REPLICAS_SCHEMA, set()),
+    ("plan", lambda: PLAN_SCHEMA, set()),
     ("miss_cost_models", cost_model_schema, set()),
     *((name, lambda name=name: structure_schemas()[name], set()) for name in TABLES),
 ]

@@ -10,6 +10,15 @@ from prefixscope.analysis.trace.measure import FLEET
 
 #: The policy the paragraph leads with when the plan has it.
 LEAD_POLICY = "lru"
+POLICY_NAMES = {
+    "lru": "LRU",
+    "fifo": "FIFO",
+    "lfu": "LFU",
+    "s3fifo": "S3-FIFO",
+    "belady": "Belady (offline optimal)",
+    "ttl": "TTL",
+    "pinned": "pinned-LRU",
+}
 
 
 def _capacity(row: dict) -> str:
@@ -49,23 +58,30 @@ def sentences(rows: Sequence[dict]) -> list[str]:
         lead = (
             f"To keep {share:.0%} of the ceiling (a token hit rate of "
             f"{first['target_token_hit_rate']:.4f} of the unbounded cache's "
-            f"{first['ceiling_token_hit_rate']:.4f}, window {window}),"
+            f"{first['ceiling_token_hit_rate']:.4f}, window {window}), "
         )
         for i, r in enumerate(caps):
-            who = f" one {r['policy']} cache" if i == 0 else f"{r['policy'].upper()}"
-            if r["reached"]:
-                text = f"{who} needs {_capacity(r)}"
-                if r["marginal_gpu_seconds_per_hour_per_gib"] is not None:
-                    text += (
-                        f"; there the next GiB saves "
-                        f"{r['marginal_gpu_seconds_per_hour_per_gib']:,.3g} prefill GPU-seconds "
-                        "an hour"
-                    )
-            else:
+            name = POLICY_NAMES.get(r["policy"], r["policy"])
+            who = f"one {name} cache" if i == 0 else name
+            if not r["reached"]:
                 text = (
                     f"{who} does not reach it within the capacities simulated (the largest, "
                     f"{r['largest_capacity_blocks']:,} blocks, keeps {r['token_hit_rate']:.4f})"
                 )
+            elif r["method"].startswith("exact"):
+                text = f"{who} needs {_capacity(r)}"
+            else:
+                text = (
+                    f"{who} reaches it at {_capacity(r)}, the smallest capacity simulated that "
+                    f"does (the next smaller, {r['bracket_low_blocks']:,} blocks, does not)"
+                )
+            if r["reached"] and r["marginal_gpu_seconds_per_hour_per_gib"] is not None:
+                text += (
+                    f"; there the next GiB saves "
+                    f"{r['marginal_gpu_seconds_per_hour_per_gib']:,.3g} prefill GPU-seconds an hour"
+                )
+            if r["reached"] and r["steady"] is False:
+                text += "; the trace never fills a cache of this size, so this is a cold start"
             out.append((lead if i == 0 else "") + text + ".")
     configs = [r for r in fleet if r["kind"] == "configuration"]
     for r in configs:
@@ -79,8 +95,6 @@ def sentences(rows: Sequence[dict]) -> list[str]:
             out.append(f"No simulated fleet reaches it: {r['note']}.")
     if caps and not configs:
         out.append("No fleet was simulated: run `prefixscope fleet` to price configurations.")
-    notes = {r["note"] for r in fleet if r["note"]}
-    out += [n[0].upper() + n[1:] + "." for n in sorted(notes) if "no simulated" not in n]
     return out
 
 
