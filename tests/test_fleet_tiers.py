@@ -128,3 +128,12 @@ def test_transfers_are_paid_in_busy_time_and_ttft() -> None:
     service = ENGINE.cost.prefill_seconds(new, trace.input_tokens - new) + out.transfer_s
     np.testing.assert_allclose(out.ttft, service, rtol=1e-9)
     assert out.busy.sum() == pytest.approx(service.sum(), rel=1e-9)
+
+
+@pytest.mark.parametrize(("gpu", "gbps"), [("h100", 63.0), ("h200", 63.0), ("a100", 31.5)])
+def test_a_dram_tier_reads_at_its_gpu_hosts_pcie_link_unless_told(gpu: str, gbps: float) -> None:
+    from prefixscope.stages.fleet import TierSpec, tiers_of
+
+    tiers = tiers_of(TierSpec(64.0), None, "llama-3-8b", 512, "bf16", gpu)
+    assert tiers.dram_gbps == gbps and tiers.dram_blocks == 64 * 2**30 // (512 * 131072)
+    assert tiers_of(TierSpec(64.0, 10.0), None, "llama-3-8b", 512, "bf16", gpu).dram_gbps == 10.0

@@ -24,7 +24,6 @@ from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
     DEFAULT_BUDGET,
     DEFAULT_MAX_SEQS,
-    DRAM_GBPS,
     STORE_GBPS,
     UNBOUNDED,
     Engine,
@@ -32,6 +31,7 @@ from prefixscope.analysis.fleet.run import (
     FleetOutcome,
     Tiers,
     Traffic,
+    dram_gbps_for,
     merge_replicas,
     simulate_fleet,
     simulate_replica,
@@ -74,9 +74,15 @@ class TierSpec:
 
 
 def tiers_of(
-    dram: TierSpec | None, store: TierSpec | None, model: str, block_size: int, kv_dtype: str
+    dram: TierSpec | None,
+    store: TierSpec | None,
+    model: str,
+    block_size: int,
+    kv_dtype: str,
+    gpu: str = DEFAULT_GPU,
 ) -> Tiers:
-    """GiB become blocks through the model's KV bytes per token, as ``--capacity-gib`` does."""
+    """GiB become blocks through the model's KV bytes per token, as ``--capacity-gib`` does;
+    a DRAM tier without a bandwidth gets its GPU host's PCIe link."""
     shape = resolve_model(model)
     tiers = Tiers()
     if dram is not None:
@@ -84,7 +90,7 @@ def tiers_of(
             tiers,
             dram_blocks=shape.blocks_in(dram.gib, block_size, kv_dtype),
             dram_gib=dram.gib,
-            dram_gbps=dram.gbps or DRAM_GBPS,
+            dram_gbps=dram.gbps or dram_gbps_for(gpu),
         )
     if store is not None:
         unbounded = math.isinf(store.gib)
@@ -156,7 +162,7 @@ class FleetSettings:
     def tiers(self, block_size: int) -> list[Tiers]:
         """Every DRAM × store option, in blocks of ``block_size``."""
         return [
-            tiers_of(d, st, self.model, block_size, self.kv_dtype)
+            tiers_of(d, st, self.model, block_size, self.kv_dtype, self.gpu)
             for d in self.drams
             for st in self.stores
         ]

@@ -30,6 +30,13 @@ DEFAULT_MAX_SEQS = 256
 #: (25 GB/s) per replica, as RDMA stores (Mooncake Store) are deployed.
 DRAM_GBPS = 63.0
 STORE_GBPS = 25.0
+#: A100 hosts: PCIe 4.0 x16, 16 GT/s per lane, 31.5 GB/s each way.
+DRAM_GBPS_PCIE4 = 31.5
+
+
+def dram_gbps_for(gpu: str) -> float:
+    """The default DRAM link of a GPU's host: PCIe 4.0 for A100s, 5.0 for the others."""
+    return DRAM_GBPS_PCIE4 if "a100" in gpu.lower() else DRAM_GBPS
 #: A shared store of unbounded capacity (``--shared-store inf``), in blocks.
 UNBOUNDED = 2**62
 
