@@ -43,6 +43,10 @@ def _fleet(row: dict) -> str:
     )
 
 
+def _series(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def sentences(rows: Sequence[dict]) -> list[str]:
     """The answer for the fleet, in sentences: the smallest cache per policy (LRU first), the
     value of the next GiB, the cheapest fleet, and what the numbers cannot say."""
@@ -60,29 +64,41 @@ def sentences(rows: Sequence[dict]) -> list[str]:
             f"{first['target_token_hit_rate']:.4f} of the unbounded cache's "
             f"{first['ceiling_token_hit_rate']:.4f}, window {window}), "
         )
-        for i, r in enumerate(caps):
-            name = POLICY_NAMES.get(r["policy"], r["policy"])
-            who = f"one {name} cache" if i == 0 else name
-            if not r["reached"]:
-                text = (
-                    f"{who} does not reach it within the capacities simulated (the largest, "
-                    f"{r['largest_capacity_blocks']:,} blocks, keeps {r['token_hit_rate']:.4f})"
-                )
-            elif r["method"].startswith("exact"):
-                text = f"{who} needs {_capacity(r)}"
-            else:
-                text = (
-                    f"{who} reaches it at {_capacity(r)}, the smallest capacity simulated that "
-                    f"does (the next smaller, {r['bracket_low_blocks']:,} blocks, does not)"
-                )
-            if r["reached"] and r["marginal_gpu_seconds_per_hour_per_gib"] is not None:
-                text += (
-                    f"; there the next GiB saves "
-                    f"{r['marginal_gpu_seconds_per_hour_per_gib']:,.3g} prefill GPU-seconds an hour"
-                )
-            if r["reached"] and r["steady"] is False:
-                text += "; the trace never fills a cache of this size, so this is a cold start"
-            out.append((lead if i == 0 else "") + text + ".")
+        r = caps[0]
+        name = POLICY_NAMES.get(r["policy"], r["policy"])
+        if not r["reached"]:
+            text = (
+                f"one {name} cache does not reach it within the capacities simulated (the "
+                f"largest, {r['largest_capacity_blocks']:,} blocks, keeps "
+                f"{r['token_hit_rate']:.4f})"
+            )
+        elif r["method"].startswith("exact"):
+            text = f"one {name} cache needs {_capacity(r)}"
+        else:
+            text = (
+                f"one {name} cache reaches it at {_capacity(r)}, the smallest capacity "
+                f"simulated that does (the next smaller, {r['bracket_low_blocks']:,} blocks, "
+                "does not)"
+            )
+        if r["reached"] and r["marginal_gpu_seconds_per_hour_per_gib"] is not None:
+            text += (
+                f"; there the next GiB saves "
+                f"{r['marginal_gpu_seconds_per_hour_per_gib']:,.3g} prefill GPU-seconds an hour"
+            )
+        if r["reached"] and r["steady"] is False:
+            text += "; the trace never fills a cache of this size, so this is a cold start"
+        out.append(lead + text + ".")
+        others = [
+            f"{POLICY_NAMES.get(o['policy'], o['policy'])} "
+            + (f"{o['capacity_blocks']:,} blocks" if o["reached"] else "beyond what was simulated")
+            for o in caps[1:]
+        ]
+        if others:
+            out.append(
+                "The other policies simulated reach it at: "
+                + _series(others)
+                + " (the smallest capacities simulated that do; the table says more)."
+            )
     configs = [r for r in fleet if r["kind"] == "configuration"]
     for r in configs:
         if r["reached"]:
