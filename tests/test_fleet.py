@@ -217,3 +217,14 @@ def test_a_bad_configuration_says_what_is_wrong(settings: Fleet, message: str) -
     trace, traffic = sessions_trace(n_sessions=2)
     with pytest.raises(ValueError, match=message):
         simulate_fleet(trace, traffic, settings, ENGINE)
+
+
+def test_prompts_without_a_whole_block_route_by_session_and_cost_one_token() -> None:
+    """A token source's prompt shorter than a block hashes no block; an empty prompt still
+    computes one token, at no context."""
+    trace = build_trace([[], [], []], [5, 0, 5], ["t"] * 3, 16, times=[0.0, 100.0, 200.0])
+    traffic = Traffic(np.zeros(3, np.int64), ["a", "b", "a"])
+    out = simulate_fleet(trace, traffic, Fleet("session", 2, 4), ENGINE)
+    assert out.replica[0] == out.replica[2]  # one session, one replica
+    expected = COST.prefill_seconds(np.array([5.0, 1.0, 5.0]), np.zeros(3))
+    np.testing.assert_allclose(out.ttft, expected, rtol=1e-12)

@@ -310,7 +310,7 @@ def fleet(  # type: ignore[no-untyped-def]
                 continue  # one tier: only T(0) and T(k) are used
             served_j = j - (1 if recompute_last[r] and j >= nb and j > 0 else 0)
             new_j = max(inp - min(served_j * block_size, inp), 1)
-            c0 = inp - new_j
+            c0 = max(inp - new_j, 0)  # an empty prompt still computes one token
             t_at[j] = (
                 a + cb * max(new_j, k1) + cc * c0 + ce * max(new_j, k2) * c0 + cf * new_j * new_j
             )
@@ -356,7 +356,7 @@ def fleet(  # type: ignore[no-untyped-def]
         hit_tok[r] = hit
         new = max(input_tokens[r] - hit, 1)
         rem[r] = new
-        ctx[r] = input_tokens[r] - new
+        ctx[r] = max(input_tokens[r] - new, 0)
         outstanding[i] += new
         inflight[i] += 1
         if qtail[i] == NONE:

@@ -32,7 +32,10 @@ def session_keys(
     k = settings.session_blocks
     n_blocks = trace.blocks_per_request
     last = trace.offsets[:-1] + np.minimum(n_blocks, k) - 1
-    prefix = np.where(n_blocks > 0, trace.hashes[trace.blocks[np.maximum(last, 0)]], 0)
+    if trace.n_lookups == 0:  # no request holds a whole block: only session ids key them
+        prefix = np.zeros(trace.n_requests, np.uint64)
+    else:
+        prefix = np.where(n_blocks > 0, trace.hashes[trace.blocks[np.maximum(last, 0)]], 0)
     keys = prefix.astype(np.uint64)
     if sessions is not None:
         ids = np.asarray(sessions, dtype=object)

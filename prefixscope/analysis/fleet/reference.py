@@ -1,0 +1,344 @@
+"""The fleet loop in plain Python: the test oracle for the compiled one (``_kernel.py``).
+
+Written for obviousness, not speed. Each replica is an object holding its cache and its
+router tree (``OrderedDict``s in eviction order, the victim first), its queue (a ``deque``,
+first come first served) and its decoding requests (a dict of request -> context and tokens
+still to decode). Loads are recounted from that state whenever a router reads them, rather
+than kept as running sums, so the kernel's counters are checked, not copied.
+
+The rules, as ``_kernel.py`` states them:
+
+- requests in arrival order (``times / load_scale``); before request ``r`` at ``t`` is routed,
+  every replica runs the steps that start strictly before ``t`` (a step runs only while the
+  replica has queued or decoding work), then an idle replica's clock moves up to ``t``;
+- the router picks a replica; ties among equal values go to the first replica counting from
+  ``r mod N``;
+- the replica's cache is looked up (the leading run of cached blocks), its blocks touched
+  deepest first (LRU refreshes a hit, FIFO does not) and the oldest evicted while over
+  capacity; the request queues ``max(1, input - hit tokens)`` tokens to prefill;
+- a step: every decoding request adds one token; then the queue fills what is left of the
+  token budget, first come first served, a prefill split across steps when it does not fit;
+  a request not yet started joins only while fewer than ``max_seqs`` are running (decoding,
+  or started and not yet through their prefill, this step's included);
+- a request's first token is out when the step holding its last prefill chunk ends; it then
+  decodes ``output - 1`` more tokens, one per step, at a context that starts at
+  ``input + 1`` and grows by one per step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixscope.analysis.fleet.assign import ring, session_keys
+from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
+from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic
+from prefixscope.analysis.fleet.stepcost import StepCost
+from prefixscope.analysis.trace.csr import Trace
+
+
+@dataclass
+class _Request:
+    arrival: float
+    blocks: list[int]
+    input_tokens: int
+    output_tokens: int
+    recomputes_last: bool
+    replica: int = -1
+    hit_blocks: int = 0
+    hit_tokens: int = 0
+    to_prefill: int = 0  # prefill tokens still to compute
+    context: int = 0  # positions before its next prefill chunk
+    started: bool = False
+    ttft: float = 0.0
+    first_start: float = 0.0
+    done_at: float = 0.0
+
+
+@dataclass
+class _Decoding:
+    context: int  # positions the next decode step attends to
+    left: int  # tokens still to decode
+
+
+@dataclass
+class _Replica:
+    cache: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    tree: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    queue: deque[int] = field(default_factory=deque)
+    decoding: dict[int, _Decoding] = field(default_factory=dict)
+    now: float = 0.0
+    busy: float = 0.0
+    steps: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    filled_at: int = -1
+
+    def has_work(self) -> bool:
+        return bool(self.queue) or bool(self.decoding)
+
+
+def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine) -> FleetOutcome:
+    """The fleet over the whole trace, as :func:`~prefixscope.analysis.fleet.run.simulate_fleet`
+    computes it (fixed routers included: their routing is computed here too). Replicas with
+    HBM caches only: no DRAM tier, no shared store."""
+    fleet.check()
+    engine.check()
+    if fleet.tiers.dram_blocks > 0 or fleet.tiers.store_blocks is not None:
+        raise NotImplementedError("the reference covers HBM caches only: no DRAM tier, no store")
+    n_rep = fleet.replicas
+    settings = engine.routers
+    arrival = trace.times / fleet.load_scale
+    output = np.asarray(traffic.output_tokens, np.int64)
+    requests = [
+        _Request(
+            arrival=float(arrival[r]),
+            blocks=[int(b) for b in trace.blocks[trace.offsets[r] : trace.offsets[r + 1]]],
+            input_tokens=int(trace.input_tokens[r]),
+            output_tokens=int(output[r]),
+            recomputes_last=bool(trace.recomputes_last_block[r]),
+        )
+        for r in range(trace.n_requests)
+    ]
+    replicas = [_Replica() for _ in range(n_rep)]
+    fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
+    tree_blocks = max(1, settings.tree_tokens // trace.block_size)
+    last_evict = requests[0].arrival if requests else 0.0
+
+    for r, req in enumerate(requests):
+        t = req.arrival
+        for rep in replicas:
+            while rep.now < t and rep.has_work():
+                _step(rep, requests, engine)
+            rep.now = max(rep.now, t)
+
+        if fixed is not None:
+            i = fixed[r]
+        elif fleet.router == "least-loaded":
+            i = _argmin([_queued_prefill(rep, requests) for rep in replicas], r)
+        elif fleet.router == "kv-aware":
+            scores = []
+            for rep in replicas:
+                load = (_queued_prefill(rep, requests) + _decode_context(rep)) / trace.block_size
+                overlap = _leading_run(req.blocks, rep.cache)
+                scores.append(settings.load_weight * load - settings.overlap_weight * overlap)
+            i = _argmin(scores, r)
+        elif fleet.router == "cache-aware":
+            interval = settings.evict_interval_s
+            if interval >= 0 and t - last_evict >= interval:
+                for rep in replicas:
+                    _evict(rep.tree, tree_blocks)
+                last_evict = t
+            inflight = [len(rep.queue) + len(rep.decoding) for rep in replicas]
+            hi, lo = max(inflight), min(inflight)
+            if hi - lo > settings.balance_abs and hi > settings.balance_rel * lo:
+                i = _argmin(inflight, r)
+            else:
+                matches = [_leading_run(req.blocks, rep.tree) for rep in replicas]
+                best = _argmin([-m for m in matches], r)
+                share = settings.cache_threshold * len(req.blocks)
+                if req.blocks and matches[best] >= share:
+                    i = best
+                else:
+                    i = _argmin([len(rep.tree) for rep in replicas], r)
+            tree = replicas[i].tree
+            _touch(tree, req.blocks, refresh=True)
+            if interval < 0:  # no periodic eviction: the bound holds after every insert
+                _evict(tree, tree_blocks)
+        else:
+            raise ValueError(f"no reference for router {fleet.router!r}")
+
+        rep = replicas[i]
+        req.replica = i
+        req.hit_blocks = _leading_run(req.blocks, rep.cache)
+        _touch(rep.cache, req.blocks, refresh=fleet.policy == "lru")
+        _evict(rep.cache, fleet.capacity_blocks)
+        if rep.filled_at == -1 and len(rep.cache) >= fleet.capacity_blocks:
+            rep.filled_at = r
+
+        served = req.hit_blocks
+        if req.recomputes_last and served == len(req.blocks) and served > 0:
+            served -= 1  # the prompt's last token is always computed
+        req.hit_tokens = min(served * trace.block_size, req.input_tokens)
+        req.to_prefill = max(req.input_tokens - req.hit_tokens, 1)
+        req.context = max(req.input_tokens - req.to_prefill, 0)
+        rep.queue.append(r)
+
+    for rep in replicas:  # drain
+        while rep.has_work():
+            _step(rep, requests, engine)
+
+    def per_request(name: str, dtype: type) -> np.ndarray:
+        return np.array([getattr(q, name) for q in requests], dtype)
+
+    def per_replica(name: str, dtype: type) -> np.ndarray:
+        return np.array([getattr(p, name) for p in replicas], dtype)
+
+    # one tier: every hit token comes from HBM, and saves T(input, 0) - T(what is left)
+    cost = engine.cost
+    n = len(requests)
+    source_tokens = np.zeros((n, 3), np.int64)
+    source_saved = np.zeros((n, 3), np.float64)
+    no_cache = np.zeros(n, np.float64)
+    for r, q in enumerate(requests):
+        alone = max(q.input_tokens, 1)
+        no_cache[r] = _prefill_alone(cost, alone, max(q.input_tokens - alone, 0))
+        left = max(q.input_tokens - q.hit_tokens, 1)
+        source_tokens[r, 0] = q.hit_tokens
+        source_saved[r, 0] = no_cache[r] - _prefill_alone(
+            cost, left, max(q.input_tokens - left, 0)
+        )
+    return FleetOutcome(
+        fleet=fleet,
+        arrival=arrival,
+        replica=per_request("replica", np.int32),
+        hit_blocks=per_request("hit_blocks", np.int32),
+        hit_tokens=per_request("hit_tokens", np.int64),
+        ttft=per_request("ttft", np.float64),
+        first_start=per_request("first_start", np.float64),
+        done_at=per_request("done_at", np.float64),
+        busy=per_replica("busy", np.float64),
+        steps=per_replica("steps", np.int64),
+        prefill_tokens=per_replica("prefill_tokens", np.int64),
+        decode_tokens=per_replica("decode_tokens", np.int64),
+        filled_at=per_replica("filled_at", np.int64),
+        drained_at=per_replica("now", np.float64),
+        source_tokens=source_tokens,
+        source_saved_s=source_saved,
+        transfer_s=np.zeros(n, np.float64),
+        no_cache_s=no_cache,
+    )
+
+
+def _prefill_alone(cost: StepCost, new: int, cached: int) -> float:
+    """The cost model's ``T(new, cached)``: one prefill alone in a step (the kernel's order of
+    operations)."""
+    a, b, c, e, f, k1, k2 = (float(x) for x in cost.array())
+    return a + b * max(new, k1) + c * cached + e * max(new, k2) * cached + f * new * new
+
+
+def _step(rep: _Replica, requests: list[_Request], engine: Engine) -> None:
+    """One step of ``rep``: decodes, then prefill chunks from the queue; advances its clock."""
+    a, b, c, e, f, k1, k2 = (float(x) for x in engine.cost.array())
+    d = len(rep.decoding)
+    decode_context = _decode_context(rep)
+    # the per-step fixed cost, then (c + e·max(1, k2))·ctx + f per decoding request; written
+    # in the kernel's order of operations, so the clocks agree to the bit and arrivals that
+    # tie with a step's end fall on the same side of it
+    seconds = a + f * d + (c + e * max(1.0, k2)) * decode_context
+    tokens = d
+    left = engine.budget_tokens - d
+    running = d + sum(requests[q].started for q in rep.queue)
+    through = 0  # queue entries whose prefill ends in this step
+    for q in rep.queue:
+        if left <= 0:
+            break
+        req = requests[q]
+        if not req.started:
+            if running >= engine.max_seqs:
+                break
+            req.started = True
+            req.first_start = rep.now
+            running += 1
+        take = min(req.to_prefill, left)
+        ctx = req.context
+        seconds += c * ctx + e * max(take, k2) * ctx + f * take * take
+        tokens += take
+        left -= take
+        req.to_prefill -= take
+        req.context += take
+        if req.to_prefill > 0:
+            break
+        through += 1
+    seconds += b * max(tokens, k1)
+
+    rep.now += seconds
+    rep.busy += seconds
+    rep.steps += 1
+    rep.prefill_tokens += tokens - d
+    rep.decode_tokens += d
+    for r, dec in list(rep.decoding.items()):  # every decoder wrote one token
+        dec.context += 1
+        dec.left -= 1
+        if dec.left == 0:
+            del rep.decoding[r]
+            requests[r].done_at = rep.now
+    for _ in range(through):  # first tokens out
+        r = rep.queue.popleft()
+        req = requests[r]
+        req.ttft = rep.now - req.arrival
+        if req.output_tokens - 1 > 0:
+            rep.decoding[r] = _Decoding(req.input_tokens + 1, req.output_tokens - 1)
+        else:
+            req.done_at = rep.now
+
+
+def _queued_prefill(rep: _Replica, requests: list[_Request]) -> int:
+    return sum(requests[q].to_prefill for q in rep.queue)
+
+
+def _decode_context(rep: _Replica) -> int:
+    return sum(dec.context for dec in rep.decoding.values())
+
+
+def _argmin(values: list[float] | list[int], first: int) -> int:
+    """The index of the smallest value; ties go to the first counting from ``first``
+    (rotating)."""
+    n = len(values)
+    order = [(first + j) % n for j in range(n)]
+    return min(order, key=lambda i: values[i])  # min keeps the first of equals
+
+
+def _leading_run(blocks: list[int], held: OrderedDict[int, None]) -> int:
+    k = 0
+    while k < len(blocks) and blocks[k] in held:
+        k += 1
+    return k
+
+
+def _touch(held: OrderedDict[int, None], blocks: list[int], refresh: bool) -> None:
+    """Insert the blocks deepest first (so the deepest leaves first); a block already held
+    moves to the back only when ``refresh``."""
+    for b in reversed(blocks):
+        if b not in held:
+            held[b] = None
+        elif refresh:
+            held.move_to_end(b)
+
+
+def _evict(held: OrderedDict[int, None], limit: int) -> None:
+    while len(held) > limit:
+        held.popitem(last=False)
+
+
+def _fixed_routing(
+    trace: Trace, traffic: Traffic, router: str, n_rep: int, settings: RouterSettings
+) -> list[int] | None:
+    """Round-robin, random and session: the replica of every request before anything runs
+    (None for a stateful router)."""
+    if not resolve_router(router).fixed:
+        return None
+    n = trace.n_requests
+    if router == "round-robin":
+        return [r % n_rep for r in range(n)]
+    if router == "random":
+        return [int(i) for i in np.random.default_rng(settings.seed).integers(0, n_rep, n)]
+    if router != "session":
+        raise ValueError(f"no reference for router {router!r}")
+    points, owner = ring(n_rep, settings.virtual_nodes)
+    points_list = [int(p) for p in points]
+    keys = session_keys(trace, traffic.sessions, settings)
+    count = [0] * n_rep
+    out = []
+    for r in range(n):
+        bound = math.ceil(settings.balance_factor * (r + 1) / n_rep)
+        j = bisect.bisect_left(points_list, int(keys[r])) % len(points_list)
+        while count[owner[j]] >= bound:  # clockwise to the first replica under its bound
+            j = (j + 1) % len(points_list)
+        out.append(int(owner[j]))
+        count[owner[j]] += 1
+    return out
