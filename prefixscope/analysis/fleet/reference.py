@@ -189,9 +189,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
         no_cache[r] = _prefill_alone(cost, alone, max(q.input_tokens - alone, 0))
         left = max(q.input_tokens - q.hit_tokens, 1)
         source_tokens[r, 0] = q.hit_tokens
-        source_saved[r, 0] = no_cache[r] - _prefill_alone(
-            cost, left, max(q.input_tokens - left, 0)
-        )
+        source_saved[r, 0] = no_cache[r] - _prefill_alone(cost, left, max(q.input_tokens - left, 0))
     return FleetOutcome(
         fleet=fleet,
         arrival=arrival,

@@ -37,6 +37,8 @@ DRAM_GBPS_PCIE4 = 31.5
 def dram_gbps_for(gpu: str) -> float:
     """The default DRAM link of a GPU's host: PCIe 4.0 for A100s, 5.0 for the others."""
     return DRAM_GBPS_PCIE4 if "a100" in gpu.lower() else DRAM_GBPS
+
+
 #: A shared store of unbounded capacity (``--shared-store inf``), in blocks.
 UNBOUNDED = 2**62
 
