@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from prefixscope.analysis.fleet.reference import reference_fleet
 from prefixscope.analysis.fleet.routers import ROUTERS, RouterSettings
-from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic, simulate_fleet
+from prefixscope.analysis.fleet.run import (
+    UNBOUNDED,
+    Engine,
+    Fleet,
+    FleetOutcome,
+    Tiers,
+    Traffic,
+    simulate_fleet,
+)
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.trace.csr import Trace, build_trace
 
@@ -42,7 +50,8 @@ class Case:
 @st.composite
 def cases(draw, router: str, policy: str) -> Case:  # type: ignore[no-untyped-def]
     """A small fleet on a small trace: prefix-chained requests (a random prefix of an earlier
-    request, then new blocks), bursts of arrivals so queues form, tiny caches and trees."""
+    request, then new blocks), bursts of arrivals so queues form, tiny caches and trees, and
+    now and then a DRAM tier per replica and a shared store, on links from free to slow."""
     bs = draw(st.integers(4, 16))
     n = draw(st.integers(5, 60))
     chains: list[list[int]] = []
@@ -91,13 +100,25 @@ def cases(draw, router: str, policy: str) -> Case:  # type: ignore[no-untyped-de
         load_weight=draw(st.sampled_from([0.0, 0.25, 1.0])),
     )
     max_seqs = draw(st.integers(1, 4))
-    engine = Engine(COST, draw(st.integers(max(8, max_seqs), 64)), max_seqs, routers)
+    # a token's KV of 1,000 bytes: at these links a copy costs from nothing to far more than
+    # recomputing, so both sides of the copy-or-recompute rule are taken
+    engine = Engine(
+        COST, draw(st.integers(max(8, max_seqs), 64)), max_seqs, routers, kv_bytes_per_token=1e3
+    )
+    links = st.sampled_from([float("inf"), 1e-3, 1e-2, 1e-1])
+    tiers = Tiers(
+        dram_blocks=draw(st.sampled_from([0, 0, 1, 3, 8, 20])),
+        dram_gbps=draw(links),
+        store_blocks=draw(st.sampled_from([None, None, 0, 5, 40, UNBOUNDED])),
+        store_gbps=draw(links),
+    )
     fleet = Fleet(
         router,
         draw(st.integers(1, 5)),
         draw(st.integers(1, 30)),
         policy,
         draw(st.sampled_from([0.5, 1.0, 3.0])),
+        tiers=tiers,
     )
     return Case(trace, traffic, fleet, engine)
 

@@ -13,9 +13,12 @@ The rules, as ``_kernel.py`` states them:
   replica has queued or decoding work), then an idle replica's clock moves up to ``t``;
 - the router picks a replica; ties among equal values go to the first replica counting from
   ``r mod N``;
-- the replica's cache is looked up (the leading run of cached blocks), its blocks touched
-  deepest first (LRU refreshes a hit, FIFO does not) and the oldest evicted while over
-  capacity; the request queues ``max(1, input - hit tokens)`` tokens to prefill;
+- the replica's cache is looked up (the leading run of cached blocks, extended through its
+  DRAM tier and the shared store when there are such, cut where recomputing beats copying),
+  its blocks touched deepest first (LRU refreshes a hit, FIFO does not) and the oldest evicted
+  while over capacity (into DRAM when there is a DRAM tier); the store takes what was computed
+  and refreshes what it served; the request queues ``max(1, input - hit tokens)`` tokens to
+  prefill, and pays its copies in the step of its first chunk;
 - a step: every decoding request adds one token; then the queue fills what is left of the
   token budget, first come first served, a prefill split across steps when it does not fit;
   a request not yet started joins only while fewer than ``max_seqs`` are running (decoding,
@@ -57,6 +60,11 @@ class _Request:
     ttft: float = 0.0
     first_start: float = 0.0
     done_at: float = 0.0
+    transfer: float = 0.0  # seconds copying its served prefix from DRAM or the store
+    sources: list[int] = field(default_factory=list)  # tier of each block of the leading run
+    source_tokens: list[int] = field(default_factory=lambda: [0, 0, 0])
+    source_saved: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    no_cache: float = 0.0
 
 
 @dataclass
@@ -68,6 +76,7 @@ class _Decoding:
 @dataclass
 class _Replica:
     cache: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    dram: OrderedDict[int, None] = field(default_factory=OrderedDict)
     tree: OrderedDict[int, None] = field(default_factory=OrderedDict)
     queue: deque[int] = field(default_factory=deque)
     decoding: dict[int, _Decoding] = field(default_factory=dict)
@@ -84,12 +93,13 @@ class _Replica:
 
 def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine) -> FleetOutcome:
     """The fleet over the whole trace, as :func:`~prefixscope.analysis.fleet.run.simulate_fleet`
-    computes it (fixed routers included: their routing is computed here too). Replicas with
-    HBM caches only: no DRAM tier, no shared store."""
+    computes it (fixed routers included: their routing is computed here too), with its DRAM
+    tier per replica and shared store when it has them."""
     fleet.check()
     engine.check()
-    if fleet.tiers.dram_blocks > 0 or fleet.tiers.store_blocks is not None:
-        raise NotImplementedError("the reference covers HBM caches only: no DRAM tier, no store")
+    tiers = fleet.tiers
+    store: OrderedDict[int, None] | None = None if tiers.store_blocks is None else OrderedDict()
+    per_token = [0.0, *tiers.per_token_s(engine.kv_bytes_per_token)]
     n_rep = fleet.replicas
     settings = engine.routers
     arrival = trace.times / fleet.load_scale
@@ -154,16 +164,35 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
 
         rep = replicas[i]
         req.replica = i
-        req.hit_blocks = _leading_run(req.blocks, rep.cache)
-        _touch(rep.cache, req.blocks, refresh=fleet.policy == "lru")
-        _evict(rep.cache, fleet.capacity_blocks)
+        _serve(req, rep, store, trace.block_size, engine.cost, per_token, tiers.dram_blocks > 0)
+        if tiers.dram_blocks > 0:  # exclusive: a DRAM hit moves up, HBM's victims move down
+            for b in reversed(req.blocks):
+                if b in rep.cache:
+                    if fleet.policy == "lru":
+                        rep.cache.move_to_end(b)
+                    continue
+                rep.dram.pop(b, None)
+                rep.cache[b] = None
+            while len(rep.cache) > fleet.capacity_blocks:
+                victim, _ = rep.cache.popitem(last=False)
+                rep.dram[victim] = None
+            _evict(rep.dram, tiers.dram_blocks)
+        else:
+            _touch(rep.cache, req.blocks, refresh=fleet.policy == "lru")
+            _evict(rep.cache, fleet.capacity_blocks)
         if rep.filled_at == -1 and len(rep.cache) >= fleet.capacity_blocks:
             rep.filled_at = r
-
-        served = req.hit_blocks
-        if req.recomputes_last and served == len(req.blocks) and served > 0:
-            served -= 1  # the prompt's last token is always computed
-        req.hit_tokens = min(served * trace.block_size, req.input_tokens)
+        if store is not None:  # what was computed is written; what the store served is used
+            for j in reversed(range(len(req.blocks))):
+                b = req.blocks[j]
+                if j < req.hit_blocks and req.sources[j] != 2:
+                    continue
+                if b in store:
+                    if fleet.policy == "lru":
+                        store.move_to_end(b)
+                else:
+                    store[b] = None
+            _evict(store, tiers.store_blocks)
         req.to_prefill = max(req.input_tokens - req.hit_tokens, 1)
         req.context = max(req.input_tokens - req.to_prefill, 0)
         rep.queue.append(r)
@@ -178,18 +207,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
     def per_replica(name: str, dtype: type) -> np.ndarray:
         return np.array([getattr(p, name) for p in replicas], dtype)
 
-    # one tier: every hit token comes from HBM, and saves T(input, 0) - T(what is left)
-    cost = engine.cost
     n = len(requests)
-    source_tokens = np.zeros((n, 3), np.int64)
-    source_saved = np.zeros((n, 3), np.float64)
-    no_cache = np.zeros(n, np.float64)
-    for r, q in enumerate(requests):
-        alone = max(q.input_tokens, 1)
-        no_cache[r] = _prefill_alone(cost, alone, max(q.input_tokens - alone, 0))
-        left = max(q.input_tokens - q.hit_tokens, 1)
-        source_tokens[r, 0] = q.hit_tokens
-        source_saved[r, 0] = no_cache[r] - _prefill_alone(cost, left, max(q.input_tokens - left, 0))
     return FleetOutcome(
         fleet=fleet,
         arrival=arrival,
@@ -205,11 +223,70 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
         decode_tokens=per_replica("decode_tokens", np.int64),
         filled_at=per_replica("filled_at", np.int64),
         drained_at=per_replica("now", np.float64),
-        source_tokens=source_tokens,
-        source_saved_s=source_saved,
-        transfer_s=np.zeros(n, np.float64),
-        no_cache_s=no_cache,
+        source_tokens=np.array([q.source_tokens for q in requests], np.int64).reshape(n, 3),
+        source_saved_s=np.array([q.source_saved for q in requests], np.float64).reshape(n, 3),
+        transfer_s=per_request("transfer", np.float64),
+        no_cache_s=per_request("no_cache", np.float64),
     )
+
+
+def _serve(
+    req: _Request,
+    rep: _Replica,
+    store: OrderedDict[int, None] | None,
+    block_size: int,
+    cost: StepCost,
+    per_token: list[float],
+    has_dram: bool,
+) -> None:
+    """The request's served run: block by block from the fastest tier that holds it (0 HBM,
+    1 this replica's DRAM, 2 the store), cut before a lower tier's block where recomputing
+    from there costs less than the copies; its hit tokens by tier, copy time, and the saving
+    of each block credited to its tier."""
+    sources = []
+    for b in req.blocks:
+        if b in rep.cache:
+            sources.append(0)
+        elif has_dram and b in rep.dram:
+            sources.append(1)
+        elif store is not None and b in store:
+            sources.append(2)
+        else:
+            break
+    k, inp, nb = len(sources), req.input_tokens, len(req.blocks)
+
+    def hit_of(j: int) -> int:
+        served = j - 1 if req.recomputes_last and j >= nb and j > 0 else j
+        return min(served * block_size, inp)
+
+    def prefill(j: int) -> float:
+        new = max(inp - hit_of(j), 1)
+        return _prefill_alone(cost, new, max(inp - new, 0))
+
+    copies = [0.0]  # copies[j]: the copies of the first j blocks, summed in order
+    for j in range(k):
+        tokens = min(max(inp - j * block_size, 0), block_size)
+        copies.append(copies[-1] + per_token[sources[j]] * tokens)
+    tiered = has_dram or store is not None
+    best = k
+    if tiered:
+        for j in reversed(range(k)):
+            slower = sources[j] != 0 and copies[k] > copies[j]
+            if slower and prefill(j) + copies[j] < prefill(best) + copies[best]:
+                best = j
+    req.sources = sources
+    req.hit_blocks = best
+    req.hit_tokens = hit_of(best)
+    req.no_cache = prefill(0)
+    req.transfer = copies[best] if tiered else 0.0
+    for j in range(best):
+        req.source_tokens[sources[j]] += min(max(req.hit_tokens - j * block_size, 0), block_size)
+    if tiered:
+        for j in range(best):
+            step = prefill(j) - prefill(j + 1) - (copies[j + 1] - copies[j])
+            req.source_saved[sources[j]] += step
+    else:
+        req.source_saved[0] = prefill(0) - prefill(best)
 
 
 def _prefill_alone(cost: StepCost, new: int, cached: int) -> float:
@@ -242,6 +319,7 @@ def _step(rep: _Replica, requests: list[_Request], engine: Engine) -> None:
             req.started = True
             req.first_start = rep.now
             running += 1
+            seconds += req.transfer  # its prefix is copied in before its first chunk
         take = min(req.to_prefill, left)
         ctx = req.context
         seconds += c * ctx + e * max(take, k2) * ctx + f * take * take
