@@ -36,6 +36,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="time bucket of hit_rate_timeseries, e.g. 5m, 30s, 1h (5m)",
     )
     p.add_argument(
+        "--block-size",
+        type=flags.int_list,
+        metavar="N[,N...]",
+        help="also simulate at these block sizes, whole multiples of the warehouse's (token "
+        "sources: 16 -> 32, 64, 128; hash-id traces: 512 -> 1024 ...); capacities keep their "
+        "tokens",
+    )
+    p.add_argument(
         "--outcomes",
         action="store_true",
         help="also write request_outcomes for every configuration",
@@ -60,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             bucket_s=args.bucket,
             outcomes=args.outcomes,
         ),
+        block_sizes=tuple(args.block_size) if args.block_size else None,
     )
     result = simulate.run(args.warehouse, settings)
     print(format_hit_rates(result.tables.arrow()[0]))

@@ -22,6 +22,7 @@ from markupsafe import Markup
 
 from prefixscope import __version__
 from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.block_sizes import block_size_table
 from prefixscope.dashboards.figures import PALETTE, base_layout, figure_markup, plotly_text
 from prefixscope.dashboards.fleet import fleet_section
 from prefixscope.dashboards.plan import plan_section
@@ -43,6 +44,10 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
     """Write the report page for the warehouse behind ``con`` to ``out`` and return its path."""
     summary = read_view(con, "trace_summary").row(0, named=True)
     rates = read_view(con, "latest_hit_rates")
+    sizes = block_size_table(rates)
+    own = summary["max_block_size"]
+    if own is not None:  # the charts and tables at the log's own block size; what-ifs apart
+        rates = rates.filter(pl.col("block_size") == own)
     page = TEMPLATES.get_template("report.html").render(
         plotlyjs=Markup(plotly.offline.get_plotlyjs()),
         generated=f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
@@ -53,6 +58,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         mrc=curve_figures(read_view(con, "latest_mrc")),
         timeseries=timeseries_figure(read_view(con, "latest_timeseries")),
         rates=rate_rows(rates),
+        block_sizes=sizes,
         structure=structure_section(con, int(summary["max_block_size"] or 1)),
         savings=savings_section(con),
         decode_note=DECODE_NOTE,

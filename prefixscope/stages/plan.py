@@ -61,8 +61,8 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
     with warehouse.StageRun(wh, "plan", settings) as run:
         with run.reading() as con:
             trace = load_trace(con)
-            ceilings = _ceilings(con, settings.window)
-            points = _points(con, settings.window)
+            ceilings = _ceilings(con, settings.window, trace.block_size)
+            points = _points(con, settings.window, trace.block_size)
             fleet_rows = _fleet_rows(con, settings.window)
             fitted = None if settings.cost_model == "roofline" else calibrated(
                 con, settings.model, settings.gpu
@@ -98,31 +98,36 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
     return table
 
 
-def _ceilings(con: duckdb.DuckDBPyConnection, window: str) -> dict[str, float]:
-    """Per tenant, the unbounded cache's rate over the window, from the newest simulation."""
+def _ceilings(con: duckdb.DuckDBPyConnection, window: str, block_size: int) -> dict[str, float]:
+    """Per tenant, the unbounded cache's rate over the window, from the newest simulation at
+    the warehouse's block size."""
     found = con.execute(
         "SELECT tenant, ceiling_token_hit_rate FROM latest_hit_rates "
         "WHERE measure_window = ? AND isolation = 'shared' AND ceiling_token_hit_rate IS NOT NULL "
+        "AND block_size = ? "
         "QUALIFY row_number() OVER (PARTITION BY tenant ORDER BY policy <> 'ceiling') = 1",
-        [window],
+        [window, block_size],
     ).fetchall()
     return {t: float(r) for t, r in found}
 
 
-def _points(con: duckdb.DuckDBPyConnection, window: str) -> dict[tuple[str, str], list[Point]]:
-    """Every stored (capacity, rate) of a bounded policy's shared cache over the window: the
-    simulations (``hit_rates``) and the exact curves (``mrc``, not sampled)."""
+def _points(
+    con: duckdb.DuckDBPyConnection, window: str, block_size: int
+) -> dict[tuple[str, str], list[Point]]:
+    """Every stored (capacity, rate) of a bounded policy's shared cache over the window at the
+    warehouse's block size: the simulations (``hit_rates``) and the exact curves (``mrc``, not
+    sampled)."""
     bounded = [name for name, p in POLICIES.items() if p.bounded]
     rows = con.execute(
         "SELECT tenant, policy, capacity_blocks, token_hit_rate, 'hit_rates', run_id "
         "FROM latest_hit_rates WHERE measure_window = ? AND isolation = 'shared' "
         "AND policy_options IS NULL AND capacity_blocks IS NOT NULL "
-        "AND token_hit_rate IS NOT NULL AND list_contains(?, policy) "
+        "AND token_hit_rate IS NOT NULL AND list_contains(?, policy) AND block_size = ? "
         "UNION ALL "
         "SELECT tenant, policy, capacity_blocks, token_hit_rate, 'mrc', run_id FROM latest_mrc "
         "WHERE measure_window = ? AND isolation = 'shared' AND exact "
-        "AND token_hit_rate IS NOT NULL AND list_contains(?, policy)",
-        [window, bounded, window, bounded],
+        "AND token_hit_rate IS NOT NULL AND list_contains(?, policy) AND block_size = ?",
+        [window, bounded, block_size, window, bounded, block_size],
     ).fetchall()
     out: dict[tuple[str, str], dict[int, Point]] = {}
     for tenant, policy, capacity, rate, table, run_id in rows:

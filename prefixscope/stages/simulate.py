@@ -13,6 +13,7 @@ from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.grid import Replayed, measure_replayed, replay_scenarios
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
 from prefixscope.analysis.simulation.tables import Tables
+from prefixscope.analysis.trace.coarsen import coarsen
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.analysis.trace.windows import check_windows
@@ -31,6 +32,9 @@ class SimulateSettings:
     outcomes_for: Scenario | None = None
     workers: int | None = 1
     dask_address: str | None = None
+    #: Block sizes to simulate besides the warehouse's own (whole multiples of it: the trace is
+    #: coarsened, ``trace/coarsen.py``); None: the warehouse's alone.
+    block_sizes: tuple[int, ...] | None = None
 
     def check(self) -> None:
         """Names first, before any work."""
@@ -51,20 +55,39 @@ def run(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
     with warehouse.StageRun(wh, "simulate", settings) as run:
         with run.reading() as con:
             trace = load_trace(con)
-        blocks, gibs = settings.capacities.resolve(trace.block_size)
-        grid = scenarios(settings.policies, blocks, settings.isolations, gibs)
         measure = replace(
             settings.measure,
             model=settings.capacities.model_name,
             kv_dtype=settings.capacities.kv_dtype if settings.capacities.gib else None,
         )
+        blocks, gibs = settings.capacities.resolve(trace.block_size)
+        grid = scenarios(settings.policies, blocks, settings.isolations, gibs)
         tables = simulate_scenarios(trace, grid, measure, settings)
+        for size in sorted(set(settings.block_sizes or ()) - {trace.block_size}):
+            # the same caches in tokens (or GiB), in blocks of the other size; its rows carry
+            # their block size, and only hit_rates: the series and outcomes stay the log's own
+            other = coarsen(trace, size)
+            blocks, gibs = at_block_size(settings.capacities, trace.block_size, size)
+            grid_other = scenarios(settings.policies, blocks, settings.isolations, gibs)
+            plain = replace(measure, outcomes=False)
+            tables.hit_rates += simulate_scenarios(other, grid_other, plain, settings).hit_rates
         hit_rates, timeseries, outcomes = tables.arrow()
         with run.publishing() as con:
             warehouse.append(con, "hit_rates", hit_rates, run.run_id)
             warehouse.append(con, "hit_rate_timeseries", timeseries, run.run_id)
             warehouse.append(con, "request_outcomes", outcomes, run.run_id)
     return SimulateResult(run.run_id, tables, tuple(grid))
+
+
+def at_block_size(
+    capacities: Capacities, own: int, size: int
+) -> tuple[list[int], list[float | None]]:
+    """Capacities in blocks of ``size``: those given in blocks hold as many tokens as at the
+    warehouse's ``own`` size; tokens and GiB are the same memory, in the other blocks."""
+    if capacities.blocks:
+        tokens = [b * own for b in capacities.blocks]
+        return Capacities(tokens=tokens).resolve(size)
+    return capacities.resolve(size)
 
 
 def simulate_scenarios(

@@ -4,7 +4,8 @@
 --
 -- The one freshness rule of every latest_* view: for each configuration key of the view, the
 -- rows of the newest fresh run that wrote rows for that key. Each view names its key:
---   latest_hit_rates   (tenant, policy, policy_options, isolation, capacity_blocks, measure_window)
+--   latest_hit_rates   (tenant, policy, policy_options, isolation, capacity_blocks, block_size,
+--                      measure_window)
 --   latest_timeseries  (tenant, policy, isolation, capacity_blocks), fleet rows only
 --   latest_mrc         (policy, isolation, measure_window, method, sample_rate, sample_by)
 --   latest_savings     (tenant, policy, isolation, capacity_blocks, model, gpu, cost_model)

@@ -1,0 +1,53 @@
+"""A trace at a larger block size: the block-size what-if, without the prompts' text.
+
+A chained block hash names its whole prefix: two requests share the hash at position p exactly
+when their first ``(p + 1) × block_size`` tokens are equal. So a block of m times the size is
+named by the fine chain's hash at its last fine position, and the coarse chain is every m-th
+fine hash: the same classes of equal prefixes as hashing the token ids again at the larger
+size. A finer block size cannot be recovered (the hashes do not say where inside a block two
+prompts part), so a trace is only ever coarsened, by whole multiples.
+
+- token sources hash whole blocks only: ``floor(input / size)`` blocks, so a request keeps
+  ``n // m`` coarse blocks of its ``n`` fine ones;
+- hash-id traces name a partial last block too: ``ceil(input / size)`` blocks, so
+  ``ceil(n / m)``, the last named by the request's last fine hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from prefixscope.analysis.trace.csr import Trace
+
+
+def coarsen(trace: Trace, block_size: int) -> Trace:
+    """``trace`` with blocks of ``block_size`` tokens, a whole multiple of its own."""
+    if block_size == trace.block_size:
+        return trace
+    if block_size < trace.block_size or block_size % trace.block_size:
+        raise ValueError(
+            f"the trace's blocks are {trace.block_size} tokens: it can be simulated at whole "
+            f"multiples of that ({2 * trace.block_size}, {4 * trace.block_size}, ...), never "
+            f"at {block_size} — ingest the log again with --block-size {block_size}"
+        )
+    m = block_size // trace.block_size
+    n = trace.blocks_per_request
+    whole = (
+        np.zeros(trace.n_requests, bool) if trace.last_token_rule is None else trace.last_token_rule
+    )
+    count = np.where(whole, n // m, -(-n // m))
+    first = np.repeat(trace.offsets[:-1], count)
+    j = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    last = np.repeat(n, count)
+    picked = trace.blocks[first + np.minimum((j + 1) * m, last) - 1]
+    unique, dense = np.unique(picked, return_inverse=True)
+    return replace(
+        trace,
+        block_size=block_size,
+        offsets=np.concatenate(([0], np.cumsum(count))).astype(np.int64),
+        blocks=dense.astype(np.int32).ravel(),
+        n_unique=len(unique),
+        hashes=trace.hashes[unique],
+    )
