@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from prefixscope.analysis.curves.settings import DEFAULT_SAMPLE_BY, SAMPLE_BY
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 
@@ -23,10 +24,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--sample-by",
-        default="block",
-        choices=["block", "block-head", "family"],
-        help="what a sample keeps: blocks (lru; default), blocks with the first block of every "
-        "request kept whole (lru), or whole prefix families (any policy)",
+        default=DEFAULT_SAMPLE_BY,
+        choices=SAMPLE_BY,
+        help="what a sample keeps (lru: block-hot, block, block-head; any policy: family): "
+        "blocks by hash with the hot blocks kept whole (default), blocks by hash, blocks with "
+        "the first block of every request kept whole, or whole prefix families",
     )
     p.add_argument(
         "--points",

@@ -39,7 +39,7 @@ def run(wh: str | Path, settings: CurveStageSettings) -> CurveResult:
         source: Trace | BlockSample
         with run.reading() as con:
             if curve.by_block:
-                source = load_block_sample(con, curve.sample_rate, curve.head)
+                source = load_block_sample(con, curve.sample_rate, curve.head, curve.hot)
             elif curve.sample_rate < 1:
                 source = load_sampled_trace(con, curve.sample_rate)
             else:

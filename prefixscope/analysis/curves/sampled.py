@@ -16,11 +16,11 @@ times ``1 / rate`` over the exact input tokens, is off by the sample's share of 
 (a binomial draw) at every capacity; the ratio cancels that draw, and measured smaller errors
 on both benchmark traces (docs/simulation.md). ``estimates`` gives both.
 
-A sample with heads (``BlockSample.head``: the first blocks of each request kept whole) is read
-in two parts: the head blocks' hit tokens are known exactly (every reference is in the sample),
-and only the other blocks' are estimated, by either reading, over the tokens the other blocks
-hold (``covered_tokens`` less the head tokens). Their depths weigh a head block 1 and another
-``1 / rate`` (``_stack.weighted_stack_curve``).
+A sample that keeps some blocks whole (``BlockSample.kept_whole``: the hot blocks, or the first
+blocks of each request) is read in two parts: those blocks' hit tokens are known exactly (every
+reference is in the sample), and only the other blocks' are estimated, by either reading, over
+the tokens the other blocks hold (``covered_tokens`` less the whole blocks' tokens). Depths weigh
+a block kept whole 1 and another ``1 / rate`` (``stack.weighted_stack_curve``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from prefixscope.analysis.curves.curve import (
     sampled_capacities,
 )
 from prefixscope.analysis.curves.exact import window_groups
-from prefixscope.analysis.curves.settings import HEAD_BLOCKS, CurveSettings
+from prefixscope.analysis.curves.settings import BLOCK_RULES, CurveSettings
 from prefixscope.analysis.trace.isolation import salted
 from prefixscope.analysis.trace.measure import FLEET
 
@@ -189,9 +189,11 @@ def compute_sampled_curves(sample: BlockSample, settings: CurveSettings) -> pa.T
     """Every row of the ``mrc`` table from a block sample: requests and input tokens are the
     full trace's, hit tokens the estimate, capacities scaled by ``1 / rate``."""
     settings.check()
-    if settings.sample_by not in HEAD_BLOCKS or (settings.sample_rate, settings.head) != (
+    asked = (settings.sample_rate, settings.head, settings.hot)
+    if settings.sample_by not in BLOCK_RULES or asked != (
         sample.rate,
         sample.head,
+        sample.hot_threshold > 0,
     ):
         raise ValueError("the settings do not describe this block sample")
     sample = keyed(sample, settings.isolation)

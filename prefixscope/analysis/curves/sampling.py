@@ -55,7 +55,12 @@ def threshold(rate: float) -> int:
 
 def keep(first_hashes: np.ndarray, rate: float) -> np.ndarray:
     """Whether a family (named by its first block hash) is in the sample."""
-    return (mix(first_hashes) >> np.uint64(64 - SCALE_BITS)) < np.uint64(threshold(rate))
+    return keep_mixed(mix(first_hashes), rate)
+
+
+def keep_mixed(mixed: np.ndarray, rate: float) -> np.ndarray:
+    """:func:`keep` of keys already through :func:`mix`."""
+    return (mixed >> np.uint64(64 - SCALE_BITS)) < np.uint64(threshold(rate))
 
 
 def family_keys(offsets: np.ndarray, values: np.ndarray, positions: np.ndarray) -> np.ndarray:

@@ -8,11 +8,27 @@ from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.isolation import ISOLATIONS
 from prefixscope.analysis.trace.windows import STEADY, check_windows
 
-#: What a sample keeps: blocks by hash; blocks by hash with the first block of every request
-#: kept whole (``block_sampling.py``, "Heads"); whole prefix families.
-SAMPLE_BY = ("block", "block-head", "family")
-#: Per block-sampling mode, the leading positions of each request whose blocks are kept whole.
-HEAD_BLOCKS = {"block": 0, "block-head": 1}
+
+@dataclass(frozen=True)
+class BlockRule:
+    """What a block sample keeps whole (every reference) besides its hashed subset
+    (``block_sampling.py``, "Blocks kept whole")."""
+
+    head: int = 0  # the blocks at the first `head` positions of every request
+    hot: bool = False  # the blocks with at least HOT_SHARE of the sample's expected lookups
+
+
+#: Block samples by name: blocks by hash with the trace's hot blocks kept whole (the default:
+#: on a trace without one it is plain); blocks by hash; and with the first block of every
+#: request kept whole.
+BLOCK_RULES = {
+    "block-hot": BlockRule(hot=True),
+    "block": BlockRule(),
+    "block-head": BlockRule(head=1),
+}
+#: What a sample keeps: blocks (above), or whole prefix families (``sampling.py``).
+SAMPLE_BY = (*BLOCK_RULES, "family")
+DEFAULT_SAMPLE_BY = "block-hot"
 #: Log-spaced points of a one-pass curve (it costs nothing to add more), and of a grid curve
 #: (each point is a full replay).
 STACK_POINTS = 256
@@ -29,7 +45,7 @@ class CurveSettings:
     points: int | None = None  # log-spaced points (default: STACK_POINTS or GRID_POINTS)
     capacities: tuple[int, ...] = ()  # capacities asked for, in blocks of the full trace
     sample_rate: float = 1.0
-    sample_by: str = "block"  # what a sample keeps: blocks or whole prefix families
+    sample_by: str = DEFAULT_SAMPLE_BY  # what a sample keeps: blocks or whole prefix families
     model: str | None = None
     model_config: str | None = None
     kv_dtype: str = "bf16"
@@ -70,12 +86,22 @@ class CurveSettings:
 
     @property
     def by_block(self) -> bool:
-        return self.sample_rate < 1 and self.sample_by in HEAD_BLOCKS
+        return self.sample_rate < 1 and self.sample_by in BLOCK_RULES
+
+    @property
+    def block_rule(self) -> BlockRule:
+        """What a block sample keeps whole (nothing for any other curve)."""
+        return BLOCK_RULES.get(self.sample_by, BlockRule())
 
     @property
     def head(self) -> int:
         """Leading blocks of each request a block sample keeps whole."""
-        return HEAD_BLOCKS.get(self.sample_by, 0)
+        return self.block_rule.head
+
+    @property
+    def hot(self) -> bool:
+        """Whether a block sample keeps the trace's hot blocks whole."""
+        return self.block_rule.hot
 
     @property
     def n_points(self) -> int:
