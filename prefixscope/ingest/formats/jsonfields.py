@@ -35,9 +35,19 @@ _EXPECTED = {
 }
 
 
+#: The path of the line itself (``--request-field .``: the line is the request body).
+ROOT = "."
+
+
+def json_path(path: str) -> str:
+    """The JSON path of a dotted path; :data:`ROOT` is the whole line."""
+    return "$" if path == ROOT else "$." + ".".join(f'"{p}"' for p in path.split("."))
+
+
 @dataclass(frozen=True)
 class Field:
-    """One field: output column ``name``, read at ``path`` (dotted: ``usage.prompt_tokens``)."""
+    """One field: output column ``name``, read at ``path`` (dotted: ``usage.prompt_tokens``;
+    :data:`ROOT`, ``.``: the line itself)."""
 
     name: str
     path: str
@@ -48,10 +58,27 @@ class Field:
     # string is an ISO 8601 time. The value is epoch microseconds.
     unit_us: float = 1_000_000
     start_us: int = 0
+    #: Where else to look, in order, on a line where ``path`` is absent or null: for a
+    #: format's defaults only (a path a flag names is never second-guessed). :data:`ROOT` is
+    #: the line itself, taken only when the line has the top-level key ``root_if`` (not null).
+    fallbacks: tuple[str, ...] = ()
+    root_if: str | None = None
 
     @property
     def json_path(self) -> str:
-        return "$." + ".".join(f'"{p}"' for p in self.path.split("."))
+        return json_path(self.path)
+
+    @property
+    def label(self) -> str:
+        """How messages name the field: its path, and where else it was looked for."""
+
+        def name(path: str) -> str:
+            if path != ROOT:
+                return path
+            return f"top-level {self.root_if}" if self.root_if else "the line"
+
+        also = f" (or {' or '.join(map(name, self.fallbacks))})" if self.fallbacks else ""
+        return (name(self.path) + also).replace("'", "''")  # it goes into SQL text
 
 
 @dataclass(frozen=True)
@@ -103,9 +130,42 @@ def _value(f: Field, v: str) -> str:
     }[f.kind]
 
 
+def _present(v: str) -> str:
+    return f"({v} IS NOT NULL AND json_type({v}) <> 'NULL')"
+
+
+def _raw_columns(fields: Sequence[Field]) -> tuple[list[str], list[str]]:
+    """The JSON paths to extract in one call (``v``), and each field's raw JSON value: its
+    path, else the first of its fallbacks present on the line."""
+    paths: list[str] = []
+
+    def slot(path: str) -> str:
+        if path == ROOT:
+            return "j"
+        paths.append(f"'{json_path(path)}'")
+        return f"v[{len(paths)}]"
+
+    columns = []
+    for f in fields:
+        main = slot(f.path)
+        whens = []
+        for alt in f.fallbacks:
+            if alt == ROOT and f.root_if:
+                whens.append((_present(f"json_extract(j, '{json_path(f.root_if)}')"), "j"))
+            else:
+                v = slot(alt)
+                whens.append((_present(v), v))
+        if whens:
+            cases = " ".join(f"WHEN {c} THEN {v}" for c, v in [(_present(main), main), *whens])
+            main = f"CASE {cases} ELSE {main} END"
+        columns.append(f"{main} AS raw_{f.name}")
+    return paths, columns
+
+
 def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
-    paths = ", ".join(f"'{f.json_path}'" for f in fields)
-    raw_cols = ",\n           ".join(f"v[{i + 1}] AS raw_{f.name}" for i, f in enumerate(fields))
+    extract, raw = _raw_columns(fields)
+    values = f"json_extract(j, [{', '.join(extract)}])" if extract else "NULL"
+    raw_cols = ",\n           ".join(raw)
     typed = ",\n           ".join(f"{_value(f, f'raw_{f.name}')} AS {f.name}" for f in fields)
 
     def absent(f: Field) -> str:
@@ -121,7 +181,7 @@ def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
         return f"({f.name} < {f.minimum})" if f.minimum is not None else "false"
 
     def names(cond, fs: Sequence[Field]) -> str:  # type: ignore[no-untyped-def]
-        parts = ", ".join(f"CASE WHEN {cond(f)} THEN '{f.path}' END" for f in fs)
+        parts = ", ".join(f"CASE WHEN {cond(f)} THEN '{f.label}' END" for f in fs)
         return f"array_to_string(list_filter([{parts}], lambda x: x IS NOT NULL), ', ')"
 
     times = [f for f in fields if f.kind == "time"]
@@ -143,12 +203,12 @@ def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
         f"        WHEN reason = '{c.reason}' AND ({c.bad}) THEN {c.detail}" for c in checks
     )
     wrong_detail = " || '; ' || ".join(
-        f"CASE WHEN {mistyped(f)} THEN '{f.path} is ' || coalesce(json_type(raw_{f.name}), '?') "
+        f"CASE WHEN {mistyped(f)} THEN '{f.label} is ' || coalesce(json_type(raw_{f.name}), '?') "
         f"|| ', expected {_EXPECTED[f.kind]}' ELSE '' END"
         for f in fields
     )
     range_detail = names(lambda f: low(f), bounded) if bounded else "''"
-    minimums = ", ".join(f"{f.path} >= {f.minimum}" for f in bounded)
+    minimums = ", ".join(f"{f.label} >= {f.minimum}" for f in bounded)
     columns = ", ".join(
         f"CASE WHEN reason IS NULL THEN CAST(round({f.name}) AS BIGINT) END AS {f.name}"
         if f.kind == "time"
@@ -166,7 +226,7 @@ parsed AS (
 ),
 extracted AS (
     SELECT line, nbytes, text, j, json_type(j) AS t_root,
-           CASE WHEN json_type(j) = 'OBJECT' THEN json_extract(j, [{paths}]) END AS v
+           CASE WHEN json_type(j) = 'OBJECT' THEN {values} END AS v
     FROM parsed
 ),
 raw AS (

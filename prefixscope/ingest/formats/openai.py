@@ -19,6 +19,11 @@ Fields, each renameable by a flag (dotted paths): ``timestamp`` (number in
 or ``prompt`` (completions), optional ``tools``; the response: ``usage.completion_tokens``
 (else the tokenized response text) and ``usage.prompt_tokens_details.cached_tokens``, kept as
 ``reported_cached_tokens``.
+
+Gateways that log the body at the top level (LiteLLM's standard logging payload: ``messages``,
+``startTime``, ``response`` with its ``usage``; others put ``usage`` at the top level too) are
+read as they are: ``--request-field .`` (and ``--response-field .``) name the line itself, and
+without those flags the layout is told apart line by line (:func:`layout_fields`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import json
 import re
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -37,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope.ingest.formats.base import IngestOptions, JsonLines
-from prefixscope.ingest.formats.jsonfields import Field, parse_fields
+from prefixscope.ingest.formats.jsonfields import ROOT, Field, parse_fields
 from prefixscope.ingest.formats.tokensource import arrival_field, finish_token_rows
 
 #: The layout used without ``--chat-template``: ChatML, as Qwen and many open models use it.
@@ -121,6 +126,15 @@ def _flatten_content(content: Any) -> Any:
     return "" if content is None else content
 
 
+def _tools(body: dict[str, Any]) -> Any:
+    """The body's ``tools``, else ``model_parameters.tools`` (where LiteLLM's standard logging
+    payload keeps the request's parameters)."""
+    if body.get("tools") is not None:
+        return body["tools"]
+    parameters = body.get("model_parameters")
+    return parameters.get("tools") if isinstance(parameters, dict) else None
+
+
 def render(body: dict[str, Any], template_source: str) -> str:
     """The prompt text of one request body (raises ValueError when it has none)."""
     if isinstance(body.get("messages"), list):
@@ -132,7 +146,7 @@ def render(body: dict[str, Any], template_source: str) -> str:
         return str(
             _template(template_source).render(
                 messages=messages,
-                tools=body.get("tools"),
+                tools=_tools(body),
                 add_generation_prompt=True,
                 bos_token="",
                 eos_token="",
@@ -155,6 +169,68 @@ def _response_text(response: Any) -> str | None:
     return text if isinstance(text, str) else None
 
 
+def _under(base: str, path: str) -> str:
+    return path if base == ROOT else f"{base}.{path}"
+
+
+def layout_fields(options: IngestOptions) -> tuple[Field, ...]:
+    """Where a line keeps its parts. Flags name paths (``.``: the line itself); without them a
+    line is read in either layout, told apart per line:
+
+    - nested: ``request`` (the body) and ``response`` objects, a ``timestamp``;
+    - top level, as gateways such as LiteLLM log (its standard logging payload): the line is
+      the body when it has no ``request`` and a top-level ``messages``; the line is also the
+      response when it has no ``response`` and a top-level ``usage``; the request id is
+      ``response.id``, else a top-level ``id``; the time is ``timestamp``, else ``startTime``.
+    """
+    request = options.field("request")
+    response = options.field("response")
+    reply = response or "response"
+    usage = (
+        ("usage.completion_tokens", "output_tokens"),
+        ("usage.prompt_tokens_details.cached_tokens", "reported_cached_tokens"),
+    )
+    arrival = arrival_field(options)
+    if options.field("timestamp") is None:
+        arrival = replace(arrival, fallbacks=("startTime",))
+    return (
+        arrival,
+        Field(
+            "body",
+            request or "request",
+            "json",
+            fallbacks=() if request else (ROOT,),
+            root_if="messages",
+        ),
+        Field(
+            "response",
+            reply,
+            "json",
+            required=False,
+            fallbacks=() if response else (ROOT,),
+            root_if="usage",
+        ),
+        Field(
+            "log_request_id",
+            options.field("request_id") or _under(reply, "id"),
+            "id",
+            required=False,
+            fallbacks=() if response or options.field("request_id") else ("id",),
+        ),
+        *(
+            Field(
+                name,
+                _under(reply, path),
+                "integer",
+                required=False,
+                minimum=0,
+                fallbacks=() if response else (path,),
+            )
+            for path, name in usage
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class OpenAI(JsonLines):
     name: str = "openai"
@@ -163,33 +239,7 @@ class OpenAI(JsonLines):
     def parse(
         self, con: duckdb.DuckDBPyConnection, batch: pa.Table, options: IngestOptions
     ) -> pa.Table:
-        request = options.field("request", "request")
-        response = options.field("response", "response")
-        fields = [
-            arrival_field(options),
-            Field("body", request, "json"),
-            Field("response", response, "json", required=False),
-            Field(
-                "log_request_id",
-                options.field("request_id", f"{response}.id"),
-                "id",
-                required=False,
-            ),
-            Field(
-                "output_tokens",
-                f"{response}.usage.completion_tokens",
-                "integer",
-                required=False,
-                minimum=0,
-            ),
-            Field(
-                "reported_cached_tokens",
-                f"{response}.usage.prompt_tokens_details.cached_tokens",
-                "integer",
-                required=False,
-                minimum=0,
-            ),
-        ]
+        fields = list(layout_fields(options))
         for name, flag in (("tenant", "tenant"), ("session_id", "session")):
             path = options.field(flag)
             if path:  # a mapped field is required: a row without it is rejected, not guessed
