@@ -1,0 +1,42 @@
+-- The simulator beside the engines (prefixscope validate): one row per (run, tenant), the
+-- fleet ('*') first. Each compares, over the requests with a reported count (compared of
+-- requests), the simulated hit tokens of `policy` at capacity_blocks with the
+-- reported_cached_tokens of `requests`, both rounded down to compare_unit_tokens (the least
+-- common multiple of the warehouse's and the engine's block sizes). capacity_blocks is the
+-- fleet's effective capacity: the capacity whose simulation best explains the reports (least
+-- absolute error); the fleet row alone carries its range (capacity_low/high_blocks, a 95%
+-- bootstrap over requests; high NULL: unbounded), the capacities that fit all requests best
+-- (best_low/high_blocks) and where the curve's total meets the reported total
+-- (curve_capacity_blocks). Tenant rows: agreement at the fleet's capacity (the cache is shared).
+CREATE TABLE IF NOT EXISTS validation (
+    run_id                  VARCHAR NOT NULL,
+    tenant                  VARCHAR NOT NULL,
+    policy                  VARCHAR NOT NULL,
+    method                  VARCHAR NOT NULL,
+    requests                BIGINT NOT NULL,
+    compared                BIGINT NOT NULL,
+    block_size              INTEGER NOT NULL,
+    engine_block_size       INTEGER NOT NULL,
+    compare_unit_tokens     INTEGER NOT NULL,
+    capacity_blocks         BIGINT NOT NULL,
+    capacity_tokens         BIGINT NOT NULL,
+    capacity_low_blocks     BIGINT,
+    capacity_high_blocks    BIGINT,
+    best_low_blocks         BIGINT,
+    best_high_blocks        BIGINT,
+    curve_capacity_blocks   BIGINT,
+    resamples               INTEGER NOT NULL,
+    model                   VARCHAR,
+    capacity_gib            DOUBLE,
+    capacity_low_gib        DOUBLE,
+    capacity_high_gib       DOUBLE,
+    input_tokens            BIGINT NOT NULL,
+    reported_hit_tokens     BIGINT NOT NULL,
+    simulated_hit_tokens    BIGINT NOT NULL,
+    exact_match_share       DOUBLE,
+    mean_abs_error_tokens   DOUBLE,
+    correlation             DOUBLE,
+    reported_more           BIGINT NOT NULL,
+    reported_fewer          BIGINT NOT NULL,
+    note                    VARCHAR
+);
