@@ -27,6 +27,7 @@ READ_COMMANDS = {
     "replay": ["replay"],
     "fleet": ["fleet", "--replicas", "2", "--router", "round-robin", "--capacity-blocks", "9"],
     "plan": ["plan"],
+    "explain": ["explain", "--request", "x", "--capacity-blocks", "9"],
 }
 
 
@@ -77,6 +78,9 @@ FLAG_MISUSE = [
     (["fleet", "--replicas", "2", "--router", "random", "--capacity-blocks", "5", "--gpu", "tpu"],
      "unknown GPU"),
     (["plan", "--target", "0"], "--target"),
+    (["explain", "--capacity-blocks", "5"], "--request"),
+    (["explain", "--request", "x", "--capacity-blocks", "0"], "capacity-blocks"),
+    (["explain", "--request", "x", "--policy", "nope"], "--policy"),
     (["plan", "--target", "1.5"], "--target"),
     (["plan", "--window", "steady"], "--window"),
     (["plan", "--prices", "{tmp}/none.toml"], "none.toml"),

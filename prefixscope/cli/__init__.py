@@ -21,6 +21,7 @@ from prefixscope import __version__, warehouse
 from prefixscope.cli import (
     cost,
     curve,
+    explain,
     flags,
     fleet,
     flows,
@@ -29,6 +30,7 @@ from prefixscope.cli import (
     report,
     simulate,
     structure,
+    validate,
 )
 from prefixscope.cli.command import Command
 
@@ -39,6 +41,8 @@ COMMANDS: tuple[Command, ...] = (
     plan.COMMAND,
     curve.COMMAND,
     structure.COMMAND,
+    explain.COMMAND,
+    validate.COMMAND,
     report.COMMAND,
     *flows.COMMANDS,
     *cost.COMMANDS,
