@@ -19,9 +19,13 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e '.[test,replay]'
 	@touch $(STAMP)
 
+# The bundled Kimi hour as tenant kimi, beside three synthetic tenants (prefixscope/synthetic.py)
+# that share a preamble, so that per-tenant results, cross-tenant hits and shared against
+# salted caches show.
 demo: setup
 	@rm -f $(BUILD)/demo.duckdb $(BUILD)/demo.duckdb.wal
-	$(BIN)/prefixscope fleet-report --input $(SAMPLE) \
+	@$(BIN)/prefixscope fleet-report --input $(SAMPLE) --tenant kimi \
+		--synthetic-tenants chat,search,agent --isolation shared,salted \
 		--warehouse $(BUILD)/demo.duckdb --out $(BUILD)/report.html
 
 # The page test drives a real headless Chromium; install Debian's when it is missing.

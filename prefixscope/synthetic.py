@@ -12,6 +12,10 @@ case the inference rule must not mistake for a parent.
 
 Token ids are fresh integers; a block's content id names its tokens (equal tokens, equal id,
 partial last blocks included), as the published traces do.
+
+:func:`demo_workload` is the multi-tenant demo's log (``make demo``): three tenants beside the
+bundled Kimi hour, at its 512-token blocks, whose prompts open with one platform preamble of two
+full blocks, so some of their hits are on blocks another tenant put in the cache.
 """
 
 from __future__ import annotations
@@ -41,6 +45,27 @@ class Workload:
     common_messages: int = 5
     duration_s: float = 3600.0
     block_size: int = 16
+    start_s: float = 0.0  # added to every timestamp: a later hour of the same service
+    first_chat_id: int = 0  # chat ids count from here: a later hour's are new ones
+
+
+#: The demo's tenants beside the bundled trace (``fleet-report --synthetic-tenants``).
+DEMO_TENANTS = ("chat", "search", "agent")
+
+
+def demo_workload(tenants: tuple[str, ...] = DEMO_TENANTS, block_size: int = 512) -> Workload:
+    """About 900 requests a tenant over an hour, with prompts of the bundled trace's scale (a
+    few thousand tokens, growing over the turns) at ``block_size``; every prompt opens with a
+    preamble of two full blocks common to every tenant."""
+    return Workload(
+        sessions=300 * len(tenants),
+        tenants=tenants,
+        preamble_tokens=2 * block_size,
+        prompt_tokens=(256, 6000),
+        message_tokens=(16, 1500),
+        answer_tokens=(50, 800),
+        block_size=block_size,
+    )
 
 
 class _Tokens:
@@ -102,9 +127,9 @@ def bailian_lines(workload: Workload, seed: int = 0) -> list[dict]:
     chat_of = {e[6]: i for i, e in enumerate(events)}
     return [
         {
-            "chat_id": i,
-            "parent_chat_id": -1 if parent is None else chat_of[parent],
-            "timestamp": round(clock, 3),
+            "chat_id": w.first_chat_id + i,
+            "parent_chat_id": -1 if parent is None else w.first_chat_id + chat_of[parent],
+            "timestamp": round(w.start_s + clock, 3),
             "input_length": len(prompt),
             "output_length": answer,
             "type": tenant,

@@ -17,6 +17,19 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
     p.add_argument("--out", type=flags.out_file, default="report.html")
     p.add_argument("--tenant", default=DEFAULT_TENANT)
+    p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
+    p.add_argument(
+        "--synthetic-tenants",
+        type=flags.name_list,
+        metavar="NAME[,NAME...]",
+        help="also ingest a synthetic log of these tenants, written beside the warehouse "
+        "(prefixscope.synthetic; make demo: chat,search,agent)",
+    )
+    p.add_argument(
+        "--isolation",
+        type=flags.name_list,
+        help="how tenants share each cache: shared (default), salted, partitioned",
+    )
     p.add_argument("--policy", type=flags.name_list, help="ceiling,lru,fifo,s3fifo,belady")
     p.add_argument("--capacity-blocks", type=flags.int_list, metavar="N[,N...]")
     p.add_argument(
@@ -52,6 +65,9 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
         "report_path": args.out,
         "format_name": args.format,
         "tenant": args.tenant,
+        "tenant_from": args.tenant_from,
+        "isolations": args.isolation or None,
+        "synthetic_tenants": args.synthetic_tenants or None,
         "policies": args.policy or None,
         "capacities_blocks": args.capacity_blocks or list(DEFAULT_CAPACITIES),
         "windows": args.window or None,
@@ -63,17 +79,15 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
 
 
 def fleet_report(args: argparse.Namespace) -> int:
+    """The flow once; prints its short answer (the full tables are on the page and in the
+    warehouse). Prefect's own INFO lines are quieted first, before Prefect is imported."""
+    from prefixscope.pipelines import settings
+
+    settings.quiet()
     from prefixscope.pipelines.fleet_report import fleet_report as flow
 
     outcome = flow(**parameters(args), dask_address=args.dask_address)
-    print(f"warehouse: {Path(outcome.warehouse).resolve()}")
-    print(f"report:    {Path(outcome.report).resolve()}")
-    print(
-        f"ingested:  {outcome.lines:,} lines = {outcome.accepted:,} accepted"
-        f" + {outcome.rejected:,} rejected"
-    )
-    print(outcome.table)
-    print(outcome.savings)
+    print(outcome.summary)
     return 0
 
 

@@ -25,9 +25,11 @@ from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.block_sizes import block_size_table
 from prefixscope.dashboards.figures import PALETTE, base_layout, figure_markup, plotly_text
 from prefixscope.dashboards.fleet import fleet_section
+from prefixscope.dashboards.history import history_section
 from prefixscope.dashboards.plan import plan_section
 from prefixscope.dashboards.savings import DECODE_NOTE, savings_section
 from prefixscope.dashboards.structure import structure_section
+from prefixscope.dashboards.validation import validation_section
 from prefixscope.dashboards.views import read_view
 
 TEMPLATES = Environment(
@@ -57,12 +59,14 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         charts=capacity_figures(rates),
         mrc=curve_figures(read_view(con, "latest_mrc")),
         timeseries=timeseries_figure(read_view(con, "latest_timeseries")),
+        history=history_section(con),
         rates=rate_rows(rates),
         block_sizes=sizes,
         structure=structure_section(con, int(summary["max_block_size"] or 1)),
         savings=savings_section(con),
         decode_note=DECODE_NOTE,
         fleet=fleet_section(con),
+        validation=validation_section(con),
         plan=plan_section(read_view(con, "latest_plan").to_dicts()),
     )
     out = Path(out)

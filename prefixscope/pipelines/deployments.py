@@ -29,7 +29,10 @@ def fleet_report_deployment(
         cron=cron,
         parameters=parameters,
         tags=list(tags),
-        description="ingest → simulate → curve → structure → savings → report, on a schedule",
+        description=(
+            "ingest → simulate → curve → structure → fleet → plan → savings → report → summary, "
+            "on a schedule"
+        ),
         # By module, not file: the runs import the installed package from any directory.
         entrypoint_type=EntrypointType.MODULE_PATH,
     )

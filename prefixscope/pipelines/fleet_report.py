@@ -1,6 +1,7 @@
-"""The ``fleet_report`` flow: ingest → simulate every policy × capacity → LRU curve →
-structure → [replay] → fleet (routers × replicas × load, priced like the savings) → plan →
-savings → report.
+"""The ``fleet_report`` flow: ingest [+ a synthetic multi-tenant log] → simulate every policy ×
+capacity × isolation → LRU curve → structure → [replay] → fleet (routers × replicas × load,
+priced like the savings) → plan → savings → report → summary (the short answer, returned and
+published as a markdown artifact).
 
 The flow only sequences. Each task is one stage (``prefixscope.stages``): it opens the
 warehouse for its own step and closes it, so a task can retry without shared state. A stage
@@ -14,11 +15,14 @@ from __future__ import annotations
 import glob
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from prefixscope import synthetic, warehouse
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
 from prefixscope.analysis.curves.settings import CurveSettings
 from prefixscope.analysis.fleet.routers import ROUTERS
@@ -27,8 +31,10 @@ from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenar
 from prefixscope.analysis.structure.tables import StructureSettings
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.savings import format_savings
+from prefixscope.dashboards.summary import summarize
 from prefixscope.dashboards.text import format_hit_rates
-from prefixscope.ingest import IngestOptions, IngestResult
+from prefixscope.ingest import FORMATS, IngestOptions, IngestResult
+from prefixscope.pipelines.progress import steps
 from prefixscope.stages import curve as curve_stage
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import ingest as ingest_stage
@@ -49,6 +55,8 @@ DEFAULT_WINDOWS = ("all", "last-half", "steady")
 DEFAULT_FLEET_REPLICAS = (4, 8)
 DEFAULT_FLEET_LOAD_SCALES = (1.0, 2.0)
 STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
+#: The key the run's summary is published under (a new version each run).
+SUMMARY_ARTIFACT = "fleet-report-summary"
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class FleetReportOutcome:
     rejected: int
     table: str  # the fleet's hit rates as a short text table
     savings: str = ""  # prefill GPU-seconds and TTFT with and without the cache, per tenant
+    summary: str = ""  # the short answer (at most 15 lines), as the terminal prints it
 
 
 def expand_inputs(inputs: Sequence[str]) -> list[str]:
@@ -88,6 +97,15 @@ def ingest(wh: str, settings: ingest_stage.IngestSettings) -> IngestResult:
         result.rejected,
     )
     return result
+
+
+@task(cache_policy=NO_CACHE)
+def synthesize(wh: str, tenants: list[str], block_size: int) -> str:
+    """A synthetic log of ``tenants`` (``prefixscope.synthetic.demo_workload``, seed 0), written
+    beside the warehouse. The same each run, so a re-ingest replaces it rather than adding it."""
+    path = Path(wh).with_name(f"{Path(wh).stem}.synthetic-{'-'.join(tenants)}.jsonl")
+    workload = synthetic.demo_workload(tuple(tenants), block_size)
+    return str(synthetic.write_bailian(path, workload, seed=0))
 
 
 @task(**STAGE)
@@ -147,6 +165,20 @@ def report(wh: str, settings: report_stage.ReportSettings) -> str:
     return str(report_stage.run(wh, settings))
 
 
+@task(cache_policy=NO_CACHE)
+def summary(wh: str, page: str) -> str:
+    """The short answer from the warehouse's views: returned as the terminal prints it, and
+    published as a markdown artifact."""
+    with warehouse.connect(wh, read_only=True) as con:
+        answer = summarize(con, page, wh)
+    create_markdown_artifact(
+        markdown=answer.markdown(),
+        key=SUMMARY_ARTIFACT,
+        description="What the prefix cache is worth: the short answer of this run",
+    )
+    return answer.text()
+
+
 def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
     caps = sorted(capacities_blocks)
     return caps[len(caps) // 2] if caps else None
@@ -181,8 +213,14 @@ def fleet_settings(
 
 def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | None) -> Scenario:
     """The scenario whose per-request outcomes are priced: ``policy`` at ``capacity`` (default:
-    the middle capacity), else the first bounded scenario of the grid."""
-    bounded = [s for s in grid if s.policy == policy and s.capacity_blocks is not None]
+    the middle capacity) under the grid's first isolation (shared, unless it was left out),
+    else the first bounded scenario of the grid."""
+    first = grid[0].isolation if grid else "shared"
+    bounded = [
+        s
+        for s in grid
+        if s.policy == policy and s.capacity_blocks is not None and s.isolation == first
+    ]
     if capacity is not None:
         bounded = [s for s in bounded if s.capacity_blocks == capacity]
     if bounded:
@@ -208,68 +246,102 @@ def fleet_report(
     dask_address: str | None = None,
     fleet_replicas: list[int] | None = None,
     plan_target: float = 0.9,
+    tenant_from: str | None = None,
+    isolations: list[str] | None = None,
+    synthetic_tenants: list[str] | None = None,
 ) -> FleetReportOutcome:
+    """``tenant_from``: bailian, the tenant of each request is its type (else ``tenant``);
+    ``isolations``: how tenants share each simulated cache (shared; salted answers what
+    sharing across tenants is worth); ``synthetic_tenants``: also ingest a synthetic log of
+    these tenants (``prefixscope.synthetic``), at the inputs' block size: the demo's fleet."""
     policies = policies or list(DEFAULT_POLICIES)
     capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
     windows = windows or list(DEFAULT_WINDOWS)
-    grid = scenarios(policies, capacities_blocks)  # fail on a bad policy before any work
+    isolations = isolations or ["shared"]
+    # fail on a bad policy or isolation before any work
+    grid = scenarios(policies, capacities_blocks, isolations)
     priced = outcomes_scenario(grid, savings_policy, savings_capacity_blocks)
     wh = warehouse_path
+    names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else []), "simulate"]
+    names += ["curve", "structure", *(["replay"] if replay_samples > 0 else []), "fleet"]
+    names += ["plan", "savings", "report", "summary"]
 
-    ingested = ingest(
-        wh,
-        ingest_stage.IngestSettings(
-            tuple(expand_inputs(inputs)), format_name, IngestOptions(tenant=tenant)
-        ),
-    )
-    simulated = simulate(
-        wh,
-        simulate_stage.SimulateSettings(
-            policies=tuple(policies),
-            capacities=Capacities(blocks=capacities_blocks),
-            measure=Settings(windows=tuple(windows), outcomes=True),
-            outcomes_for=priced,
-            workers=1 if dask_address is None else None,
-            dask_address=dask_address,
-        ),
-    )
-    lru_curve = CurveSettings(policy="lru", windows=("all",), capacities=tuple(capacities_blocks))
-    curve(wh, curve_stage.CurveStageSettings(lru_curve))
-    structure(wh, structure_settings(capacities_blocks))
-    calibrated = replay(wh, priced, replay_samples) if replay_samples > 0 else None
-    model, gpu = calibrated or (savings_model, savings_gpu)
-    fleet(
-        wh,
-        fleet_settings(
-            capacities_blocks,
-            windows,
-            model,
-            gpu,
-            fleet_replicas or DEFAULT_FLEET_REPLICAS,
-            dask_address,
-        ),
-    )
-    plan(wh, plan_stage.PlanSettings(target=plan_target, model=model, gpu=gpu))
-    saved = savings(
-        wh,
-        savings_stage.SavingsSettings(
-            model=model,
-            gpu=gpu,
-            policy=priced.policy,
-            capacity_blocks=priced.capacity_blocks,
-            isolation=priced.isolation,
-        ),
-    )
-    page = report(wh, report_stage.ReportSettings(report_path))
+    with steps(names) as step:
+        step("ingest")
+        options = IngestOptions(tenant=tenant, tenant_from=tenant_from)
+        sources = [ingest_stage.IngestSettings(tuple(expand_inputs(inputs)), format_name, options)]
+        ingested = [ingest(wh, sources[0])]
+        if synthetic_tenants:
+            step("synthesize")
+            block_size = FORMATS[format_name].default_block_size
+            log = synthesize(wh, list(synthetic_tenants), block_size)
+            step("ingest")
+            options = IngestOptions(tenant_from="type", block_size=block_size)
+            ingested.append(ingest(wh, ingest_stage.IngestSettings((log,), "bailian", options)))
+        step("simulate")
+        simulated = simulate(
+            wh,
+            simulate_stage.SimulateSettings(
+                policies=tuple(policies),
+                capacities=Capacities(blocks=capacities_blocks),
+                isolations=tuple(isolations),
+                measure=Settings(windows=tuple(windows), outcomes=True),
+                outcomes_for=priced,
+                workers=1 if dask_address is None else None,
+                dask_address=dask_address,
+            ),
+        )
+        step("curve")
+        lru_curve = CurveSettings(
+            policy="lru", windows=("all",), capacities=tuple(capacities_blocks)
+        )
+        curve(wh, curve_stage.CurveStageSettings(lru_curve))
+        step("structure")
+        structure(wh, structure_settings(capacities_blocks))
+        calibrated = None
+        if replay_samples > 0:
+            step("replay")
+            calibrated = replay(wh, priced, replay_samples)
+        model, gpu = calibrated or (savings_model, savings_gpu)
+        step("fleet")
+        fleet(
+            wh,
+            fleet_settings(
+                capacities_blocks,
+                windows,
+                model,
+                gpu,
+                fleet_replicas or DEFAULT_FLEET_REPLICAS,
+                dask_address,
+            ),
+        )
+        step("plan")
+        plan(wh, plan_stage.PlanSettings(target=plan_target, model=model, gpu=gpu))
+        step("savings")
+        saved = savings(
+            wh,
+            savings_stage.SavingsSettings(
+                model=model,
+                gpu=gpu,
+                policy=priced.policy,
+                capacity_blocks=priced.capacity_blocks,
+                isolation=priced.isolation,
+            ),
+        )
+        step("report")
+        page = report(wh, report_stage.ReportSettings(report_path))
+        step("summary")
+        answer = summary(wh, page)
     rows = [r for r in simulated.tables.hit_rates if r["tenant"] == FLEET]
     return FleetReportOutcome(
         warehouse=wh,
         report=page,
-        lines=ingested.lines,
-        accepted=ingested.accepted,
-        rejected=ingested.rejected,
+        lines=sum(i.lines for i in ingested),
+        accepted=sum(i.accepted for i in ingested),
+        rejected=sum(i.rejected for i in ingested),
         table=format_hit_rates(pa.Table.from_pylist(rows)),
         savings=saved,
+        summary=answer,
     )
 
 

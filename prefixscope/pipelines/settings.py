@@ -23,3 +23,15 @@ def apply_defaults() -> None:
     """Set each default unless the environment already says otherwise."""
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
+
+
+#: A one-off run from the command line prints its short answer alone: Prefect's INFO lines (the
+#: temporary server starting and stopping, each task run finishing) are not shown.
+QUIET: dict[str, str] = {"PREFECT_LOGGING_LEVEL": "WARNING"}
+
+
+def quiet() -> None:
+    """Quiet Prefect's logging for this process, unless the environment says otherwise. Call it
+    before Prefect is imported: its loggers are configured once, at import."""
+    for key, value in QUIET.items():
+        os.environ.setdefault(key, value)

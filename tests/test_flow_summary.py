@@ -1,0 +1,121 @@
+"""The fleet_report flow's short answer: what `make demo` prints (at most 15 lines, Prefect's own
+lines quieted), the markdown artifact each run publishes, and two scheduled runs on two hours of
+logs adding to the trend."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import duckdb
+import pytest
+
+from tests.conftest import SAMPLE
+from tests.test_history import TENANTS, write_hour
+from tests.test_report import figures
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+#: `make demo`'s command line, less its paths.
+DEMO = (
+    "fleet-report --input {sample} --tenant kimi --synthetic-tenants chat,search,agent "
+    "--isolation shared,salted --warehouse {wh} --out {page}"
+)
+
+
+def test_the_demo_prints_a_short_answer_and_nothing_else(tmp_path: Path) -> None:
+    wh, page = tmp_path / "demo.duckdb", tmp_path / "report.html"
+    # Prefect's logging as a user's shell has it (the tests quiet it for their own process).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
+    env.pop("PREFECT_SERVER_LOGGING_LEVEL", None)
+    argv = DEMO.format(sample=SAMPLE, wh=wh, page=page).split()
+    out = subprocess.run(
+        [sys.executable, "-m", "prefixscope.cli", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # everything the terminal would show
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout
+    lines = out.stdout.splitlines()
+    assert len(lines) <= 15, out.stdout
+    text = out.stdout
+    assert "INFO" not in text and "temporary server" not in text
+    # the key figures: 12,031 Kimi requests and 2,792 synthetic ones; the ceiling; each policy
+    # at the priced capacity; the gap to belady; shared against salted; the plan; the savings
+    assert lines[0].startswith("trace:     14,823 requests (0 lines rejected) from 2 files")
+    assert "4 tenants: kimi" in lines[0]
+    assert re.search(r"^ceiling: +41\.98% ", text, re.M)
+    assert re.search(r"^policies: +at 16,000 blocks .*lru 31\.94%.*belady 41\.98%", text, re.M)
+    assert re.search(r"^gap: +to belady, the offline optimum", text, re.M)
+    assert re.search(r"^tenants: +lru shared 31\.94%, salted ", text, re.M)
+    assert re.search(r"^plan: +To keep 90% of the ceiling", text, re.M)
+    assert re.search(r"^saves: +[\d,.]+ prefill GPU-s an hour", text, re.M)
+    assert f"page:      {page.resolve()}" in lines and f"duckdb {wh} " in lines[-1]
+    # the page and the warehouse hold the rest: every tenant, both isolations
+    with duckdb.connect(str(wh), read_only=True) as con:
+        found = con.execute(
+            "SELECT list(DISTINCT tenant ORDER BY tenant), list(DISTINCT isolation ORDER BY "
+            "isolation) FROM latest_hit_rates"
+        ).fetchone()
+    assert found == (["*", "agent", "chat", "kimi", "search"], ["salted", "shared"])
+    assert 'id="history"' in page.read_text()
+
+
+def test_two_scheduled_runs_publish_their_summary_and_add_to_the_trend(
+    prefect_server, tmp_path: Path
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from prefixscope.pipelines.fleet_report import SUMMARY_ARTIFACT, fleet_report
+
+    logs = tmp_path / "logs"
+    wh, page = tmp_path / "wh.duckdb", tmp_path / "report.html"
+    states = []
+    for hour in (0, 1):  # a new hour of logs lands between the runs
+        write_hour(logs, hour)
+        states.append(
+            fleet_report(
+                inputs=[str(logs / "*.jsonl")],
+                warehouse_path=str(wh),
+                report_path=str(page),
+                format_name="bailian",
+                tenant_from="type",
+                capacities_blocks=[32, 128, 512],
+                fleet_replicas=[2],
+                return_state=True,
+            )
+        )
+    assert all(s.is_completed() for s in states)
+    answer = states[1].result().summary
+    assert len(answer.splitlines()) <= 15 and "ceiling:" in answer
+
+    async def published() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[SUMMARY_ARTIFACT]))
+            )
+
+    artifacts = {a.flow_run_id: a for a in anyio.run(published)}
+    runs = [s.state_details.flow_run_id for s in states]
+    assert set(runs) <= set(artifacts)
+    assert all(artifacts[r].type == "markdown" for r in runs)
+    markdown = artifacts[runs[1]].data
+    assert "## prefixscope fleet report" in markdown and "**ceiling**" in markdown
+
+    with duckdb.connect(str(wh), read_only=True) as con:
+        per_tenant = con.execute(
+            "SELECT tenant, count(*), list(policy || ' ' || capacity_blocks) FROM run_history "
+            "GROUP BY tenant ORDER BY tenant"
+        ).fetchall()
+    assert per_tenant == [(t, 2, ["lru 128"] * 2) for t in ("*", *TENANTS)]
+    trend = next(d for d, layout in figures(page.read_text()) if "across runs" in str(layout))
+    fleet = next(t for t in trend if t["name"] == "fleet")
+    assert len(fleet["x"]) == 2
