@@ -204,3 +204,42 @@ def test_lru_never_loses_hits_when_capacity_grows(requests, capacity) -> None:
 def test_lru_worked_examples(requests, capacity, hits) -> None:
     assert POLICIES["lru"].hit_blocks(make_trace(requests), capacity).tolist() == hits
     assert reference_hit_blocks("lru", requests, capacity) == hits
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    requests=prefix_chains(n_roots=2, depth=5, max_requests=150),
+    capacity=st.integers(1, 25),
+    data=st.data(),
+)
+@pytest.mark.parametrize("name", ["lfu", "belady"])
+def test_long_traces_match_the_reference(name, requests, capacity, data):
+    """Long traces over few roots: use counts climb high and change bucket many times (lfu),
+    leaves are re-keyed, replaced at the heap's root and pushed back (belady)."""
+    tenants = data.draw(st.lists(st.integers(0, 1), min_size=len(requests), max_size=150))
+    tenants = tenants[: len(requests)]
+    trace = make_trace(requests, [str(t) for t in tenants])
+    got = POLICIES[name].replay(trace, capacity, PolicyOptions())
+    want = reference_replay(name, requests, capacity, tenants)
+    assert got.hit_blocks.tolist() == want.hit_blocks
+    assert (got.cross.tolist() or [False] * trace.n_lookups) == want.cross
+
+
+# LFU with its counts drawn out: block(uses), the next victim on the left.
+@pytest.mark.parametrize(
+    ("requests", "capacity", "hits"),
+    [
+        # [a] [a] -> a(1); [b] -> b(0) a(1); [c] -> b(0) c(0) a(1): b goes, the least recent of
+        # the count 0; [b] misses (LRU would have kept b and evicted a) -> c(0) b(0) a(1): c goes
+        ([[0], [0], [1], [2], [1], [2]], 2, [0, 1, 0, 0, 0, 0]),
+        # a chain's blocks share a count and the deepest is least recent: [a b] [a b] -> b(1)
+        # a(1); [x] -> x(0) b(1) a(1); cap 2 evicts x; [a b] hits both
+        ([[0, 1], [0, 1], [9], [0, 1]], 2, [0, 2, 0, 2]),
+        # three counts at once: [a] [a] [a] [b] [b] -> b(1) a(2); [c] -> c(0) b(1) a(2): c
+        # goes; [d] likewise; b and a stay, so [b] hits
+        ([[0], [0], [0], [1], [1], [2], [3], [1]], 2, [0, 1, 1, 0, 1, 0, 0, 1]),
+    ],
+)
+def test_lfu_worked_examples(requests, capacity, hits) -> None:
+    assert POLICIES["lfu"].hit_blocks(make_trace(requests), capacity).tolist() == hits
+    assert reference_hit_blocks("lfu", requests, capacity) == hits

@@ -76,46 +76,6 @@ def _heap_update(heap, where, k1, k2, size, b):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True, nogil=True)
-def lfu(offsets, blocks, tenants, n_unique, capacity):  # type: ignore[no-untyped-def]
-    """LFU: evict the block with the fewest uses while cached (a use: a request that finds it
-    cached), ties by least recent touch."""
-    cached = np.zeros(n_unique, np.bool_)
-    owner = np.zeros(n_unique, np.int32)
-    freq = np.zeros(n_unique, np.int64)
-    seq = np.zeros(n_unique, np.int64)
-    heap = np.empty(n_unique, np.int32)
-    where = np.full(n_unique, NONE, np.int64)
-    n = offsets.size - 1
-    hits = np.zeros(n, np.int32)
-    cross = np.zeros(blocks.size, np.bool_)
-    size = 0
-    clock = 0
-    filled_at = NONE
-    for r in range(n):
-        start, end = offsets[r], offsets[r + 1]
-        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
-        for p in range(end - 1, start - 1, -1):
-            b = blocks[p]
-            clock += 1
-            seq[b] = clock
-            if cached[b]:
-                freq[b] += 1
-                _heap_update(heap, where, freq, seq, size, b)
-            else:
-                cached[b] = True
-                owner[b] = tenants[r]
-                freq[b] = 0
-                size = _heap_push(heap, where, freq, seq, size, b)
-        while size > capacity:
-            v = heap[0]
-            size = _heap_remove(heap, where, freq, seq, size, v)
-            cached[v] = False
-        if filled_at == NONE and size >= capacity:
-            filled_at = r
-    return hits, cross, filled_at
-
-
-@numba.njit(cache=True, nogil=True)
 def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity):  # type: ignore[no-untyped-def]
     """Belady (offline): among cached blocks with no cached child, evict the one whose next use
     is furthest away (never: furthest of all), ties by least recent touch.

@@ -1,5 +1,5 @@
-"""The compiled replay loops over linked lists and rings (lru, fifo). Every kernel follows the
-same request cycle (docs/simulation.md):
+"""The compiled replay loops over linked lists and rings (lru, fifo, lfu). Every kernel follows
+the same request cycle (docs/simulation.md):
 
 1. (ttl) drop blocks idle longer than the ttl;
 2. look up the leading run of cached blocks; mark which hits another tenant inserted;
@@ -215,6 +215,122 @@ def fifo(offsets, blocks, tenants, n_unique, capacity):  # type: ignore[no-untyp
             _unlink(nxt, prv, v)
             cached[v] = False
             size -= 1
+        if filled_at == NONE and size >= capacity:
+            filled_at = r
+    return hits, cross, filled_at
+
+
+# --- LFU over frequency buckets (the O(1) LFU of Shah, Mitra and Matani, 2010) ---------------
+
+
+def lfu(offsets, blocks, tenants, n_unique, capacity, track_owner):  # type: ignore[no-untyped-def]
+    """LFU: evict the block with the fewest uses while cached (a use: a request that touches it
+    while it is cached), ties by least recent touch. Every operation is O(1): the cached blocks
+    of each use count ``f`` form one list (bucket ``f``), in touch order, and the non-empty
+    buckets form a list in count order, so the victim is the head of the first bucket.
+
+    A touch moves a block from bucket ``f`` to the tail of bucket ``f + 1`` and gives it the
+    newest touch number, so every bucket stays ordered by last touch: the invariant that makes
+    the bucket's head the least recent block of its count, as the heap's second key did. A
+    count never exceeds the block's lookups, which bounds the buckets."""
+    n = offsets.size - 1
+    n_buckets = int(np.bincount(blocks).max()) + 1 if blocks.size else 1
+    # One row per block, then one sentinel row per bucket: [next, prev, uses (-1: not cached),
+    # owner], 16 bytes, so a touch reads and writes one cache line of the block's own.
+    node = np.zeros((n_unique + n_buckets, 4), np.int32)
+    node[:n_unique, 2] = NONE
+    sentinels = np.arange(n_unique, n_unique + n_buckets, dtype=np.int32)
+    node[n_unique:, 0] = sentinels
+    node[n_unique:, 1] = sentinels
+    # The list of non-empty buckets, by count; index ``n_buckets`` is its sentinel.
+    order = np.full((n_buckets + 1, 2), n_buckets, np.int32)
+    return _lfu_bucket_loop(
+        offsets,
+        blocks,
+        tenants,
+        n_unique,
+        capacity,
+        track_owner,
+        node,
+        order,
+        np.zeros(n, np.int32),
+        np.zeros(blocks.size if track_owner else 0, np.bool_),  # empty: no other tenant
+    )
+
+
+@numba.njit(inline="always")
+def _node_unlink(node, b):  # type: ignore[no-untyped-def]
+    node[node[b, 1], 0] = node[b, 0]
+    node[node[b, 0], 1] = node[b, 1]
+
+
+@numba.njit(inline="always")
+def _node_push_back(node, s, b):  # type: ignore[no-untyped-def]
+    last = node[s, 1]
+    node[last, 0] = b
+    node[b, 1] = last
+    node[b, 0] = s
+    node[s, 1] = b
+
+
+@numba.njit(inline="always")
+def _order_insert_after(order, f, g):  # type: ignore[no-untyped-def]
+    nxt = order[f, 0]
+    order[g, 0] = nxt
+    order[g, 1] = f
+    order[nxt, 1] = g
+    order[f, 0] = g
+
+
+@numba.njit(inline="always")
+def _order_unlink(order, f):  # type: ignore[no-untyped-def]
+    order[order[f, 1], 0] = order[f, 0]
+    order[order[f, 0], 1] = order[f, 1]
+
+
+@numba.njit(cache=True, nogil=True)
+def _lfu_bucket_loop(
+    offsets, blocks, tenants, n_unique, capacity, track_owner, node, order, hits, cross
+):  # type: ignore[no-untyped-def]
+    n = offsets.size - 1
+    top = order.shape[0] - 1  # the sentinel of the bucket order
+    size = 0
+    filled_at = NONE
+    for r in range(n):
+        start, end = offsets[r], offsets[r + 1]
+        tenant = tenants[r]
+        k = 0
+        while start + k < end and node[blocks[start + k], 2] >= 0:
+            if track_owner:
+                cross[start + k] = node[blocks[start + k], 3] != tenant
+            k += 1
+        hits[r] = k
+        for p in range(end - 1, start - 1, -1):
+            b = blocks[p]
+            f = node[b, 2]
+            if f >= 0:  # a use: from bucket f to the tail of bucket f + 1
+                _node_unlink(node, b)
+                if node[n_unique + f + 1, 0] == n_unique + f + 1:
+                    _order_insert_after(order, f, f + 1)
+                _node_push_back(node, n_unique + f + 1, b)
+                node[b, 2] = f + 1
+                if node[n_unique + f, 0] == n_unique + f:
+                    _order_unlink(order, f)
+            else:  # inserted with no use, at the tail of bucket 0
+                if node[n_unique, 0] == n_unique:
+                    _order_insert_after(order, top, 0)
+                _node_push_back(node, n_unique, b)
+                node[b, 2] = 0
+                node[b, 3] = tenant
+                size += 1
+        while size > capacity:
+            f = order[top, 0]
+            v = node[n_unique + f, 0]
+            _node_unlink(node, v)
+            node[v, 2] = NONE
+            size -= 1
+            if node[n_unique + f, 0] == n_unique + f:
+                _order_unlink(order, f)
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at

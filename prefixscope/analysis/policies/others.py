@@ -43,7 +43,12 @@ class LFU(BoundedPolicy):
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         return _kernel().lfu(
-            trace.offsets, trace.blocks, trace.tenant_codes, trace.n_unique, capacity
+            trace.offsets,
+            trace.blocks,
+            trace.tenant_codes,
+            trace.n_unique,
+            capacity,
+            len(trace.tenants) > 1,
         )
 
 
