@@ -177,7 +177,8 @@ ANALYSIS = "prefixscope.analysis"
 #: trace ← policies ← structure ← simulation ← curves (each may import the ones before it);
 #: ``cost`` (pricing, KV sizes of models) reads traces only and may be imported by any part;
 #: ``fleet`` (replicas behind a router) reads traces and prices steps with ``cost``; ``plan``
-#: (the capacity planner) reads curves and prices with ``cost``;
+#: (the capacity planner) reads curves and prices with ``cost``; ``validate`` (the simulator
+#: against the engines' reported hits) reads curves and runs policies;
 #: ``fanout`` imports nothing of ``analysis``.
 MAY_IMPORT = {
     "trace": set(),
@@ -188,6 +189,7 @@ MAY_IMPORT = {
     "cost": {"trace"},
     "fleet": {"trace", "policies", "cost", "fanout"},
     "plan": {"trace", "policies", "curves", "cost"},
+    "validate": {"trace", "policies", "curves"},
     "fanout": set(),
 }
 

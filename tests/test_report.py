@@ -55,8 +55,11 @@ VIEWS = (
     "latest_shared_prefixes",
     "latest_structure_run",
     "latest_timeseries",
+    "latest_validation",
+    "latest_validation_disagreements",
     "outcome_configurations",
     "reuse_shares",
+    "run_history",
     "trace_summary",
 )
 
@@ -154,7 +157,8 @@ def test_every_view_is_in_the_warehouse_for_a_plain_duckdb_client(warehouse_path
         commands = dict(con.execute("SELECT run_id, command FROM fresh_runs").fetchall())
     assert names == set(VIEWS)
     unwritten = {"latest_mrc", "latest_fleet_hit_rates", "latest_fleet_replicas", "latest_plan"}
-    assert all(counts[v] == 0 for v in unwritten)  # no curve, no fleet run
+    unwritten |= {"latest_validation", "latest_validation_disagreements"}
+    assert all(counts[v] == 0 for v in unwritten)  # no curve, no fleet run, no validation
     assert all(n > 0 for v, n in counts.items() if v not in unwritten), counts
     assert counts["latest_structure_run"] == 1 and commands[structure_run[0][0]] == "structure"
     assert counts["latest_hit_rates"] == 2 * 3 * 4  # windows × (fleet, alpha, beta) × configs
@@ -235,7 +239,10 @@ def opened(page: Path) -> Iterator[tuple[Any, list[str], list[str], list[str]]]:
 def test_the_page_renders_its_charts_in_headless_chromium_without_errors(page: Path) -> None:
     with opened(page) as (tab, errors, _, requests):
         titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
-        curves = tab.locator(".js-plotly-plot .scatterlayer .trace").count()
+        plots = tab.locator(".js-plotly-plot")
+        across_runs = plots.filter(has_text="across runs")  # the history's, counted apart
+        curves = plots.locator(".scatterlayer .trace").count()
+        curves -= across_runs.locator(".scatterlayer .trace").count()
         title = titles[0] if titles else None
         sources = tab.locator("#hit-sources li").count()
         prefix_rows = tab.locator("#shared-prefixes tr").count()
