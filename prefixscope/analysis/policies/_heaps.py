@@ -1,5 +1,5 @@
-"""The compiled replay loops over an indexed heap (lfu, belady, s3fifo). They follow the
-request cycle of ``_lists.py``, and return the same triple."""
+"""The compiled replay loops of belady (over a heap) and s3fifo (over three queues). They
+follow the request cycle of ``_lists.py``, and return the same triple."""
 
 from __future__ import annotations
 
@@ -8,124 +8,166 @@ import numpy as np
 
 from prefixscope.analysis.policies._lists import NONE, _lookup, _push_back, _unlink
 
-# --- an indexed binary min-heap over dense ids, ordered by (key1, key2) -----------------------
+# --- a binary min-heap of (key, block) with each block's position, keys held in the heap ------
+# The keys sit beside the ids in the heap's own array, so a sift compares without reaching into
+# per-block state; ``where[b]`` is b's position, valid only while b is in the heap.
 
 
 @numba.njit(inline="always")
-def _less(k1, k2, a, b):  # type: ignore[no-untyped-def]
-    return k1[a] < k1[b] or (k1[a] == k1[b] and k2[a] < k2[b])
-
-
-@numba.njit(inline="always")
-def _swap(heap, where, i, j):  # type: ignore[no-untyped-def]
-    a, b = heap[i], heap[j]
-    heap[i], heap[j] = b, a
-    where[b], where[a] = i, j
+def _put(hkey, hid, where, i, key, b):  # type: ignore[no-untyped-def]
+    hkey[i] = key
+    hid[i] = b
+    where[b] = i
 
 
 @numba.njit
-def _sift_up(heap, where, k1, k2, i):  # type: ignore[no-untyped-def]
+def _sift_up(hkey, hid, where, i):  # type: ignore[no-untyped-def]
+    key, b = hkey[i], hid[i]
     while i > 0:
-        parent = (i - 1) // 2
-        if not _less(k1, k2, heap[i], heap[parent]):
+        up = (i - 1) >> 1
+        if hkey[up] <= key:
             break
-        _swap(heap, where, i, parent)
-        i = parent
+        _put(hkey, hid, where, i, hkey[up], hid[up])
+        i = up
+    _put(hkey, hid, where, i, key, b)
 
 
 @numba.njit
-def _sift_down(heap, where, k1, k2, i, size):  # type: ignore[no-untyped-def]
+def _sift_down(hkey, hid, where, i, size):  # type: ignore[no-untyped-def]
+    key, b = hkey[i], hid[i]
     while True:
-        smallest = i
-        left, right = 2 * i + 1, 2 * i + 2
-        if left < size and _less(k1, k2, heap[left], heap[smallest]):
-            smallest = left
-        if right < size and _less(k1, k2, heap[right], heap[smallest]):
-            smallest = right
-        if smallest == i:
-            return
-        _swap(heap, where, i, smallest)
-        i = smallest
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and hkey[c + 1] < hkey[c]:
+            c += 1
+        if hkey[c] >= key:
+            break
+        _put(hkey, hid, where, i, hkey[c], hid[c])
+        i = c
+    _put(hkey, hid, where, i, key, b)
 
 
 @numba.njit
-def _heap_push(heap, where, k1, k2, size, b):  # type: ignore[no-untyped-def]
-    heap[size] = b
-    where[b] = size
-    _sift_up(heap, where, k1, k2, size)
-    return size + 1
-
-
-@numba.njit
-def _heap_remove(heap, where, k1, k2, size, b):  # type: ignore[no-untyped-def]
+def _heap_remove(hkey, hid, where, size, b):  # type: ignore[no-untyped-def]
+    """Remove b from the heap of ``size`` entries; returns the new size."""
     i = where[b]
     size -= 1
     if i != size:
-        _swap(heap, where, i, size)
-        moved = heap[i]
-        _sift_up(heap, where, k1, k2, i)
-        _sift_down(heap, where, k1, k2, where[moved], size)
-    where[b] = NONE
+        moved = hid[size]
+        _put(hkey, hid, where, i, hkey[size], moved)
+        _sift_up(hkey, hid, where, i)
+        if where[moved] == i:
+            _sift_down(hkey, hid, where, i, size)
     return size
 
 
-@numba.njit
-def _heap_update(heap, where, k1, k2, size, b):  # type: ignore[no-untyped-def]
-    _sift_up(heap, where, k1, k2, where[b])
-    _sift_down(heap, where, k1, k2, where[b], size)
+def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity, track_owner):  # type: ignore[no-untyped-def]
+    """Belady (offline): among cached blocks with no cached child (the leaves), evict the one
+    whose next use is furthest away (never: furthest of all), ties by least recent touch.
+    ``next_use[p]`` is the next request that looks up the block at lookup ``p``.
+
+    Both keys are one int64, ``(n_requests - next use) << 32 | touch number``, the smallest
+    evicted first; 0 means not cached (touch numbers start at 1). Only the leaves are in the
+    heap. Each block has one 16-byte row, [key, cached children], so a touch reads and writes
+    one cache line of its own. The arrays are allocated by numpy, not in the compiled loop
+    (huge pages, as for ``lru_plain``)."""
+    if blocks.size >= 2**32 - 1:
+        raise ValueError("a trace of 2**32 block lookups or more: split it")
+    n = offsets.size - 1
+    longest = int(np.diff(offsets).max()) if n else 0
+    room = min(n_unique, capacity + longest) + 1  # the leaves are cached blocks
+    return _belady_loop(
+        offsets,
+        blocks,
+        tenants,
+        parent,
+        next_use,
+        capacity,
+        track_owner,
+        np.zeros((n_unique, 2), np.int64),
+        np.empty(room, np.int64),
+        np.empty(room, np.int32),
+        np.empty(n_unique, np.int32),
+        np.zeros(n_unique if track_owner else 1, np.int32),
+        np.zeros(n, np.int32),
+        np.zeros(blocks.size if track_owner else 0, np.bool_),  # empty: no other tenant
+    )
 
 
 @numba.njit(cache=True, nogil=True)
-def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity):  # type: ignore[no-untyped-def]
-    """Belady (offline): among cached blocks with no cached child, evict the one whose next use
-    is furthest away (never: furthest of all), ties by least recent touch.
-    ``next_use[p]`` is the next request that looks up the block at lookup ``p``."""
-    cached = np.zeros(n_unique, np.bool_)
-    owner = np.zeros(n_unique, np.int32)
-    children = np.zeros(n_unique, np.int32)
-    far = np.zeros(n_unique, np.int64)  # minus the next use: the heap's first key
-    seq = np.zeros(n_unique, np.int64)
-    heap = np.empty(n_unique, np.int32)
-    where = np.full(n_unique, NONE, np.int64)
+def _belady_loop(
+    offsets,
+    blocks,
+    tenants,
+    parent,
+    next_use,
+    capacity,
+    track_owner,
+    node,
+    hkey,
+    hid,
+    where,
+    owner,
+    hits,
+    cross,
+):  # type: ignore[no-untyped-def]
     n = offsets.size - 1
-    hits = np.zeros(n, np.int32)
-    cross = np.zeros(blocks.size, np.bool_)
     size = 0  # cached blocks
     leaves = 0  # heap size
     clock = 0
     filled_at = NONE
     for r in range(n):
         start, end = offsets[r], offsets[r + 1]
-        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        tenant = tenants[r]
+        k = 0
+        while start + k < end and node[blocks[start + k], 0] != 0:
+            if track_owner:
+                cross[start + k] = owner[blocks[start + k]] != tenant
+            k += 1
+        hits[r] = k
         for p in range(end - 1, start - 1, -1):
             b = blocks[p]
             clock += 1
-            seq[b] = clock
-            far[b] = -next_use[p]
-            if cached[b]:
-                if where[b] != NONE:
-                    _heap_update(heap, where, far, seq, leaves, b)
+            key = ((n - next_use[p]) << 32) | clock
+            old = node[b, 0]
+            node[b, 0] = key
+            if old != 0:
+                if node[b, 1] == 0:  # a leaf, so in the heap: re-keyed where it stands
+                    i = where[b]
+                    hkey[i] = key
+                    if key < old:  # the usual case: its next use moved later
+                        _sift_up(hkey, hid, where, i)
+                    else:  # a block repeated in one request: only its touch moved
+                        _sift_down(hkey, hid, where, i, leaves)
                 continue
-            cached[b] = True
-            owner[b] = tenants[r]
             size += 1
+            if track_owner:
+                owner[b] = tenant
             q = parent[b]
             if q != NONE:
-                children[q] += 1
-                if where[q] != NONE:  # its parent is no longer a leaf
-                    leaves = _heap_remove(heap, where, far, seq, leaves, q)
-            if children[b] == 0:
-                leaves = _heap_push(heap, where, far, seq, leaves, b)
+                node[q, 1] += 1
+                if node[q, 1] == 1 and node[q, 0] != 0:  # its parent is no longer a leaf
+                    leaves = _heap_remove(hkey, hid, where, leaves, q)
+            if node[b, 1] == 0:
+                _put(hkey, hid, where, leaves, key, b)
+                _sift_up(hkey, hid, where, leaves)
+                leaves += 1
         while size > capacity:
-            v = heap[0]
-            leaves = _heap_remove(heap, where, far, seq, leaves, v)
-            cached[v] = False
+            v = hid[0]
+            node[v, 0] = 0
             size -= 1
             q = parent[v]
             if q != NONE:
-                children[q] -= 1
-                if children[q] == 0 and cached[q]:
-                    leaves = _heap_push(heap, where, far, seq, leaves, q)
+                node[q, 1] -= 1
+            if q != NONE and node[q, 1] == 0 and node[q, 0] != 0:
+                # Its parent becomes a leaf and takes its place at the root: one sift instead
+                # of a pop and a push (a chain's tail is often evicted block by block).
+                _put(hkey, hid, where, 0, node[q, 0], q)
+            else:
+                leaves -= 1
+                _put(hkey, hid, where, 0, hkey[leaves], hid[leaves])
+            _sift_down(hkey, hid, where, 0, leaves)
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at

@@ -75,4 +75,5 @@ class Belady(BoundedPolicy):
             trace.next_use,
             trace.n_unique,
             capacity,
+            len(trace.tenants) > 1,
         )
