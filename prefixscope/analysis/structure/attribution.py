@@ -14,22 +14,40 @@ them (``Trace.served_sizes``), so the three sums equal the hit tokens to the tok
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from prefixscope.analysis.policies import Outcome
+from prefixscope.analysis.structure import _kernels
 from prefixscope.analysis.trace.csr import Trace
 
 CLASSES = ("own_session", "shared_prefix", "other_tenant")
 NOT_A_HIT = -1
 
 
+@dataclass(frozen=True)
+class SessionUse:
+    """One walk over the sessions: per dense id the distinct sessions that look it up (the
+    shared-prefix ranking's count), per lookup whether an earlier request of the same session
+    looked the block up (:func:`own_history`)."""
+
+    sessions: np.ndarray  # int64, n_unique
+    earlier: np.ndarray  # bool, n_lookups
+
+
+def session_use(trace: Trace, session: np.ndarray) -> SessionUse:
+    session = np.asarray(session, np.int64)
+    order = np.argsort(session, kind="stable")
+    count, earlier = _kernels.by_owner(
+        trace.offsets, trace.blocks, order, session, trace.n_unique, True
+    )
+    return SessionUse(count, earlier)
+
+
 def own_history(trace: Trace, session: np.ndarray) -> np.ndarray:
     """Per lookup: an earlier request of the same session looked this block up."""
-    request = trace.request_of_lookup
-    keys = np.asarray(session, np.int64)[request] * trace.n_unique + trace.blocks
-    # Lookups are in replay order, so a key's first index is its earliest request.
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    return request[first][inverse.ravel()] < request
+    return session_use(trace, session).earlier
 
 
 def classify(trace: Trace, session: np.ndarray, outcome: Outcome) -> np.ndarray:
@@ -43,13 +61,18 @@ def classify(trace: Trace, session: np.ndarray, outcome: Outcome) -> np.ndarray:
     return np.where(hit, cls, NOT_A_HIT).astype(np.int8)
 
 
-def split_tokens(trace: Trace, session: np.ndarray, outcome: Outcome) -> np.ndarray:
-    """Hit tokens per request and class: int64 ``(n_requests, len(CLASSES))``."""
-    cls = classify(trace, session, outcome)
-    out = np.zeros((trace.n_requests, len(CLASSES)), np.int64)
-    for k in range(len(CLASSES)):
-        weights = np.where(cls == k, trace.served_sizes, 0)
-        out[:, k] = np.bincount(
-            trace.request_of_lookup, weights=weights, minlength=trace.n_requests
-        ).astype(np.int64)
-    return out
+def split_tokens(
+    trace: Trace, session: np.ndarray, outcome: Outcome, earlier: np.ndarray | None = None
+) -> np.ndarray:
+    """Hit tokens per request and class: int64 ``(n_requests, len(CLASSES))``, the tokens of
+    :func:`classify` summed (``earlier``: :func:`own_history`, where already computed)."""
+    if earlier is None:
+        earlier = own_history(trace, session)
+    return _kernels.class_tokens(
+        trace.offsets,
+        outcome.hit_blocks,
+        outcome.cross,
+        earlier,
+        trace.servable_tokens,
+        trace.block_size,
+    )

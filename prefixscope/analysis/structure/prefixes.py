@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.structure import _kernels
+from prefixscope.analysis.trace.csr import Trace, block_tokens
 
 
 @dataclass(frozen=True)
@@ -28,32 +29,38 @@ class Ranking:
 
 def depth(trace: Trace) -> np.ndarray:
     """Per dense id, its 0-based position (a chained hash always sits at the same depth)."""
-    out = np.zeros(trace.n_unique, dtype=np.int64)
-    position = np.arange(trace.n_lookups) - trace.offsets[trace.request_of_lookup]
-    out[trace.blocks] = position
-    return out
+    return _kernels.first_parents(trace.offsets, trace.blocks, trace.n_unique)[1]
 
 
-def distinct_users(trace: Trace, owner: np.ndarray, lookups: np.ndarray) -> np.ndarray:
-    """Per dense id, how many distinct ``owner`` values (per request) look it up among
-    ``lookups`` (indices into the lookups)."""
-    who = owner[trace.request_of_lookup[lookups]].astype(np.int64)
-    pairs = np.unique(who * trace.n_unique + trace.blocks[lookups])
-    return np.bincount(pairs % trace.n_unique, minlength=trace.n_unique).astype(np.int64)
+def distinct_users(
+    trace: Trace, owner: np.ndarray, measured: np.ndarray | None = None
+) -> np.ndarray:
+    """Per dense id, how many distinct ``owner`` values (per request) look it up among the
+    ``measured`` requests (default: all)."""
+    owner = np.asarray(owner, np.int64)
+    rows = np.arange(trace.n_requests) if measured is None else np.flatnonzero(measured)
+    order = rows[np.argsort(owner[rows], kind="stable")]
+    return _kernels.by_owner(trace.offsets, trace.blocks, order, owner, trace.n_unique, False)[0]
 
 
-def rank(trace: Trace, session: np.ndarray, measured: np.ndarray | None = None) -> Ranking:
-    """Every shared prefix of the ``measured`` requests (default: all), best first."""
+def rank(
+    trace: Trace,
+    session: np.ndarray,
+    measured: np.ndarray | None = None,
+    sessions: np.ndarray | None = None,
+) -> Ranking:
+    """Every shared prefix of the ``measured`` requests (default: all), best first.
+    ``sessions``: :func:`distinct_users` of ``session`` over them, where already counted."""
+    if sessions is None:
+        sessions = distinct_users(trace, session, measured)
     requests = np.arange(trace.n_requests)
-    keep = np.ones(trace.n_requests, bool) if measured is None else np.asarray(measured, bool)
-    lookups = np.flatnonzero(keep[trace.request_of_lookup])
-    sessions = distinct_users(trace, np.asarray(session, np.int64), lookups)
-    uses = distinct_users(trace, requests, lookups)
+    uses = distinct_users(trace, requests, measured)
+    parent, at_depth = _kernels.first_parents(trace.offsets, trace.blocks, trace.n_unique)
     child_max = np.zeros(trace.n_unique, dtype=np.int64)
-    has_parent = trace.parent >= 0
-    np.maximum.at(child_max, trace.parent[has_parent], sessions[has_parent])
+    has_parent = parent >= 0
+    np.maximum.at(child_max, parent[has_parent], sessions[has_parent])
     ends = np.flatnonzero((sessions >= 2) & (child_max < sessions))
-    order = np.lexsort((-uses[ends], -depth(trace)[ends], -sessions[ends]))
+    order = np.lexsort((-uses[ends], -at_depth[ends], -sessions[ends]))
     ends = ends[order]
     return Ranking(ends.astype(np.int64), sessions[ends], uses[ends])
 
@@ -69,10 +76,15 @@ class PrefixUse:
 
 def uses(trace: Trace, ends: np.ndarray) -> list[PrefixUse]:
     """For each of ``ends``, the requests that look it up, their tenants and its length."""
-    hit = np.flatnonzero(np.isin(trace.blocks, ends))
-    block, request = trace.blocks[hit], trace.request_of_lookup[hit]
-    order = np.lexsort((request, block))
-    block, request, sizes = block[order], request[order], trace.token_sizes[hit][order]
+    wanted = np.zeros(trace.n_unique, bool)
+    wanted[ends] = True
+    hit = np.flatnonzero(wanted[trace.blocks])
+    request = np.searchsorted(trace.offsets, hit, side="right") - 1
+    block = trace.blocks[hit]
+    position = hit - trace.offsets[request]
+    sizes = block_tokens(trace.input_tokens[request], position, trace.block_size)
+    order = np.argsort(block, kind="stable")  # lookups, so requests, are ascending within
+    block, request, sizes = block[order], request[order], sizes[order]
     bounds = np.searchsorted(block, ends), np.searchsorted(block, ends, side="right")
     at_depth = depth(trace)
     out = []

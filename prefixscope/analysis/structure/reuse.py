@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prefixscope.analysis.structure import _kernels
 from prefixscope.analysis.trace.csr import Trace
 
 #: Upper bin edges in seconds (the last bin is open): 10 s, 1 min, 10 min and 1 h are edges, so
@@ -41,6 +42,22 @@ def reuses(trace: Trace) -> Reuses:
     again = np.flatnonzero(use_b[1:] == use_b[:-1]) + 1
     gap = trace.times[use_r[again]] - trace.times[use_r[again - 1]]
     return Reuses(use_r[again].astype(np.int64), gap, tokens[again].astype(np.int64))
+
+
+def histogram(trace: Trace, group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reuses and their tokens per (``group`` of the reusing request, :func:`bin_of` bin),
+    int64 ``(n_groups, len(EDGES_S) + 1)`` each: :func:`reuses` counted in one pass."""
+    return _kernels.reuse_histogram(
+        trace.offsets,
+        trace.blocks,
+        trace.n_unique,
+        trace.times,
+        trace.input_tokens,
+        trace.block_size,
+        np.asarray(group, np.int64),
+        np.asarray(EDGES_S),
+        int(n_groups),
+    )
 
 
 def bin_of(gap_s: np.ndarray) -> np.ndarray:

@@ -11,11 +11,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope.analysis.policies import POLICIES, Outcome, PolicyOptions
-from prefixscope.analysis.structure import attribution, firstnew, pins, prefixes, reuse, turns
+from prefixscope.analysis.structure import (
+    _kernels,
+    attribution,
+    firstnew,
+    pins,
+    prefixes,
+    reuse,
+    turns,
+)
 from prefixscope.analysis.structure.log import RequestLog
-from prefixscope.analysis.trace import measure
+from prefixscope.analysis.structure.schemas import (
+    FIRST_NEW_SCHEMA,
+    HIT_SOURCES_SCHEMA,
+    REUSE_SCHEMA,
+    SESSION_STATS_SCHEMA,
+    SHARED_PREFIXES_SCHEMA,
+)
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.measure import hit_tokens, trace_groups
+from prefixscope.analysis.trace.measure import FLEET, hit_tokens
 
 ALL_KINDS = "*"
 TABLES = (
@@ -48,52 +62,78 @@ def analyse(trace: Trace, log: RequestLog, settings: StructureSettings) -> dict[
     if settings.capacity_blocks:
         lru = POLICIES["lru"].replay(trace, settings.capacity_blocks, PolicyOptions())
         outcomes[("lru", settings.capacity_blocks)] = lru
+    # One walk over the sessions serves both the prefix ranking and the attribution.
+    use = attribution.session_use(trace, t.session)
+    groups = Groups.of(trace)
     return {
         "turns": turns_table(trace, log, t, kind),
-        "session_stats": session_stats(trace, log, t, settings.max_forks),
-        "shared_prefixes": shared_prefixes(trace, t, settings, outcomes),
-        "hit_sources": hit_sources(trace, t, outcomes),
-        "first_new_blocks": first_new_blocks(trace, outcomes[("ceiling", None)]),
+        "session_stats": session_stats(trace, log, t, groups),
+        "shared_prefixes": shared_prefixes(trace, t, settings, outcomes, use.sessions),
+        "hit_sources": hit_sources(trace, t, outcomes, groups, use.earlier),
+        "first_new_blocks": first_new_blocks(trace, outcomes[("ceiling", None)], groups),
         "reuse_times": reuse_times(trace, kind),
     }
 
 
-def request_kinds(log: RequestLog, t: turns.Turns) -> np.ndarray:
+@dataclass(frozen=True)
+class Groups:
+    """The rows of every ``tenant`` value: the fleet (all requests), then each tenant with
+    requests in code order (:func:`measure.groups`), as ascending request indices."""
+
+    names: tuple[str, ...]
+    rows: tuple[np.ndarray | slice, ...]
+    codes: tuple[int, ...]  # -1 for the fleet
+
+    @staticmethod
+    def of(trace: Trace) -> Groups:
+        order = np.argsort(trace.tenant_codes, kind="stable")
+        bounds = np.searchsorted(trace.tenant_codes[order], np.arange(len(trace.tenants) + 1))
+        names, rows, codes = [FLEET], [slice(None)], [-1]
+        for code, name in enumerate(trace.tenants):
+            if bounds[code + 1] > bounds[code]:
+                names.append(name)
+                rows.append(order[bounds[code] : bounds[code + 1]])
+                codes.append(code)
+        return Groups(tuple(names), tuple(rows), tuple(codes))
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(zip(self.names, self.rows, strict=True))
+
+
+def request_kinds(log: RequestLog, t: turns.Turns) -> pa.Array:
     """The log's request type where it has one, else ``first-turn`` / ``follow-up``."""
-    fallback = np.where(t.turn <= 1, "first-turn", "follow-up").astype(object)
-    have = np.array([k is not None for k in log.request_type], bool)
-    return np.where(have, log.request_type, fallback)
+    fallback = pa.DictionaryArray.from_arrays(
+        pa.array((t.turn > 1).astype(np.int8)), pa.array(["first-turn", "follow-up"])
+    ).cast(pa.string())
+    logged = pa.array(log.request_type, pa.string())
+    return pc.if_else(pc.is_valid(logged), logged, fallback)
 
 
-def session_labels(trace: Trace, log: RequestLog, t: turns.Turns) -> list[str]:
+def session_labels(trace: Trace, log: RequestLog, t: turns.Turns) -> pa.Array:
     """A session's name: the log's session id, ``chat:<chat_id>`` of its first Bailian turn,
     else the request id of its first request."""
+    label = _request_ids(trace)
+    if log.ids.has_chat.any():
+        chat = pc.binary_join_element_wise(
+            "chat:", pc.cast(pa.array(log.ids.chat_id), pa.string()), ""
+        )
+        label = pc.if_else(pa.array(log.ids.has_chat), chat, label)
+    if log.ids.has_session.any():
+        code = np.maximum(log.ids.session, 0)
+        named = pa.array(log.session_names, pa.string()).take(pa.array(code))
+        label = pc.if_else(pa.array(log.ids.has_session), named, label)
+    return label.take(pa.array(t.session))
+
+
+def turns_table(trace: Trace, log: RequestLog, t: turns.Turns, kind: pa.Array) -> pa.Table:
     ids = _request_ids(trace)
-    root_label: dict[int, str] = {}
-    out = []
-    for root in t.session.tolist():
-        label = root_label.get(root)
-        if label is None:
-            if log.ids.session[root] >= 0:
-                label = log.session_names[log.ids.session[root]]
-            elif log.ids.has_chat[root]:
-                label = f"chat:{log.ids.chat_id[root]}"
-            else:
-                label = ids[root]
-            root_label[root] = label
-        out.append(label)
-    return out
-
-
-def turns_table(trace: Trace, log: RequestLog, t: turns.Turns, kind: np.ndarray) -> pa.Table:
-    ids = pa.array(_request_ids(trace), pa.string())
     has_parent = t.parent >= 0
     parent = np.where(has_parent, t.parent, 0)
     return pa.table(
         {
             "request_id": ids,
-            "tenant": pa.array(_tenant_names(trace), pa.string()),
-            "session": pa.array(session_labels(trace, log, t), pa.string()),
+            "tenant": pa.array(trace.tenants, pa.string()).take(pa.array(trace.tenant_codes)),
+            "session": session_labels(trace, log, t),
             "session_inferred": pa.array(t.session_inferred),
             "parent_request_id": pc.if_else(
                 pa.array(has_parent), ids.take(pa.array(parent)), pa.scalar(None, pa.string())
@@ -101,7 +141,7 @@ def turns_table(trace: Trace, log: RequestLog, t: turns.Turns, kind: np.ndarray)
             "parent_inferred": pa.array(t.parent_inferred),
             "turn": pa.array(t.turn, pa.int32()),
             "turn_inferred": pa.array(t.turn_inferred),
-            "request_kind": pa.array(kind.astype(str), pa.string()),
+            "request_kind": kind,
             "arrival_ts": _timestamps(trace, trace.times),
             "input_tokens": pa.array(trace.input_tokens, pa.int64()),
             "history_tokens": pa.array(hit_tokens(trace, t.history_blocks), pa.int64()),
@@ -110,27 +150,27 @@ def turns_table(trace: Trace, log: RequestLog, t: turns.Turns, kind: np.ndarray)
     )
 
 
-def session_stats(trace: Trace, log: RequestLog, t: turns.Turns, max_forks: int) -> pa.Table:
+def session_stats(trace: Trace, log: RequestLog, t: turns.Turns, groups: Groups) -> pa.Table:
     logged = turns.logged_parents(log.ids)
     by_log = log.ids.has_chat | log.ids.has_session
-    guessed, _ = turns.infer_parents(trace, max_forks)
     history = hit_tokens(trace, t.history_blocks)
     rows = []
-    for name, mask in trace_groups(trace):
-        follow = mask & (t.parent >= 0)
-        p = t.parent[follow]
-        sizes = np.bincount(t.session[mask])
-        sizes = sizes[sizes > 0]
-        gap = trace.times[follow] - trace.times[p]
-        growth = (trace.input_tokens[follow] - trace.input_tokens[p]).astype(float)
-        inp, hist = int(trace.input_tokens[mask].sum()), int(history[mask].sum())
-        checked = mask & by_log
-        true_n, guess_n, both = turns.link_accuracy(logged[checked], guessed[checked])
+    for name, at in groups:
+        parent = t.parent[at]
+        follow = parent >= 0
+        p = parent[follow]
+        child = np.arange(trace.n_requests)[at][follow]
+        _, sizes = np.unique(t.session[at], return_counts=True)
+        gap = trace.times[child] - trace.times[p]
+        growth = (trace.input_tokens[child] - trace.input_tokens[p]).astype(float)
+        inp, hist = int(trace.input_tokens[at].sum()), int(history[at].sum())
+        checked = by_log[at]
+        true_n, guess_n, both = turns.link_accuracy(logged[at][checked], t.inferred[at][checked])
         known = bool(checked.any())
         rows.append(
             {
                 "tenant": name,
-                "requests": int(mask.sum()),
+                "requests": len(parent),
                 "sessions": len(sizes),
                 "multi_turn_sessions": int((sizes > 1).sum()),
                 "mean_turns": float(sizes.mean()),
@@ -160,20 +200,21 @@ def shared_prefixes(
     t: turns.Turns,
     settings: StructureSettings,
     outcomes: dict[tuple[str, int | None], Outcome],
+    sessions: np.ndarray | None = None,
 ) -> pa.Table:
-    ranking = prefixes.rank(trace, t.session)
+    ranking = prefixes.rank(trace, t.session, sessions=sessions)
     ends = ranking.ends[: settings.top]
     cap = settings.capacity_blocks
     lru_tokens = None
     if cap:
         lru_tokens = int(hit_tokens(trace, outcomes[("lru", cap)].hit_blocks).sum())
-    depth = prefixes.depth(trace)
+    parent, depth = _kernels.first_parents(trace.offsets, trace.blocks, trace.n_unique)
     rows = []
     for i, (end, use) in enumerate(zip(ends, prefixes.uses(trace, ends), strict=True)):
         times = trace.times[use.requests]
         pinned_tokens = None
         if cap and i < settings.simulate_top:
-            mask = pins.with_ancestors(trace, np.array([end]))
+            mask = pins.with_ancestors(trace, np.array([end]), parent)
             if int(mask.sum()) <= cap:
                 out = POLICIES["pinned"].hit_blocks(trace, cap, PolicyOptions(pinned=mask))
                 pinned_tokens = int(hit_tokens(trace, out).sum())
@@ -200,37 +241,44 @@ def shared_prefixes(
 
 
 def hit_sources(
-    trace: Trace, t: turns.Turns, outcomes: dict[tuple[str, int | None], Outcome]
+    trace: Trace,
+    t: turns.Turns,
+    outcomes: dict[tuple[str, int | None], Outcome],
+    groups: Groups,
+    earlier: np.ndarray | None = None,
 ) -> pa.Table:
     rows = []
     for (policy, cap), outcome in outcomes.items():
-        split = attribution.split_tokens(trace, t.session, outcome)
+        split = attribution.split_tokens(trace, t.session, outcome, earlier)
         tokens = hit_tokens(trace, outcome.hit_blocks)
-        for name, mask in trace_groups(trace):
-            parts = split[mask].sum(axis=0)
+        values = np.column_stack([trace.input_tokens, tokens, split]).astype(np.int64)
+        per_tenant = _kernels.group_sums(trace.tenant_codes, values, len(trace.tenants))
+        requests = np.bincount(trace.tenant_codes, minlength=len(trace.tenants))
+        for name, code in zip(groups.names, groups.codes, strict=True):
+            sums = values.sum(axis=0) if code < 0 else per_tenant[code]
             rows.append(
                 {
                     "tenant": name,
                     "policy": policy,
                     "capacity_blocks": cap,
-                    "requests": int(mask.sum()),
-                    "input_tokens": int(trace.input_tokens[mask].sum()),
-                    "hit_tokens": int(tokens[mask].sum()),
+                    "requests": trace.n_requests if code < 0 else int(requests[code]),
+                    "input_tokens": int(sums[0]),
+                    "hit_tokens": int(sums[1]),
                     **{
                         f"{c}_tokens": int(v)
-                        for c, v in zip(attribution.CLASSES, parts, strict=True)
+                        for c, v in zip(attribution.CLASSES, sums[2:], strict=True)
                     },
                 }
             )
     return pa.Table.from_pylist(rows, schema=HIT_SOURCES_SCHEMA)
 
 
-def first_new_blocks(trace: Trace, ceiling: Outcome) -> pa.Table:
+def first_new_blocks(trace: Trace, ceiling: Outcome, groups: Groups) -> pa.Table:
     position = ceiling.hit_blocks.astype(np.int64)
     bs = trace.block_size
     rows = []
-    for name, mask in trace_groups(trace):
-        for b in firstnew.histogram(trace, position, mask):
+    for name, at in groups:
+        for b in firstnew.histogram(trace, position, at):
             row = asdict(b)
             rows.append(
                 {
@@ -243,124 +291,50 @@ def first_new_blocks(trace: Trace, ceiling: Outcome) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=FIRST_NEW_SCHEMA)
 
 
-def reuse_times(trace: Trace, kind: np.ndarray) -> pa.Table:
-    r = reuse.reuses(trace)
-    which = reuse.bin_of(r.gap_s)
-    n_bins = len(reuse.EDGES_S) + 1
-    kinds = kind[r.request]
-    tenant = trace.tenant_codes[r.request]
+def reuse_times(trace: Trace, kind: pa.Array) -> pa.Table:
+    kinds = kind.dictionary_encode()
+    order = np.argsort(np.asarray(kinds.dictionary.to_pylist(), dtype=object))
+    names = [kinds.dictionary[int(i)].as_py() for i in order]
+    rank_of = np.empty(len(order), np.int64)
+    rank_of[order] = np.arange(len(order))
+    code = rank_of[kinds.indices.to_numpy()] if len(order) else np.zeros(0, np.int64)
+    counts, tokens = reuse.histogram(
+        trace,
+        trace.tenant_codes.astype(np.int64) * len(names) + code,
+        len(trace.tenants) * len(names),
+    )
+    n_bins = counts.shape[1]
+    counts = counts.reshape(len(trace.tenants), len(names), n_bins)
+    tokens = tokens.reshape(len(trace.tenants), len(names), n_bins)
     rows = []
-    groups = measure.groups(tenant, trace.tenants, keep_empty=True)
-    for name, mask in groups:
-        for k in [ALL_KINDS, *sorted(set(kinds[mask].tolist()))]:
-            sel = mask if k == ALL_KINDS else mask & (kinds == k)
-            if not sel.any():
+    tenant_rows = [(FLEET, counts.sum(axis=0), tokens.sum(axis=0))] + [
+        (name, counts[c], tokens[c]) for c, name in enumerate(trace.tenants)
+    ]
+    for name, c, tok in tenant_rows:
+        per_kind = [(ALL_KINDS, c.sum(axis=0), tok.sum(axis=0))] + [
+            (k, c[i], tok[i]) for i, k in enumerate(names)
+        ]
+        for k, cs, ts in per_kind:
+            if not cs.any():
                 continue
-            counts = np.bincount(which[sel], minlength=n_bins)
-            tokens = np.bincount(which[sel], weights=r.tokens[sel], minlength=n_bins)
-            for (low, high), c, tok in zip(reuse.bins(), counts, tokens, strict=True):
+            for (low, high), n, tk in zip(reuse.bins(), cs, ts, strict=True):
                 rows.append(
                     {
                         "tenant": name,
                         "request_kind": k,
                         "low_s": low,
                         "high_s": high,
-                        "reuses": int(c),
-                        "reuse_tokens": int(tok),
+                        "reuses": int(n),
+                        "reuse_tokens": int(tk),
                     }
                 )
     return pa.Table.from_pylist(rows, schema=REUSE_SCHEMA)
 
 
-SESSION_STATS_SCHEMA = pa.schema(
-    [
-        ("tenant", pa.string()),
-        ("requests", pa.int64()),
-        ("sessions", pa.int64()),
-        ("multi_turn_sessions", pa.int64()),
-        ("mean_turns", pa.float64()),
-        ("median_turns", pa.float64()),
-        ("p90_turns", pa.float64()),
-        ("max_turns", pa.int64()),
-        ("follow_ups", pa.int64()),
-        ("median_gap_s", pa.float64()),
-        ("p90_gap_s", pa.float64()),
-        ("median_growth_tokens", pa.float64()),
-        ("mean_growth_tokens", pa.float64()),
-        ("input_tokens", pa.int64()),
-        ("history_tokens", pa.int64()),
-        ("history_share", pa.float64()),
-        ("logged_links", pa.int64()),
-        ("inferred_links", pa.int64()),
-        ("matching_links", pa.int64()),
-        ("inference_precision", pa.float64()),
-        ("inference_recall", pa.float64()),
-    ]
-)
-HIT_SOURCES_SCHEMA = pa.schema(
-    [
-        ("tenant", pa.string()),
-        ("policy", pa.string()),
-        ("capacity_blocks", pa.int64()),
-        ("requests", pa.int64()),
-        ("input_tokens", pa.int64()),
-        ("hit_tokens", pa.int64()),
-        ("own_session_tokens", pa.int64()),
-        ("shared_prefix_tokens", pa.int64()),
-        ("other_tenant_tokens", pa.int64()),
-    ]
-)
-SHARED_PREFIXES_SCHEMA = pa.schema(
-    [
-        ("rank", pa.int32()),
-        ("prefix_hash", pa.uint64()),
-        ("blocks", pa.int32()),
-        ("tokens", pa.int64()),
-        ("sessions", pa.int64()),
-        ("requests", pa.int64()),
-        ("tenants", pa.int64()),
-        ("tenant_names", pa.list_(pa.string())),
-        ("first_seen", pa.timestamp("us", tz="UTC")),
-        ("last_seen", pa.timestamp("us", tz="UTC")),
-        ("median_gap_s", pa.float64()),
-        ("capacity_blocks", pa.int64()),
-        ("lru_hit_tokens", pa.int64()),
-        ("pinned_hit_tokens", pa.int64()),
-        ("tokens_saved", pa.int64()),
-    ]
-)
-FIRST_NEW_SCHEMA = pa.schema(
-    [
-        ("tenant", pa.string()),
-        ("from_block", pa.int32()),
-        ("to_block", pa.int32()),
-        ("from_token", pa.int64()),
-        ("to_token", pa.int64()),
-        ("requests", pa.int64()),
-        ("input_tokens", pa.int64()),
-        ("novel_tokens", pa.int64()),
-    ]
-)
-REUSE_SCHEMA = pa.schema(
-    [
-        ("tenant", pa.string()),
-        ("request_kind", pa.string()),
-        ("low_s", pa.float64()),
-        ("high_s", pa.float64()),
-        ("reuses", pa.int64()),
-        ("reuse_tokens", pa.int64()),
-    ]
-)
-
-
-def _request_ids(trace: Trace) -> list[str]:
+def _request_ids(trace: Trace) -> pa.Array:
     if trace.request_ids is not None:
-        return trace.request_ids.to_pylist()
-    return [str(i) for i in range(trace.n_requests)]
-
-
-def _tenant_names(trace: Trace) -> list[str]:
-    return [trace.tenants[c] for c in trace.tenant_codes]
+        return trace.request_ids
+    return pc.cast(pa.array(np.arange(trace.n_requests)), pa.string())
 
 
 def _micros(trace: Trace, seconds: float) -> int:

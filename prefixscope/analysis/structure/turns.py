@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from prefixscope.analysis.structure import _kernels
 from prefixscope.analysis.trace.csr import Trace
 
 NONE = -1
@@ -79,6 +80,7 @@ class Turns:
     turn_inferred: np.ndarray  # bool
     session_inferred: np.ndarray  # bool
     history_blocks: np.ndarray  # int32: leading blocks B shares with its parent (0: no parent)
+    inferred: np.ndarray  # int64: the inferred parent (rules 1-4), also where the log names one
 
 
 def full_blocks(trace: Trace) -> np.ndarray:
@@ -89,13 +91,13 @@ def full_blocks(trace: Trace) -> np.ndarray:
 
 def fork_counts(trace: Trace) -> np.ndarray:
     """Per dense id, how many distinct *full* blocks follow it in any request."""
-    full = full_blocks(trace)
-    position = np.arange(trace.n_lookups) - trace.offsets[trace.request_of_lookup]
-    child = np.flatnonzero((position > 0) & (position < full[trace.request_of_lookup]))
-    pairs = np.unique(
-        trace.blocks[child - 1].astype(np.int64) * trace.n_unique + trace.blocks[child]
+    forks, extra = _kernels.fork_pairs(
+        trace.offsets, trace.blocks, full_blocks(trace), trace.n_unique
     )
-    return np.bincount(pairs // trace.n_unique, minlength=trace.n_unique).astype(np.int64)
+    if len(extra):
+        pairs = np.unique(extra)
+        forks += np.bincount(pairs // trace.n_unique, minlength=trace.n_unique)
+    return forks
 
 
 def infer_parents(trace: Trace, max_forks: int = MAX_FORKS) -> tuple[np.ndarray, np.ndarray]:
@@ -104,13 +106,20 @@ def infer_parents(trace: Trace, max_forks: int = MAX_FORKS) -> tuple[np.ndarray,
     if trace.n_requests == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int32)
     # Key every lookup by (tenant, block): a parent is always of the same tenant.
-    keyed = trace.tenant_codes[trace.request_of_lookup].astype(np.int64) * trace.n_unique
-    _, key = np.unique(keyed + trace.blocks, return_inverse=True)
+    key = _kernels.tenant_keys(trace.offsets, trace.blocks, trace.tenant_codes, trace.n_unique)
+    shared = np.flatnonzero(key == NONE)
+    n_keys = trace.n_unique
+    if len(shared):
+        request = np.searchsorted(trace.offsets, shared, side="right") - 1
+        pairs = trace.tenant_codes[request].astype(np.int64) * trace.n_unique
+        numbered, inverse = np.unique(pairs + trace.blocks[shared], return_inverse=True)
+        key[shared] = n_keys + inverse.ravel()
+        n_keys += len(numbered)
     return _infer(
         trace.offsets,
         trace.blocks,
-        key.astype(np.int64).ravel(),
-        int(key.max()) + 1 if len(key) else 0,
+        key,
+        n_keys,
         full_blocks(trace),
         trace.input_tokens,
         fork_counts(trace),
@@ -144,6 +153,7 @@ def build_turns(trace: Trace, log: LogIds | None = None, max_forks: int = MAX_FO
         turn_inferred=~(log.has_chat & (log.turn > 0)) & ~log.has_session,
         session_inferred=~by_log,
         history_blocks=history,
+        inferred=inferred,
     )
 
 

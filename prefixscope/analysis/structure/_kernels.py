@@ -1,0 +1,157 @@
+"""The compiled passes the structure tables are built from. Each is one linear pass over the
+lookups (CSR ``offsets`` / ``blocks``, requests in replay order) with per-block state in arrays
+over dense ids; none sorts the lookups. The modules that call them state what each computes;
+what every pass relies on is written here:
+
+- requests come in replay order, so a block's first lookup is its earliest request, and a
+  "last request seen" marker per block tells a repeat within one request from a new use;
+- a walk over requests *grouped by an owner* (a session; ascending within it) sees a session's
+  lookups together, so a "last owner seen" marker per block counts distinct owners, and the
+  first request that marked it is the owner's earliest use.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+NONE = -1
+
+
+@numba.njit(cache=True, nogil=True)
+def first_parents(offsets, blocks, n_unique):  # type: ignore[no-untyped-def]
+    """Per dense id: the block before it at its first lookup (NONE for a first block), and
+    its position at its last lookup (a chained hash always sits at the same one)."""
+    parent = np.full(n_unique, NONE, np.int32)
+    depth = np.zeros(n_unique, np.int64)
+    seen = np.zeros(n_unique, np.bool_)
+    for r in range(offsets.size - 1):
+        start = offsets[r]
+        for p in range(start, offsets[r + 1]):
+            b = blocks[p]
+            depth[b] = p - start
+            if not seen[b]:
+                seen[b] = True
+                if p > start:
+                    parent[b] = blocks[p - 1]
+    return parent, depth
+
+
+@numba.njit(cache=True, nogil=True)
+def by_owner(offsets, blocks, order, owner, n_unique, flags):  # type: ignore[no-untyped-def]
+    """Walk the requests in ``order`` (grouped by ``owner``, ascending within an owner). Per
+    dense id, how many distinct owners look it up; with ``flags``, per lookup whether an
+    earlier request of the same owner looked the block up (else an empty array)."""
+    mark = np.full(n_unique, NONE, np.int64)
+    first = np.zeros(n_unique, np.int64)  # the owner's earliest request using the block
+    count = np.zeros(n_unique, np.int64)
+    earlier = np.zeros(blocks.size if flags else 0, np.bool_)
+    for i in range(order.size):
+        r = order[i]
+        s = owner[r]
+        for p in range(offsets[r], offsets[r + 1]):
+            b = blocks[p]
+            if mark[b] != s:
+                mark[b] = s
+                first[b] = r
+                count[b] += 1
+            elif flags and first[b] < r:
+                earlier[p] = True
+    return count, earlier
+
+
+@numba.njit(cache=True, nogil=True)
+def tenant_keys(offsets, blocks, tenants, n_unique):  # type: ignore[no-untyped-def]
+    """A dense key per lookup for its (tenant, block) pair: the block's own id for the first
+    tenant that looked it up, else NONE (the caller numbers those pairs, which are few: only
+    blocks that several tenants share)."""
+    owner = np.full(n_unique, NONE, np.int32)
+    key = np.empty(blocks.size, np.int64)
+    for r in range(offsets.size - 1):
+        t = tenants[r]
+        for p in range(offsets[r], offsets[r + 1]):
+            b = blocks[p]
+            if owner[b] == NONE:
+                owner[b] = t
+            key[p] = b if owner[b] == t else NONE
+    return key
+
+
+@numba.njit(cache=True, nogil=True)
+def fork_pairs(offsets, blocks, full, n_unique):  # type: ignore[no-untyped-def]
+    """Distinct (block, next full block) pairs, counted per block. A chained block has one
+    parent, so a child's first parent names its pair; a child seen after another parent (a
+    trace whose ids are not chained) is returned as ``(parent, child)`` rows for the caller to
+    count once each."""
+    first_parent = np.full(n_unique, NONE, np.int64)
+    forks = np.zeros(n_unique, np.int64)
+    extra = []
+    for r in range(offsets.size - 1):
+        start = offsets[r]
+        for p in range(start + 1, start + full[r]):
+            a, c = blocks[p - 1], blocks[p]
+            if first_parent[c] == NONE:
+                first_parent[c] = a
+                forks[a] += 1
+            elif first_parent[c] != a:
+                extra.append(np.int64(a) * n_unique + c)
+    return forks, np.array(extra, dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def class_tokens(offsets, hit_blocks, cross, earlier, servable, block_size):  # type: ignore[no-untyped-def]
+    """Per request the hit tokens of each class (other tenant, own session, shared prefix,
+    in :data:`attribution.CLASSES` order): each hit block weighs what it serves."""
+    n = offsets.size - 1
+    out = np.zeros((n, 3), np.int64)
+    has_cross = cross.size > 0
+    for r in range(n):
+        start = offsets[r]
+        for k in range(hit_blocks[r]):
+            p = start + k
+            tokens = min(max(servable[r] - k * block_size, 0), block_size)
+            if has_cross and cross[p]:
+                out[r, 2] += tokens
+            elif earlier[p]:
+                out[r, 0] += tokens
+            else:
+                out[r, 1] += tokens
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def reuse_histogram(
+    offsets, blocks, n_unique, times, tokens_in, block_size, group, edges, n_groups
+):  # type: ignore[no-untyped-def]
+    """Reuses and their tokens per (``group`` of the reusing request, gap bin). A use is a
+    request's first lookup of a block; its gap is the time since the block's previous use by
+    another request; bin i is (edges[i-1], edges[i]]."""
+    n_bins = edges.size + 1
+    counts = np.zeros((n_groups, n_bins), np.int64)
+    tokens = np.zeros((n_groups, n_bins), np.int64)
+    last = np.full(n_unique, NONE, np.int64)
+    for r in range(offsets.size - 1):
+        start = offsets[r]
+        g = group[r]
+        for p in range(start, offsets[r + 1]):
+            b = blocks[p]
+            before = last[b]
+            if before == r:
+                continue
+            last[b] = r
+            if before == NONE:
+                continue
+            k = np.searchsorted(edges, times[r] - times[before])
+            counts[g, k] += 1
+            tokens[g, k] += min(max(tokens_in[r] - (p - start) * block_size, 0), block_size)
+    return counts, tokens
+
+
+@numba.njit(cache=True, nogil=True)
+def group_sums(codes, values, n_groups):  # type: ignore[no-untyped-def]
+    """Column sums of ``values`` (int64, rows × k) per row code."""
+    out = np.zeros((n_groups, values.shape[1]), np.int64)
+    for i in range(codes.size):
+        for j in range(values.shape[1]):
+            out[codes[i], j] += values[i, j]
+    return out
