@@ -9,7 +9,8 @@ from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
 
-#: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats.
+#: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats; the tenant
+#: field is read by every format.
 FIELD_FLAGS = (
     "token",
     "timestamp",
@@ -61,11 +62,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="replace a file's earlier rows even when lines accepted before would be rejected",
     )
     for name in FIELD_FLAGS:
+        formats = "every format" if name == "tenant" else "tokens, openai"
         p.add_argument(
             f"--{name.replace('_', '-')}-field",
             dest=f"{name}_field",
             metavar="PATH",
-            help=f"tokens, openai: where the {name.replace('_', ' ')} is",
+            help=f"{formats}: where the {name.replace('_', ' ')} is",
         )
 
 

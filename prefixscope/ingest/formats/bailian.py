@@ -3,7 +3,8 @@ with ``chat_id``, ``parent_chat_id`` (-1 for a first turn), ``timestamp`` (secon
 ``input_length``, ``output_length``, ``type`` (text/search/image/file), ``turn`` and
 ``hash_ids``: per-block *content* ids, 16 tokens a block. The ids are not prefix-chained, so
 they are chained here (``hashing.chain_block_ids``): equal ids at another position, or after
-another prefix, never match."""
+another prefix, never match. The tenant is ``--tenant`` unless ``--tenant-from type`` or
+``--tenant-field PATH`` (a string or an integer, required) says where it is."""
 
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ class Bailian(JsonLines):
             raise ValueError(
                 f"bailian takes the tenant from 'type' only, not {options.tenant_from!r}"
             )
+        tenant_path = options.field("tenant")
+        if tenant_path and options.tenant_from:
+            raise ValueError("give --tenant-field or --tenant-from, not both")
         bs = options.block_size or self.default_block_size
         needed = f"(input_tokens + {bs} - 1) // {bs}"
         checks = [
@@ -58,16 +62,18 @@ class Bailian(JsonLines):
             ),
             Check("self_parent", "parent_chat_id = chat_id", "'parent_chat_id equals chat_id'"),
         ]
-        rows = parse_fields(con, batch, FIELDS, checks, options.max_line_bytes)
+        fields = [*FIELDS, Field("tenant", tenant_path, "id")] if tenant_path else FIELDS
+        rows = parse_fields(con, batch, fields, checks, options.max_line_bytes)
         offsets, ids = accepted_csr(rows, "ids")
         chained = chain_block_ids(offsets, ids)
         block_hashes = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(chained))
         rows, arrival = seconds_to_arrival(rows, "ts", options)
-        tenant = (
-            rows["request_type"]
-            if options.tenant_from == "type"
-            else pa.array([options.tenant] * rows.num_rows, pa.string())
-        )
+        if tenant_path:
+            tenant = rows["tenant"]
+        elif options.tenant_from == "type":
+            tenant = rows["request_type"]
+        else:
+            tenant = pa.array([options.tenant] * rows.num_rows, pa.string())
         return conform(
             pa.table(
                 {

@@ -1,6 +1,9 @@
 -- Parse one batch of Mooncake JSONL lines.
 -- In:  view `batch(line BIGINT, raw BLOB)`; parameters $block_size, $max_line_bytes, $start,
---      $tenant, $min_us, $max_us (the plausible arrival range, epoch microseconds).
+--      $tenant, $min_us, $max_us (the plausible arrival range, epoch microseconds),
+--      $tenant_path (the JSON path of --tenant-field, NULL: every row gets $tenant) and
+--      $tenant_label (that field as messages name it). A mapped tenant field is required, a
+--      string or an integer, as in every format that maps one.
 -- Out: one row per input line: `reason` is NULL for an accepted line, else the first rule it
 --      breaks (`detail` says how, without quoting the line). Rules, in order:
 --      blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
@@ -22,7 +25,8 @@ typed AS (
            json_type(j, '$.input_length')  AS t_in,
            json_type(j, '$.output_length') AS t_out,
            json_type(j, '$.hash_ids')      AS t_ids,
-           json_type(j, '$.hash_ids[*]')   AS t_id_items
+           json_type(j, '$.hash_ids[*]')   AS t_id_items,
+           json_type(j, $tenant_path)      AS t_tenant
     FROM parsed
 ),
 valued AS (
@@ -34,7 +38,10 @@ valued AS (
            CASE WHEN t_out IN ('UBIGINT', 'BIGINT')
                 THEN CAST(j ->> '$.output_length' AS BIGINT) END                     AS output_tokens,
            list_bool_and(list_transform(t_id_items, lambda t: t = 'UBIGINT'))             AS ids_ok,
-           len(t_id_items)                                                           AS n_ids
+           len(t_id_items)                                                           AS n_ids,
+           CASE WHEN t_tenant = 'VARCHAR' THEN j ->> $tenant_path
+                WHEN regexp_full_match(json_extract(j, $tenant_path)::VARCHAR, '-?[0-9]{1,18}')
+                THEN json_extract(j, $tenant_path)::VARCHAR END                      AS tenant_value
     FROM typed
 ),
 judged AS (
@@ -49,9 +56,12 @@ judged AS (
             WHEN coalesce(t_ts, 'NULL') = 'NULL'
               OR coalesce(t_in, 'NULL') = 'NULL'
               OR coalesce(t_out, 'NULL') = 'NULL'
-              OR coalesce(t_ids, 'NULL') = 'NULL'                THEN 'missing_field'
+              OR coalesce(t_ids, 'NULL') = 'NULL'
+              OR ($tenant_path IS NOT NULL
+                  AND coalesce(t_tenant, 'NULL') = 'NULL')       THEN 'missing_field'
             WHEN ts_ms IS NULL OR input_tokens IS NULL OR output_tokens IS NULL
-              OR t_ids <> 'ARRAY' OR NOT coalesce(ids_ok, true)  THEN 'wrong_type'
+              OR t_ids <> 'ARRAY' OR NOT coalesce(ids_ok, true)
+              OR ($tenant_path IS NOT NULL AND tenant_value IS NULL) THEN 'wrong_type'
             WHEN ts_ms < 0 OR input_tokens <= 0 OR output_tokens < 0 THEN 'out_of_range'
             WHEN NOT isfinite(ts_ms)
               OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 < $min_us
@@ -75,13 +85,17 @@ SELECT
             [CASE WHEN coalesce(t_ts, 'NULL') = 'NULL' THEN 'timestamp' END,
              CASE WHEN coalesce(t_in, 'NULL') = 'NULL' THEN 'input_length' END,
              CASE WHEN coalesce(t_out, 'NULL') = 'NULL' THEN 'output_length' END,
-             CASE WHEN coalesce(t_ids, 'NULL') = 'NULL' THEN 'hash_ids' END], lambda x: x IS NOT NULL), ', ')
+             CASE WHEN coalesce(t_ids, 'NULL') = 'NULL' THEN 'hash_ids' END,
+             CASE WHEN $tenant_path IS NOT NULL AND coalesce(t_tenant, 'NULL') = 'NULL'
+                  THEN $tenant_label END], lambda x: x IS NOT NULL), ', ')
         WHEN 'wrong_type' THEN array_to_string(list_filter(
             [CASE WHEN ts_ms IS NULL THEN format('timestamp is {}, expected a number', t_ts) END,
              CASE WHEN input_tokens IS NULL THEN format('input_length is {}, expected an integer', t_in) END,
              CASE WHEN output_tokens IS NULL THEN format('output_length is {}, expected an integer', t_out) END,
              CASE WHEN t_ids <> 'ARRAY' THEN format('hash_ids is {}, expected an array', t_ids)
-                  WHEN NOT coalesce(ids_ok, true) THEN 'hash_ids holds an item that is not a non-negative integer' END],
+                  WHEN NOT coalesce(ids_ok, true) THEN 'hash_ids holds an item that is not a non-negative integer' END,
+             CASE WHEN $tenant_path IS NOT NULL AND tenant_value IS NULL
+                  THEN format('{} is {}, expected a string or an integer', $tenant_label, t_tenant) END],
             lambda x: x IS NOT NULL), '; ')
         WHEN 'out_of_range' THEN array_to_string(list_filter(
             [CASE WHEN ts_ms < 0 THEN 'timestamp < 0' END,
@@ -96,7 +110,8 @@ SELECT
     END AS detail,
     CASE WHEN reason IS NULL THEN $start::TIMESTAMPTZ
         + to_microseconds(CAST(round(ts_ms * 1000) AS BIGINT)) END AS arrival_ts,
-    CASE WHEN reason IS NULL THEN $tenant::VARCHAR END AS tenant,
+    CASE WHEN reason IS NULL THEN
+        CASE WHEN $tenant_path IS NULL THEN $tenant::VARCHAR ELSE tenant_value END END AS tenant,
     CASE WHEN reason IS NULL THEN input_tokens END AS input_tokens,
     CASE WHEN reason IS NULL THEN output_tokens END AS output_tokens,
     $block_size::INTEGER AS block_size,
