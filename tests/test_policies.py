@@ -243,3 +243,15 @@ def test_long_traces_match_the_reference(name, requests, capacity, data):
 def test_lfu_worked_examples(requests, capacity, hits) -> None:
     assert POLICIES["lfu"].hit_blocks(make_trace(requests), capacity).tolist() == hits
     assert reference_hit_blocks("lfu", requests, capacity) == hits
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests=st.one_of(prefix_chains(), arbitrary))
+def test_belady_next_uses_are_the_traces(requests) -> None:
+    """Belady scans its next uses itself; they are ``Trace.next_use``, repeats included."""
+    from prefixscope.analysis.policies._heaps import _next_uses
+
+    trace = make_trace(requests)
+    later = np.full(trace.n_unique, trace.n_requests, np.int32)
+    got = _next_uses(trace.offsets, trace.blocks, later, np.empty(trace.n_lookups, np.int32))
+    assert got.tolist() == trace.next_use.tolist()
