@@ -7,6 +7,8 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -101,6 +103,48 @@ def prefect_server() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+#: `make demo`'s command line, less its paths.
+DEMO = (
+    "fleet-report --input {sample} --tenant kimi --synthetic-tenants chat,search,agent "
+    "--isolation shared,salted --warehouse {wh} --out {page}"
+)
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """`make demo`'s command, run once: where it wrote the warehouse and the page, its exit
+    status, and everything it printed (stdout and stderr together, as a terminal shows them).
+    Open ``warehouse`` read-only only; a test that writes works on a copy."""
+
+    warehouse: Path
+    page: Path
+    returncode: int
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """The demo, run once per session in a subprocess as a user's shell runs it (a whole
+    fleet_report flow: a minute or two). Tests that use it carry the ``flow`` and ``slow``
+    markers."""
+    folder = tmp_path_factory.mktemp("demo")
+    wh, page = folder / "demo.duckdb", folder / "report.html"
+    # Prefect's logging as a user's shell has it (the tests quiet it for their own process).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
+    env.pop("PREFECT_SERVER_LOGGING_LEVEL", None)
+    argv = DEMO.format(sample=SAMPLE, wh=wh, page=page).split()
+    out = subprocess.run(
+        [sys.executable, "-m", "prefixscope.cli", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # everything the terminal would show
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    return DemoRun(wh, page, out.returncode, out.stdout)
 
 
 @pytest.fixture(scope="session")

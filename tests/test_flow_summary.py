@@ -4,44 +4,24 @@ logs adding to the trend."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import duckdb
 import pytest
 
-from tests.conftest import SAMPLE
+from tests.conftest import DemoRun
 from tests.test_history import TENANTS, write_hour
 from tests.test_report import figures
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
-#: `make demo`'s command line, less its paths.
-DEMO = (
-    "fleet-report --input {sample} --tenant kimi --synthetic-tenants chat,search,agent "
-    "--isolation shared,salted --warehouse {wh} --out {page}"
-)
 
-
-def test_the_demo_prints_a_short_answer_and_nothing_else(tmp_path: Path) -> None:
-    wh, page = tmp_path / "demo.duckdb", tmp_path / "report.html"
-    # Prefect's logging as a user's shell has it (the tests quiet it for their own process).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
-    env.pop("PREFECT_SERVER_LOGGING_LEVEL", None)
-    argv = DEMO.format(sample=SAMPLE, wh=wh, page=page).split()
-    out = subprocess.run(
-        [sys.executable, "-m", "prefixscope.cli", *argv],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,  # everything the terminal would show
-        text=True,
-        timeout=240,
-        check=False,
-    )
+def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> None:
+    # the demo's command is run once per session (conftest.demo_run), shared with
+    # test_questions
+    wh, page, out = demo_run.warehouse, demo_run.page, demo_run
     assert out.returncode == 0, out.stdout
     lines = out.stdout.splitlines()
     assert len(lines) <= 15, out.stdout
