@@ -255,3 +255,27 @@ def test_belady_next_uses_are_the_traces(requests) -> None:
     later = np.full(trace.n_unique, trace.n_requests, np.int32)
     got = _next_uses(trace.offsets, trace.blocks, later, np.empty(trace.n_lookups, np.int32))
     assert got.tolist() == trace.next_use.tolist()
+
+
+# S3-FIFO when M holds only blocks in use: [a0..a31] fills a cache of 32; [a0..a30 b31..b78]
+# shares 31 blocks; evicting down to 32 leaves S below its share (3) with M all in use (each of
+# a0..a30 has a cached child), so S must give its victim anyway.
+S3FIFO_STARVED = ([list(range(32)), [*range(31), *range(100, 148)]], 32)
+
+
+@pytest.mark.timeout(60, method="thread")  # a regression loops inside compiled code
+def test_s3fifo_evicts_from_s_below_its_share_when_m_has_nothing_to_give() -> None:
+    requests, capacity = S3FIFO_STARVED
+    hits = POLICIES["s3fifo"].hit_blocks(make_trace(requests), capacity).tolist()
+    assert hits == reference_hit_blocks("s3fifo", requests, capacity) == [0, 31]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=prefix_chains(n_roots=2, depth=30, max_requests=12),
+    capacity=st.integers(1, 20),
+)
+@pytest.mark.timeout(120, method="thread")
+def test_s3fifo_matches_its_reference_on_requests_longer_than_the_cache(requests, capacity):
+    got = POLICIES["s3fifo"].hit_blocks(make_trace(requests), capacity).tolist()
+    assert got == reference_hit_blocks("s3fifo", requests, capacity)

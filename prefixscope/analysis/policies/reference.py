@@ -112,6 +112,31 @@ def _s3fifo(
     def in_use(b: int) -> bool:  # it has a cached child
         return any(parent[c] == b for c in (*small, *main))
 
+    def from_small() -> int | None:
+        for _ in range(len(small)):
+            v = small.popleft()
+            if in_use(v) or freq[v] > 1:
+                main.append(v)
+                continue
+            ghost.append(v)
+            if len(ghost) > ghost_cap:
+                ghost.popleft()
+            return v
+        return None
+
+    def from_main() -> int | None:
+        for _ in range(4 * len(main) + 1):
+            if not main:
+                break
+            v = main.popleft()
+            if in_use(v) or freq[v] > 0:
+                if not in_use(v):
+                    freq[v] -= 1
+                main.append(v)
+                continue
+            return v
+        return None
+
     for r, blocks in enumerate(requests):
         in_cache = set(small) | set(main)
         k = 0
@@ -132,28 +157,11 @@ def _s3fifo(
         while len(small) + len(main) > capacity:
             victim = None
             if len(small) >= small_cap:
-                for _ in range(len(small)):
-                    v = small.popleft()
-                    if in_use(v) or freq[v] > 1:
-                        main.append(v)
-                        continue
-                    ghost.append(v)
-                    if len(ghost) > ghost_cap:
-                        ghost.popleft()
-                    victim = v
-                    break
+                victim = from_small()
             if victim is None:
-                for _ in range(4 * len(main) + 1):
-                    if not main:
-                        break
-                    v = main.popleft()
-                    if in_use(v) or freq[v] > 0:
-                        if not in_use(v):
-                            freq[v] -= 1
-                        main.append(v)
-                        continue
-                    victim = v
-                    break
+                victim = from_main()
+            if victim is None:  # M holds only blocks in use: S gives one, whatever its share
+                victim = from_small()
     return result
 
 
