@@ -19,32 +19,13 @@ NONE = -1
 
 
 @numba.njit(cache=True, nogil=True)
-def first_parents(offsets, blocks, n_unique):  # type: ignore[no-untyped-def]
-    """Per dense id: the block before it at its first lookup (NONE for a first block), and
-    its position at its last lookup (a chained hash always sits at the same one)."""
-    parent = np.full(n_unique, NONE, np.int32)
-    depth = np.zeros(n_unique, np.int64)
-    seen = np.zeros(n_unique, np.bool_)
-    for r in range(offsets.size - 1):
-        start = offsets[r]
-        for p in range(start, offsets[r + 1]):
-            b = blocks[p]
-            depth[b] = p - start
-            if not seen[b]:
-                seen[b] = True
-                if p > start:
-                    parent[b] = blocks[p - 1]
-    return parent, depth
-
-
-@numba.njit(cache=True, nogil=True)
 def by_owner(offsets, blocks, order, owner, n_unique, flags):  # type: ignore[no-untyped-def]
     """Walk the requests in ``order`` (grouped by ``owner``, ascending within an owner). Per
     dense id, how many distinct owners look it up; with ``flags``, per lookup whether an
     earlier request of the same owner looked the block up (else an empty array)."""
-    mark = np.full(n_unique, NONE, np.int64)
-    first = np.zeros(n_unique, np.int64)  # the owner's earliest request using the block
-    count = np.zeros(n_unique, np.int64)
+    mark = np.full(n_unique, NONE, np.int32)
+    first = np.zeros(n_unique, np.int32)  # the owner's earliest request using the block
+    count = np.zeros(n_unique, np.int32)
     earlier = np.zeros(blocks.size if flags else 0, np.bool_)
     for i in range(order.size):
         r = order[i]
@@ -58,44 +39,6 @@ def by_owner(offsets, blocks, order, owner, n_unique, flags):  # type: ignore[no
             elif flags and first[b] < r:
                 earlier[p] = True
     return count, earlier
-
-
-@numba.njit(cache=True, nogil=True)
-def tenant_keys(offsets, blocks, tenants, n_unique):  # type: ignore[no-untyped-def]
-    """A dense key per lookup for its (tenant, block) pair: the block's own id for the first
-    tenant that looked it up, else NONE (the caller numbers those pairs, which are few: only
-    blocks that several tenants share)."""
-    owner = np.full(n_unique, NONE, np.int32)
-    key = np.empty(blocks.size, np.int64)
-    for r in range(offsets.size - 1):
-        t = tenants[r]
-        for p in range(offsets[r], offsets[r + 1]):
-            b = blocks[p]
-            if owner[b] == NONE:
-                owner[b] = t
-            key[p] = b if owner[b] == t else NONE
-    return key
-
-
-@numba.njit(cache=True, nogil=True)
-def fork_pairs(offsets, blocks, full, n_unique):  # type: ignore[no-untyped-def]
-    """Distinct (block, next full block) pairs, counted per block. A chained block has one
-    parent, so a child's first parent names its pair; a child seen after another parent (a
-    trace whose ids are not chained) is returned as ``(parent, child)`` rows for the caller to
-    count once each."""
-    first_parent = np.full(n_unique, NONE, np.int64)
-    forks = np.zeros(n_unique, np.int64)
-    extra = []
-    for r in range(offsets.size - 1):
-        start = offsets[r]
-        for p in range(start + 1, start + full[r]):
-            a, c = blocks[p - 1], blocks[p]
-            if first_parent[c] == NONE:
-                first_parent[c] = a
-                forks[a] += 1
-            elif first_parent[c] != a:
-                extra.append(np.int64(a) * n_unique + c)
-    return forks, np.array(extra, dtype=np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -129,7 +72,7 @@ def reuse_histogram(
     n_bins = edges.size + 1
     counts = np.zeros((n_groups, n_bins), np.int64)
     tokens = np.zeros((n_groups, n_bins), np.int64)
-    last = np.full(n_unique, NONE, np.int64)
+    last = np.full(n_unique, NONE, np.int32)
     for r in range(offsets.size - 1):
         start = offsets[r]
         g = group[r]
@@ -155,3 +98,48 @@ def group_sums(codes, values, n_groups):  # type: ignore[no-untyped-def]
         for j in range(values.shape[1]):
             out[codes[i], j] += values[i, j]
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def child_max(parent, values):  # type: ignore[no-untyped-def]
+    """Per dense id, the largest of ``values`` over its children (0 without any)."""
+    out = np.zeros(parent.size, np.int64)
+    for c in range(parent.size):
+        a = parent[c]
+        if a != NONE and values[c] > out[a]:
+            out[a] = values[c]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def users_of(offsets, blocks, input_tokens, block_size, which, n_ends):  # type: ignore[no-untyped-def]
+    """For the blocks with ``which[b] >= 0`` (an index below ``n_ends``): the requests that look
+    each up, ascending (CSR: ``starts``, ``requests``), and the most tokens one of its lookups
+    holds (0 where none)."""
+    last = np.full(n_ends, NONE, np.int64)
+    count = np.zeros(n_ends + 1, np.int64)
+    tail = np.zeros(n_ends, np.int64)
+    for r in range(offsets.size - 1):
+        start = offsets[r]
+        for p in range(start, offsets[r + 1]):
+            i = which[blocks[p]]
+            if i == NONE:
+                continue
+            tail[i] = max(
+                tail[i], min(max(input_tokens[r] - (p - start) * block_size, 0), block_size)
+            )
+            if last[i] != r:
+                last[i] = r
+                count[i + 1] += 1
+    starts = np.cumsum(count)
+    requests = np.empty(starts[-1], np.int64)
+    fill = starts[:-1].copy()
+    last[:] = NONE
+    for r in range(offsets.size - 1):
+        for p in range(offsets[r], offsets[r + 1]):
+            i = which[blocks[p]]
+            if i != NONE and last[i] != r:
+                last[i] = r
+                requests[fill[i]] = r
+                fill[i] += 1
+    return starts, requests, tail

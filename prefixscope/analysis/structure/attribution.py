@@ -42,7 +42,7 @@ def session_use(trace: Trace, session: np.ndarray) -> SessionUse:
     count, earlier = _kernels.by_owner(
         trace.offsets, trace.blocks, order, session, trace.n_unique, True
     )
-    return SessionUse(count, earlier)
+    return SessionUse(count.astype(np.int64), earlier)
 
 
 def own_history(trace: Trace, session: np.ndarray) -> np.ndarray:

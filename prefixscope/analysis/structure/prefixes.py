@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from prefixscope.analysis.structure import _kernels
-from prefixscope.analysis.trace.csr import Trace, block_tokens
+from prefixscope.analysis.structure.scan import Scan, scan
+from prefixscope.analysis.trace.csr import Trace
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Ranking:
 
 def depth(trace: Trace) -> np.ndarray:
     """Per dense id, its 0-based position (a chained hash always sits at the same depth)."""
-    return _kernels.first_parents(trace.offsets, trace.blocks, trace.n_unique)[1]
+    return scan(trace).depth.astype(np.int64)
 
 
 def distinct_users(
@@ -40,7 +41,8 @@ def distinct_users(
     owner = np.asarray(owner, np.int64)
     rows = np.arange(trace.n_requests) if measured is None else np.flatnonzero(measured)
     order = rows[np.argsort(owner[rows], kind="stable")]
-    return _kernels.by_owner(trace.offsets, trace.blocks, order, owner, trace.n_unique, False)[0]
+    count = _kernels.by_owner(trace.offsets, trace.blocks, order, owner, trace.n_unique, False)[0]
+    return count.astype(np.int64)
 
 
 def rank(
@@ -48,19 +50,21 @@ def rank(
     session: np.ndarray,
     measured: np.ndarray | None = None,
     sessions: np.ndarray | None = None,
+    scanned: Scan | None = None,
 ) -> Ranking:
     """Every shared prefix of the ``measured`` requests (default: all), best first.
-    ``sessions``: :func:`distinct_users` of ``session`` over them, where already counted."""
+    ``sessions``: :func:`distinct_users` of ``session`` over them, and ``scanned``:
+    :func:`scan.scan`, where already at hand."""
     if sessions is None:
         sessions = distinct_users(trace, session, measured)
-    requests = np.arange(trace.n_requests)
-    uses = distinct_users(trace, requests, measured)
-    parent, at_depth = _kernels.first_parents(trace.offsets, trace.blocks, trace.n_unique)
-    child_max = np.zeros(trace.n_unique, dtype=np.int64)
-    has_parent = parent >= 0
-    np.maximum.at(child_max, parent[has_parent], sessions[has_parent])
+    s = scanned or scan(trace)
+    if measured is None:
+        uses = s.requests.astype(np.int64)
+    else:
+        uses = distinct_users(trace, np.arange(trace.n_requests), measured)
+    child_max = _kernels.child_max(s.parent, sessions)
     ends = np.flatnonzero((sessions >= 2) & (child_max < sessions))
-    order = np.lexsort((-uses[ends], -at_depth[ends], -sessions[ends]))
+    order = np.lexsort((-uses[ends], -s.depth[ends].astype(np.int64), -sessions[ends]))
     ends = ends[order]
     return Ranking(ends.astype(np.int64), sessions[ends], uses[ends])
 
@@ -74,29 +78,25 @@ class PrefixUse:
     tokens: int  # length of the prefix
 
 
-def uses(trace: Trace, ends: np.ndarray) -> list[PrefixUse]:
-    """For each of ``ends``, the requests that look it up, their tenants and its length."""
-    wanted = np.zeros(trace.n_unique, bool)
-    wanted[ends] = True
-    hit = np.flatnonzero(wanted[trace.blocks])
-    request = np.searchsorted(trace.offsets, hit, side="right") - 1
-    block = trace.blocks[hit]
-    position = hit - trace.offsets[request]
-    sizes = block_tokens(trace.input_tokens[request], position, trace.block_size)
-    order = np.argsort(block, kind="stable")  # lookups, so requests, are ascending within
-    block, request, sizes = block[order], request[order], sizes[order]
-    bounds = np.searchsorted(block, ends), np.searchsorted(block, ends, side="right")
-    at_depth = depth(trace)
+def uses(trace: Trace, ends: np.ndarray, at_depth: np.ndarray | None = None) -> list[PrefixUse]:
+    """For each of ``ends`` (distinct), the requests that look it up, their tenants and its
+    length (``at_depth``: :func:`depth`, where already at hand)."""
+    which = np.full(trace.n_unique, -1, np.int32)
+    which[ends] = np.arange(len(ends))
+    starts, requests, tail = _kernels.users_of(
+        trace.offsets, trace.blocks, trace.input_tokens, trace.block_size, which, len(ends)
+    )
+    at_depth = depth(trace) if at_depth is None else at_depth
     out = []
-    for end, lo, hi in zip(ends, *bounds, strict=True):
-        users = np.unique(request[lo:hi])
+    for i, end in enumerate(ends):
+        users = requests[starts[i] : starts[i + 1]]
         codes = np.unique(trace.tenant_codes[users])
-        tail = int(sizes[lo:hi].max()) if hi > lo else trace.block_size
+        last = int(tail[i]) if len(users) else trace.block_size
         out.append(
             PrefixUse(
                 requests=users,
                 tenants=tuple(trace.tenants[c] for c in codes),
-                tokens=int(at_depth[end]) * trace.block_size + tail,
+                tokens=int(at_depth[end]) * trace.block_size + last,
             )
         )
     return out

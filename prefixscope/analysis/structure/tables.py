@@ -4,6 +4,8 @@ in, Arrow tables out). Semantics: docs/structure.md."""
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -21,6 +23,7 @@ from prefixscope.analysis.structure import (
     turns,
 )
 from prefixscope.analysis.structure.log import RequestLog
+from prefixscope.analysis.structure.scan import Scan, scan
 from prefixscope.analysis.structure.schemas import (
     FIRST_NEW_SCHEMA,
     HIT_SOURCES_SCHEMA,
@@ -32,6 +35,9 @@ from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET, hit_tokens
 
 ALL_KINDS = "*"
+#: Pinned replays run at once (``shared_prefixes``); each holds about 25 bytes per distinct
+#: block and one per lookup.
+PINNED_THREADS = 4
 TABLES = (
     "turns",
     "session_stats",
@@ -56,9 +62,10 @@ class StructureSettings:
 
 def analyse(trace: Trace, log: RequestLog, settings: StructureSettings) -> dict[str, pa.Table]:
     """Every structure table of ``trace`` (without run ids)."""
-    t = turns.build_turns(trace, log.ids, settings.max_forks)
+    scanned = scan(trace)
+    t = turns.build_turns(trace, log.ids, settings.max_forks, scanned)
     kind = request_kinds(log, t)
-    outcomes = {("ceiling", None): POLICIES["ceiling"].replay(trace, None, PolicyOptions())}
+    outcomes = {("ceiling", None): scanned.ceiling}
     if settings.capacity_blocks:
         lru = POLICIES["lru"].replay(trace, settings.capacity_blocks, PolicyOptions())
         outcomes[("lru", settings.capacity_blocks)] = lru
@@ -68,7 +75,7 @@ def analyse(trace: Trace, log: RequestLog, settings: StructureSettings) -> dict[
     return {
         "turns": turns_table(trace, log, t, kind),
         "session_stats": session_stats(trace, log, t, groups),
-        "shared_prefixes": shared_prefixes(trace, t, settings, outcomes, use.sessions),
+        "shared_prefixes": shared_prefixes(trace, t, settings, outcomes, use.sessions, scanned),
         "hit_sources": hit_sources(trace, t, outcomes, groups, use.earlier),
         "first_new_blocks": first_new_blocks(trace, outcomes[("ceiling", None)], groups),
         "reuse_times": reuse_times(trace, kind),
@@ -201,23 +208,23 @@ def shared_prefixes(
     settings: StructureSettings,
     outcomes: dict[tuple[str, int | None], Outcome],
     sessions: np.ndarray | None = None,
+    scanned: Scan | None = None,
 ) -> pa.Table:
-    ranking = prefixes.rank(trace, t.session, sessions=sessions)
+    s = scanned or scan(trace)
+    parent, depth = s.parent, s.depth
+    ranking = prefixes.rank(trace, t.session, sessions=sessions, scanned=s)
     ends = ranking.ends[: settings.top]
     cap = settings.capacity_blocks
     lru_tokens = None
     if cap:
         lru_tokens = int(hit_tokens(trace, outcomes[("lru", cap)].hit_blocks).sum())
-    parent, depth = _kernels.first_parents(trace.offsets, trace.blocks, trace.n_unique)
+    pinned = pinned_hit_tokens(
+        trace, ends[: settings.simulate_top] if cap else ends[:0], cap, parent
+    )
     rows = []
-    for i, (end, use) in enumerate(zip(ends, prefixes.uses(trace, ends), strict=True)):
+    for i, (end, use) in enumerate(zip(ends, prefixes.uses(trace, ends, depth), strict=True)):
         times = trace.times[use.requests]
-        pinned_tokens = None
-        if cap and i < settings.simulate_top:
-            mask = pins.with_ancestors(trace, np.array([end]), parent)
-            if int(mask.sum()) <= cap:
-                out = POLICIES["pinned"].hit_blocks(trace, cap, PolicyOptions(pinned=mask))
-                pinned_tokens = int(hit_tokens(trace, out).sum())
+        pinned_tokens = pinned[i] if i < len(pinned) else None
         rows.append(
             {
                 "rank": i + 1,
@@ -238,6 +245,25 @@ def shared_prefixes(
             }
         )
     return pa.Table.from_pylist(rows, schema=SHARED_PREFIXES_SCHEMA)
+
+
+def pinned_hit_tokens(
+    trace: Trace, ends: np.ndarray, capacity: int | None, parent: np.ndarray
+) -> list[int | None]:
+    """Per prefix end, the hit tokens of ``pinned`` with that prefix pinned (None where its
+    blocks do not fit). The replays are independent and release the GIL, so they run side
+    by side, at most :data:`PINNED_THREADS` at once (each holds a cache's arrays)."""
+    masks = [pins.with_ancestors(trace, np.array([end]), parent) for end in ends]
+
+    def replay(mask: np.ndarray) -> int | None:
+        if capacity is None or int(mask.sum()) > capacity:
+            return None
+        out = POLICIES["pinned"].hit_blocks(trace, capacity, PolicyOptions(pinned=mask))
+        return int(hit_tokens(trace, out).sum())
+
+    workers = max(1, min(PINNED_THREADS, os.cpu_count() or 1, len(masks)))
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(replay, masks))
 
 
 def hit_sources(

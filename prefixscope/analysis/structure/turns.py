@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from prefixscope.analysis.structure import _kernels
+from prefixscope.analysis.structure.scan import Scan, full_blocks, scan
 from prefixscope.analysis.trace.csr import Trace
 
 NONE = -1
@@ -83,46 +83,27 @@ class Turns:
     inferred: np.ndarray  # int64: the inferred parent (rules 1-4), also where the log names one
 
 
-def full_blocks(trace: Trace) -> np.ndarray:
-    """Full blocks per request: all of them for token sources, all but a partial last block
-    for hash-id traces (``len = ceil(input_tokens / block_size)``)."""
-    return np.minimum(trace.blocks_per_request, trace.input_tokens // trace.block_size)
-
-
 def fork_counts(trace: Trace) -> np.ndarray:
     """Per dense id, how many distinct *full* blocks follow it in any request."""
-    forks, extra = _kernels.fork_pairs(
-        trace.offsets, trace.blocks, full_blocks(trace), trace.n_unique
-    )
-    if len(extra):
-        pairs = np.unique(extra)
-        forks += np.bincount(pairs // trace.n_unique, minlength=trace.n_unique)
-    return forks
+    return scan(trace).forks.astype(np.int64)
 
 
-def infer_parents(trace: Trace, max_forks: int = MAX_FORKS) -> tuple[np.ndarray, np.ndarray]:
+def infer_parents(
+    trace: Trace, max_forks: int = MAX_FORKS, scanned: Scan | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Rules 1–4 of the module docstring: per request the inferred parent (NONE: none) and the
-    number of leading blocks it shares with it."""
+    number of leading blocks it shares with it (``scanned``: :func:`scan.scan`, if at hand)."""
     if trace.n_requests == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int32)
-    # Key every lookup by (tenant, block): a parent is always of the same tenant.
-    key = _kernels.tenant_keys(trace.offsets, trace.blocks, trace.tenant_codes, trace.n_unique)
-    shared = np.flatnonzero(key == NONE)
-    n_keys = trace.n_unique
-    if len(shared):
-        request = np.searchsorted(trace.offsets, shared, side="right") - 1
-        pairs = trace.tenant_codes[request].astype(np.int64) * trace.n_unique
-        numbered, inverse = np.unique(pairs + trace.blocks[shared], return_inverse=True)
-        key[shared] = n_keys + inverse.ravel()
-        n_keys += len(numbered)
+    s = scanned or scan(trace)
     return _infer(
         trace.offsets,
         trace.blocks,
-        key,
-        n_keys,
+        s.key,
+        s.n_keys,
         full_blocks(trace),
         trace.input_tokens,
-        fork_counts(trace),
+        s.forks,
         int(max_forks),
     )
 
@@ -132,12 +113,17 @@ def chain(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _chain(np.asarray(parent, np.int64))
 
 
-def build_turns(trace: Trace, log: LogIds | None = None, max_forks: int = MAX_FORKS) -> Turns:
+def build_turns(
+    trace: Trace,
+    log: LogIds | None = None,
+    max_forks: int = MAX_FORKS,
+    scanned: Scan | None = None,
+) -> Turns:
     """Parents, turns and sessions: from the log where it has them (Bailian chat ids first,
     then a session id column), inferred elsewhere."""
     n = trace.n_requests
     log = log or LogIds.empty(n)
-    inferred, _ = infer_parents(trace, max_forks)
+    inferred, _ = infer_parents(trace, max_forks, scanned)
     logged = logged_parents(log)
     by_log = log.has_chat | log.has_session
     parent = np.where(by_log, logged, inferred)
@@ -198,8 +184,8 @@ def link_accuracy(truth: np.ndarray, inferred: np.ndarray) -> tuple[int, int, in
 @numba.njit(cache=True)
 def _infer(offsets, blocks, key, n_keys, full, tokens, forks, max_forks):  # type: ignore[no-untyped-def]
     n = len(full)
-    latest = np.full(n_keys, NONE, np.int64)  # per (tenant, block): latest request ending there
-    previous = np.full(n, NONE, np.int64)  # per request: the one ending there before it
+    latest = np.full(n_keys, NONE, np.int32)  # per (tenant, block): latest request ending there
+    previous = np.full(n, NONE, np.int32)  # per request: the one ending there before it
     parent = np.full(n, NONE, np.int64)
     shared = np.zeros(n, np.int32)
     for b in range(n):
