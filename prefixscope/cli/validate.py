@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from prefixscope.analysis.validate.tables import FIT_POLICIES
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 
@@ -17,7 +18,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
         default="lru",
-        choices=["lru", "fifo", "lfu"],
+        choices=list(FIT_POLICIES),
         help="the cache that explains the reports: lru exactly at every capacity, the others "
         "at a refined grid (lru)",
     )

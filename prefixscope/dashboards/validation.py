@@ -116,7 +116,7 @@ def summary_text(agreement: Sequence[dict[str, Any]], disagreements: Sequence[di
                 f"{c['reported']:>9} {c['simulated']:>9} {c['error']:>8} {c['block']:>5} "
                 f"{c['hit_capacity']:>9}  {c['cause']}"
             )
-    else:
+    elif fleet["reported_more"] + fleet["reported_fewer"] == 0:
         lines.append("every compared request agrees")
     return "\n".join(lines)
 

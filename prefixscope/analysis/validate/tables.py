@@ -21,10 +21,8 @@ from prefixscope.analysis.validate.reported import (
 )
 
 #: The policies an effective capacity can be fitted for: ``lru`` exactly at every capacity,
-#: the others at a refined grid (``fit.py``). Unbounded or option-bound policies have none;
-#: s3fifo is left out while its kernel can loop forever (a request longer than the capacity,
-#: seen twice).
-FIT_POLICIES = ("lru", "fifo", "lfu")
+#: the others at a refined grid (``fit.py``). Unbounded or option-bound policies have none.
+FIT_POLICIES = ("lru", "fifo", "lfu", "s3fifo")
 
 VALIDATION_SCHEMA = pa.schema(
     [
