@@ -13,8 +13,9 @@ import pytest
 from prefixscope import sql, warehouse
 from prefixscope.cli import main
 from prefixscope.ingest import IngestOptions, ingest_files
-from prefixscope.ingest.formats import mooncake
-from prefixscope.ingest.formats.mooncake import Mooncake, fast_query
+from prefixscope.ingest.formats import mooncake, plain
+from prefixscope.ingest.formats.mooncake import Mooncake
+from prefixscope.ingest.formats.plain import fast_query
 from prefixscope.ingest.lines import FileReadState, read_line_batches
 from tests.conftest import mooncake_line
 
@@ -75,12 +76,12 @@ def test_extra_fields_take_the_fast_path_and_change_no_row(
     wh, tmp_path, write_lines, loaded_sql, kind: str, first: bool
 ) -> None:
     _, con = wh
-    plain = plain_lines()
-    ingest(con, [write_lines(plain)])
+    canonical = plain_lines()
+    ingest(con, [write_lines(canonical)])
     expected = rows(con)
     con.execute("DELETE FROM requests")
     del loaded_sql[:]
-    result = ingest(con, [write_lines([with_extra(x, EXTRA[kind], first) for x in plain])])
+    result = ingest(con, [write_lines([with_extra(x, EXTRA[kind], first) for x in canonical])])
     assert (result.lines, result.accepted, result.rejected) == (6, 6, 0)
     assert rows(con) == expected
     assert "ingest/mooncake" not in loaded_sql  # the full rule chain never ran
@@ -145,7 +146,7 @@ def test_the_fast_path_agrees_with_the_full_rule_chain(
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     both = Mooncake().parse(con, batch, options)
-    monkeypatch.setattr(mooncake, "fast_query", lambda _: None)
+    monkeypatch.setattr(plain, "fast_query", lambda _: None)
     alone = Mooncake().parse(con, batch, options)
     assert both.num_rows == alone.num_rows == batch.num_rows
     assert both.to_pylist() == alone.to_pylist()

@@ -5,14 +5,15 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope import sql
+from prefixscope.ingest.formats import plain
 from prefixscope.ingest.formats.base import (
     MAX_ARRIVAL_US,
     MIN_ARRIVAL_US,
@@ -20,10 +21,7 @@ from prefixscope.ingest.formats.base import (
     JsonLines,
     conform,
 )
-from prefixscope.ingest.formats.jsonfields import ROOT, Field, json_path
-
-#: The fields every Mooncake line has, read as their raw JSON by the fast path.
-FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+from prefixscope.ingest.formats.jsonfields import Field, json_path
 
 
 @dataclass(frozen=True)
@@ -34,60 +32,39 @@ class Mooncake(JsonLines):
     def parse(
         self, con: duckdb.DuckDBPyConnection, batch: pa.Table, options: IngestOptions
     ) -> pa.Table:
+        block_size = options.block_size or self.default_block_size
         tenant_path = options.field("tenant")
+        # Lines of plain values are read by one cheap pass, whatever other fields they carry;
+        # the rest (rare in a real log) go through the full rule chain, which alone decides
+        # what is rejected and why.
+        query = plain.fast_query(tenant_path)
+        parsed = conform(
+            plain.plain_rows(con, batch, options, block_size, query)
+            if query is not None
+            else pa.table({"line": pa.array([], pa.int64())})
+        )
+        if parsed.num_rows == batch.num_rows:
+            return _in_line_order(parsed)
         params = {
-            "block_size": options.block_size or self.default_block_size,
+            "block_size": block_size,
             "max_line_bytes": options.max_line_bytes,
             "start": options.start,
             "tenant": options.tenant,
             "min_us": MIN_ARRIVAL_US,
             "max_us": MAX_ARRIVAL_US,
+            "tenant_path": json_path(tenant_path) if tenant_path else None,
+            "tenant_label": Field("tenant", tenant_path or "", "id").label,
         }
-        fast = fast_query(tenant_path)
-        # Lines of plain values are read by one cheap pass, whatever other fields they carry;
-        # the rest (rare in a real log) go through the full rule chain, which alone decides
-        # what is rejected and why.
-        con.register("batch", batch)
+        rest = batch.filter(pc.invert(pc.is_in(batch["line"], parsed["line"])))
+        con.register("batch", rest)
         try:
-            if fast is not None:
-                query, structure = fast
-                fast_params = {**params, "structure": structure, "tenant_field": bool(tenant_path)}
-                parsed = con.sql(query, params=fast_params).to_arrow_table()
-            else:
-                parsed = conform(pa.table({"line": pa.array([], pa.int64())}))
-            if parsed.num_rows < batch.num_rows:
-                rest = batch.filter(pc.invert(pc.is_in(batch["line"], parsed["line"])))
-                con.register("batch", rest)
-                slow_params = {
-                    **params,
-                    "tenant_path": json_path(tenant_path) if tenant_path else None,
-                    "tenant_label": Field("tenant", tenant_path or "", "id").label,
-                }
-                slow = con.sql(sql.load("ingest/mooncake"), params=slow_params).to_arrow_table()
-                parsed = pa.concat_tables(
-                    [conform(parsed), conform(slow)], promote_options="permissive"
-                )
-                parsed = parsed.sort_by("line")
+            slow = con.sql(sql.load("ingest/mooncake"), params=params).to_arrow_table()
         finally:
             con.unregister("batch")
-        return conform(parsed)
+        return pa.concat_tables([parsed, conform(slow)]).sort_by("line")
 
 
-def fast_query(tenant_path: str | None) -> tuple[str, str] | None:
-    """The fast path's SQL and its ``json_transform`` structure: the four fields and, when one
-    is mapped, the tenant at its dotted path, each read as raw JSON. None when the tenant path
-    is the line itself or lies inside one of the four fields: then every line takes the full
-    rule chain."""
-    structure: dict[str, object] = dict.fromkeys(FIELDS, "JSON")
-    access = "NULL::JSON"
-    if tenant_path:
-        parts = tenant_path.split(".")
-        if tenant_path == ROOT or parts[0] in FIELDS or "" in parts:
-            return None
-        node = structure
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})  # type: ignore[assignment]
-        node[parts[-1]] = "JSON"
-        access = "f." + ".".join('"' + p.replace('"', '""') + '"' for p in parts)
-    query = sql.load("ingest/mooncake_fast").replace("f.tenant_path", access)
-    return query, json.dumps(structure)
+def _in_line_order(rows: pa.Table) -> pa.Table:
+    """``rows`` sorted by line: as they are when already in order (the usual case)."""
+    line = rows["line"].to_numpy()
+    return rows if bool(np.all(line[1:] > line[:-1])) else rows.sort_by("line")

@@ -1,0 +1,220 @@
+"""Mooncake's fast path: lines whose fields hold plain values, whatever else the lines carry.
+
+DuckDB parses each line once into the minified JSON text of just the fields
+(``mooncake_fast.sql``); a compiled pass then reads those texts, keeping a line only when every
+value has a plain shape -- a timestamp of digits with at most one decimal point, lengths of
+digits, ``hash_ids`` a flat array of integers of at most 19 digits, a tenant that is a string
+without escapes or an integer -- and the line breaks no rule of ``mooncake.sql``. Each plain
+shape is one that ``mooncake.sql`` reads with the type it requires, into the same value, so
+every line kept here is accepted there with the same row; every other line is left to it, the
+authority on what is rejected and why (``tests/test_ingest_extra_fields.py`` checks the two
+agree on edge lines).
+"""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import numba
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prefixscope import sql
+from prefixscope.ingest.formats.base import MAX_ARRIVAL_US, MIN_ARRIVAL_US, IngestOptions
+from prefixscope.ingest.formats.jsonfields import ROOT
+
+#: The fields every Mooncake line has, read as their raw JSON by the fast path.
+FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+#: Digits of a plain integer length, and of an id (under 10**19 < 2**64: never overflows).
+_LENGTH_DIGITS = 15
+_ID_DIGITS = 19
+
+
+def fast_query(tenant_path: str | None) -> tuple[str, str] | None:
+    """The fast path's SQL and its ``json_transform`` structure: the four fields and, when one
+    is mapped, the tenant at its dotted path, each read as raw JSON. None when the tenant path
+    is the line itself or lies inside one of the four fields: then every line takes the full
+    rule chain."""
+    structure: dict[str, object] = dict.fromkeys(FIELDS, "JSON")
+    access = "NULL::JSON"
+    if tenant_path:
+        parts = tenant_path.split(".")
+        if tenant_path == ROOT or parts[0] in FIELDS or "" in parts:
+            return None
+        node = structure
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})  # type: ignore[assignment]
+        node[parts[-1]] = "JSON"
+        access = "f." + ".".join('"' + p.replace('"', '""') + '"' for p in parts)
+    query = sql.load("ingest/mooncake_fast").replace("f.tenant_path", access)
+    return query, json.dumps(structure)
+
+
+def plain_rows(
+    con: duckdb.DuckDBPyConnection,
+    batch: pa.Table,
+    options: IngestOptions,
+    block_size: int,
+    query: tuple[str, str],
+) -> pa.Table:
+    """The accepted rows of the lines of ``batch`` (view-free: registers ``batch`` itself) that
+    have plain values: columns line, arrival_ts, tenant, input_tokens, output_tokens,
+    block_size, block_hashes. Lines not among them are for ``mooncake.sql`` to judge."""
+    text, structure = query
+    con.register("batch", batch)
+    try:
+        raw = con.sql(
+            text, params={"structure": structure, "max_line_bytes": options.max_line_bytes}
+        ).to_arrow_table()
+    finally:
+        con.unregister("batch")
+    raw = raw.combine_chunks()
+    ok, ids_offsets, ids, lengths = _scan(
+        *_buffers(raw["timestamp"]),
+        *_buffers(raw["input_length"]),
+        *_buffers(raw["output_length"]),
+        *_buffers(raw["hash_ids"]),
+    )
+    input_tokens, output_tokens = lengths[:, 0], lengths[:, 1]
+    # A row of -1 lengths failed its shape; the block count is the rule mooncake.sql checks.
+    ok &= input_tokens > 0
+    ok &= np.diff(ids_offsets) == (input_tokens + block_size - 1) // block_size
+    ts = np.asarray(pc.cast(pc.if_else(pa.array(ok), raw["timestamp"], "0"), pa.float64()))
+    # The same double arithmetic as mooncake.sql's range rule, so the same lines pass.
+    at = float(options.start_us) + ts * 1000.0
+    ok &= (at >= MIN_ARRIVAL_US) & (at < MAX_ARRIVAL_US)
+    tenant = _tenants(raw["tenant"], options) if options.field("tenant") else None
+    if tenant is not None:
+        ok &= np.asarray(pc.is_valid(tenant))
+    micros = _round_half_away(ts * 1000.0).astype(np.int64) + options.start_us
+    n = int(ok.sum())
+    columns = {
+        "line": raw["line"].combine_chunks(),
+        "arrival_ts": pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "tenant": tenant,
+        "input_tokens": pa.array(input_tokens),
+        "output_tokens": pa.array(output_tokens),
+        "block_hashes": pa.ListArray.from_arrays(pa.array(ids_offsets, pa.int32()), ids),
+    }
+    if n < len(ok):
+        keep = pa.array(ok)
+        columns = {k: v.filter(keep) for k, v in columns.items() if v is not None}
+    if tenant is None:
+        columns["tenant"] = pa.array([options.tenant] * n, pa.string())
+    columns["block_size"] = pa.array(np.full(n, block_size, np.int32))
+    return pa.table(columns)
+
+
+def _buffers(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """The offsets and bytes of a string column without nulls, as numpy arrays."""
+    array = column.chunk(0) if column.num_chunks else pa.array([], pa.string())
+    array = array.cast(pa.large_string()) if array.type != pa.large_string() else array
+    _, offsets, data = array.buffers()
+    offsets = np.frombuffer(offsets, np.int64, len(array) + 1, array.offset * 8)
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(1, np.uint8)
+    return offsets, data
+
+
+def _tenants(column: pa.ChunkedArray, options: IngestOptions) -> pa.Array:
+    """The tenant of each row from its raw JSON: a string without escapes (its text), or an
+    integer of at most 18 digits (its digits, as mooncake.sql writes them); NULL otherwise, for
+    mooncake.sql to judge (an escaped string, another type, missing)."""
+    raw = column.combine_chunks() if column.num_chunks else pa.array([], pa.string())
+    quoted = pc.and_(pc.starts_with(raw, '"'), pc.invert(pc.match_substring(raw, "\\")))
+    integer = pc.match_substring_regex(raw, r"^-?[0-9]{1,18}$")
+    text = pc.utf8_slice_codeunits(raw, 1, -1)
+    empty = pa.scalar(None, pa.string())
+    return pc.if_else(quoted, text, pc.if_else(integer, raw, empty))
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    """DuckDB's round() of non-negative doubles: halves away from zero (not to even)."""
+    down = np.floor(x)
+    return np.where(x - down >= 0.5, down + 1.0, down)
+
+
+@numba.njit(cache=True, nogil=True)
+def _digits(data, start, end, most):  # type: ignore[no-untyped-def]
+    """The value of ``data[start:end]`` when it is 1..``most`` ASCII digits, else -1."""
+    if end <= start or end - start > most:
+        return -1
+    v = 0
+    for p in range(start, end):
+        c = data[p] - 48
+        if c < 0 or c > 9:
+            return -1
+        v = v * 10 + c
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def _plain_time(data, start, end):  # type: ignore[no-untyped-def]
+    """``data[start:end]`` is 1..15 digits, then maybe a point and 1..9 digits."""
+    dot = end
+    for p in range(start, end):
+        if data[p] == 46:  # '.'
+            dot = p
+            break
+    if _digits(data, start, dot, _LENGTH_DIGITS) < 0:
+        return False
+    return dot == end or (end - dot - 1 <= 9 and _digits(data, dot + 1, end, 9) >= 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan(t_off, t_data, i_off, i_data, o_off, o_data, h_off, h_data):  # type: ignore[no-untyped-def]
+    """Per row: whether the timestamp, the two lengths and the ids all have their plain shape;
+    the ids as CSR (a row that fails keeps none); the lengths (-1 where a shape fails)."""
+    n = t_off.size - 1
+    ok = np.zeros(n, np.bool_)
+    lengths = np.full((n, 2), -1, np.int64)
+    counts = np.zeros(n, np.int64)
+    for r in range(n):
+        a, b = h_off[r], h_off[r + 1]
+        if b - a < 3 or h_data[a] != 91 or h_data[b - 1] != 93:  # '[' ... ']', not empty
+            continue
+        items = 1
+        run = 0
+        good = True
+        for p in range(a + 1, b - 1):
+            c = h_data[p]
+            if c == 44:  # ','
+                if run == 0:
+                    good = False
+                    break
+                items += 1
+                run = 0
+            elif 48 <= c <= 57 and run < _ID_DIGITS:
+                run += 1
+            else:
+                good = False
+                break
+        if not good or run == 0:
+            continue
+        inp = _digits(i_data, i_off[r], i_off[r + 1], _LENGTH_DIGITS)
+        out = _digits(o_data, o_off[r], o_off[r + 1], _LENGTH_DIGITS)
+        if inp < 0 or out < 0 or not _plain_time(t_data, t_off[r], t_off[r + 1]):
+            continue
+        ok[r] = True
+        counts[r] = items
+        lengths[r, 0] = inp
+        lengths[r, 1] = out
+    offsets = np.zeros(n + 1, np.int64)
+    for r in range(n):
+        offsets[r + 1] = offsets[r] + counts[r]
+    ids = np.empty(offsets[n], np.uint64)
+    for r in range(n):
+        if not ok[r]:
+            continue
+        k = offsets[r]
+        v = np.uint64(0)
+        for p in range(h_off[r] + 1, h_off[r + 1]):
+            c = h_data[p]
+            if c == 44 or c == 93:
+                ids[k] = v
+                k += 1
+                v = np.uint64(0)
+            else:
+                v = v * np.uint64(10) + np.uint64(c - 48)
+    return ok, offsets, ids, lengths
