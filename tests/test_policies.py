@@ -279,3 +279,12 @@ def test_s3fifo_evicts_from_s_below_its_share_when_m_has_nothing_to_give() -> No
 def test_s3fifo_matches_its_reference_on_requests_longer_than_the_cache(requests, capacity):
     got = POLICIES["s3fifo"].hit_blocks(make_trace(requests), capacity).tolist()
     assert got == reference_hit_blocks("s3fifo", requests, capacity)
+
+
+def test_belady_discards_and_compacts_superseded_heap_entries() -> None:
+    """A leaf re-keyed at every request leaves an entry behind each time: the heap fills with
+    superseded entries, is compacted (several times here), and its victims stay Belady's."""
+    requests = ([[0, 1]] * 40 + [[0, 2], [3]]) * 3 + [[0, 1, 4], [0, 2], [3]]
+    for capacity in (1, 2, 3, 4):
+        hits = POLICIES["belady"].hit_blocks(make_trace(requests), capacity).tolist()
+        assert hits == reference_replay("belady", requests, capacity).hit_blocks

@@ -8,58 +8,73 @@ import numpy as np
 
 from prefixscope.analysis.policies._lists import NONE, _lookup, _push_back, _unlink
 
-# --- a binary min-heap of (key, block) with each block's position, keys held in the heap ------
-# The keys sit beside the ids in the heap's own array, so a sift compares without reaching into
-# per-block state; ``where[b]`` is b's position, valid only while b is in the heap.
+# --- a binary min-heap of (key, block) entries with lazy deletion --------------------------------
+# Both keys are one int64, ``(n_requests - next use) << 32 | touch number``, the smallest
+# evicted first; 0 means not cached (touch numbers start at 1, so every key is unique). An entry
+# is live while its block is a cached leaf whose key is still the entry's: re-keying a leaf
+# pushes a new entry and a leaf that gains a child is left where it is, both to be discarded
+# when they reach the root. So the heap keeps no positions, and a sift moves entries within
+# its own array only (an indexed heap writes a block's position at every level, at random).
 
 
 @numba.njit(inline="always")
-def _put(hkey, hid, where, i, key, b):  # type: ignore[no-untyped-def]
-    hkey[i] = key
-    hid[i] = b
-    where[b] = i
+def _live(node, key, b):  # type: ignore[no-untyped-def]
+    return node[b, 0] == key and node[b, 1] == 0
 
 
 @numba.njit
-def _sift_up(hkey, hid, where, i):  # type: ignore[no-untyped-def]
-    key, b = hkey[i], hid[i]
+def _sift_up(heap, i):  # type: ignore[no-untyped-def]
+    key, b = heap[i, 0], heap[i, 1]
     while i > 0:
         up = (i - 1) >> 1
-        if hkey[up] <= key:
+        if heap[up, 0] <= key:
             break
-        _put(hkey, hid, where, i, hkey[up], hid[up])
+        heap[i, 0], heap[i, 1] = heap[up, 0], heap[up, 1]
         i = up
-    _put(hkey, hid, where, i, key, b)
+    heap[i, 0], heap[i, 1] = key, b
 
 
 @numba.njit
-def _sift_down(hkey, hid, where, i, size):  # type: ignore[no-untyped-def]
-    key, b = hkey[i], hid[i]
+def _sift_down(heap, i, size):  # type: ignore[no-untyped-def]
+    key, b = heap[i, 0], heap[i, 1]
     while True:
         c = 2 * i + 1
         if c >= size:
             break
-        if c + 1 < size and hkey[c + 1] < hkey[c]:
+        if c + 1 < size and heap[c + 1, 0] < heap[c, 0]:
             c += 1
-        if hkey[c] >= key:
+        if heap[c, 0] >= key:
             break
-        _put(hkey, hid, where, i, hkey[c], hid[c])
+        heap[i, 0], heap[i, 1] = heap[c, 0], heap[c, 1]
         i = c
-    _put(hkey, hid, where, i, key, b)
+    heap[i, 0], heap[i, 1] = key, b
 
 
 @numba.njit
-def _heap_remove(hkey, hid, where, size, b):  # type: ignore[no-untyped-def]
-    """Remove b from the heap of ``size`` entries; returns the new size."""
-    i = where[b]
-    size -= 1
-    if i != size:
-        moved = hid[size]
-        _put(hkey, hid, where, i, hkey[size], moved)
-        _sift_up(hkey, hid, where, i)
-        if where[moved] == i:
-            _sift_down(hkey, hid, where, i, size)
-    return size
+def _compact(heap, size, node):  # type: ignore[no-untyped-def]
+    """Keep one entry per live leaf (a leaf can hold two: from before it gained a child and from
+    after it lost it), then heapify; returns the new size, at most the number of leaves."""
+    kept = 0
+    for i in range(size):
+        key, b = heap[i, 0], heap[i, 1]
+        if _live(node, key, b):
+            node[b, 1] = -1  # seen: a second entry of b is no longer live
+            heap[kept, 0], heap[kept, 1] = key, b
+            kept += 1
+    for i in range(kept):
+        node[heap[i, 1], 1] = 0
+    for i in range(kept // 2 - 1, -1, -1):
+        _sift_down(heap, i, kept)
+    return kept
+
+
+@numba.njit(inline="always")
+def _push(heap, size, node, key, b):  # type: ignore[no-untyped-def]
+    if size == heap.shape[0]:
+        size = _compact(heap, size, node)
+    heap[size, 0], heap[size, 1] = key, b
+    _sift_up(heap, size)
+    return size + 1
 
 
 def belady(offsets, blocks, tenants, parent, n_unique, capacity, track_owner):  # type: ignore[no-untyped-def]
@@ -68,17 +83,14 @@ def belady(offsets, blocks, tenants, parent, n_unique, capacity, track_owner):  
 
     The next uses are derived here, int32, by one compiled backward scan: the values of
     ``Trace.next_use`` in tens of milliseconds where its lexsort of every lookup takes seconds
-    on millions of lookups (longer than eight replays).
-    Both keys are one int64, ``(n_requests - next use) << 32 | touch number``, the smallest
-    evicted first; 0 means not cached (touch numbers start at 1). Only the leaves are in the
-    heap. Each block has one 16-byte row, [key, cached children], so a touch reads and writes
-    one cache line of its own. The arrays are allocated by numpy, not in the compiled loop
-    (huge pages, as for ``lru_plain``)."""
+    on millions of lookups (longer than eight replays). Each block has one 16-byte row, [key,
+    cached children], so a touch reads and writes one cache line of its own. The arrays are
+    allocated by numpy, not in the compiled loop (huge pages, as for ``lru_plain``)."""
     n = offsets.size - 1
     if blocks.size >= 2**32 - 1 or n >= 2**31 - 1:  # touch numbers and next uses: 32 bits
         raise ValueError("a trace of 2**32 block lookups or 2**31 requests or more: split it")
     longest = int(np.diff(offsets).max()) if n else 0
-    room = min(n_unique, capacity + longest) + 1  # the leaves are cached blocks
+    leaves = min(n_unique, capacity + longest) + 1  # the leaves are cached blocks
     next_use = _next_uses(
         offsets, blocks, np.full(n_unique, n, np.int32), np.empty(blocks.size, np.int32)
     )
@@ -91,9 +103,7 @@ def belady(offsets, blocks, tenants, parent, n_unique, capacity, track_owner):  
         capacity,
         track_owner,
         np.zeros((n_unique, 2), np.int64),
-        np.empty(room, np.int64),
-        np.empty(room, np.int32),
-        np.empty(n_unique, np.int32),
+        np.empty((2 * leaves + 16, 2), np.int64),  # compacted when full: amortized O(1)
         np.zeros(n_unique if track_owner else 1, np.int32),
         np.zeros(n, np.int32),
         np.zeros(blocks.size if track_owner else 0, np.bool_),  # empty: no other tenant
@@ -125,16 +135,14 @@ def _belady_loop(
     capacity,
     track_owner,
     node,
-    hkey,
-    hid,
-    where,
+    heap,
     owner,
     hits,
     cross,
 ):  # type: ignore[no-untyped-def]
     n = offsets.size - 1
     size = 0  # cached blocks
-    leaves = 0  # heap size
+    entries = 0  # heap entries, live or not
     clock = 0
     filled_at = NONE
     for r in range(n):
@@ -149,45 +157,38 @@ def _belady_loop(
         for p in range(end - 1, start - 1, -1):
             b = blocks[p]
             clock += 1
-            key = ((n - next_use[p]) << 32) | clock
-            old = node[b, 0]
-            node[b, 0] = key
-            if old != 0:
-                if node[b, 1] == 0:  # a leaf, so in the heap: re-keyed where it stands
-                    i = where[b]
-                    hkey[i] = key
-                    if key < old:  # the usual case: its next use moved later
-                        _sift_up(hkey, hid, where, i)
-                    else:  # a block repeated in one request: only its touch moved
-                        _sift_down(hkey, hid, where, i, leaves)
-                continue
-            size += 1
-            if track_owner:
-                owner[b] = tenant
-            q = parent[b]
-            if q != NONE:
-                node[q, 1] += 1
-                if node[q, 1] == 1 and node[q, 0] != 0:  # its parent is no longer a leaf
-                    leaves = _heap_remove(hkey, hid, where, leaves, q)
+            key = (np.int64(n - next_use[p]) << 32) | clock
+            cached = node[b, 0] != 0
+            node[b, 0] = key  # a leaf's older entry is no longer live
+            if not cached:
+                size += 1
+                if track_owner:
+                    owner[b] = tenant
+                q = parent[b]
+                if q != NONE:
+                    node[q, 1] += 1  # the parent's entry, if any, is no longer live
             if node[b, 1] == 0:
-                _put(hkey, hid, where, leaves, key, b)
-                _sift_up(hkey, hid, where, leaves)
-                leaves += 1
+                entries = _push(heap, entries, node, key, b)
         while size > capacity:
-            v = hid[0]
+            key, v = heap[0, 0], heap[0, 1]
+            if not _live(node, key, v):
+                entries -= 1
+                heap[0, 0], heap[0, 1] = heap[entries, 0], heap[entries, 1]
+                _sift_down(heap, 0, entries)
+                continue
             node[v, 0] = 0
             size -= 1
             q = parent[v]
             if q != NONE:
                 node[q, 1] -= 1
             if q != NONE and node[q, 1] == 0 and node[q, 0] != 0:
-                # Its parent becomes a leaf and takes its place at the root: one sift instead
-                # of a pop and a push (a chain's tail is often evicted block by block).
-                _put(hkey, hid, where, 0, node[q, 0], q)
+                # The parent becomes a leaf and takes the victim's place at the root: one sift
+                # instead of a pop and a push (a chain's tail is often evicted block by block).
+                heap[0, 0], heap[0, 1] = node[q, 0], q
             else:
-                leaves -= 1
-                _put(hkey, hid, where, 0, hkey[leaves], hid[leaves])
-            _sift_down(hkey, hid, where, 0, leaves)
+                entries -= 1
+                heap[0, 0], heap[0, 1] = heap[entries, 0], heap[entries, 1]
+            _sift_down(heap, 0, entries)
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at
