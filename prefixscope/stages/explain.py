@@ -1,6 +1,5 @@
 """Stage ``explain``: one request, block by block — hit or miss, last use and by whom, stack
-depth, and why (``prefixscope.analysis.structure.explain``; docs/simulation.md, "Explain one
-request").
+depth, and why (``prefixscope.analysis.structure.explain``; docs/validate.md).
 
 It only reads: nothing is written and no run is recorded. What it reads besides the requests:
 
