@@ -5,9 +5,9 @@ blocks of 16 tokens) carry the cached tokens that a plain-Python LRU engine cach
 size reported. Each engine is one row: HBM blocks, whether the running requests' KV takes its
 share of them, and the share of reports garbled. The log is ingested and validated by the
 command, as a user would; the table gives the effective capacity found, its 95% range, whether
-the truth lies in it (with ``running``: whether it meets the truth's middle 80%), and the agreement at that capacity. With ``running``, the truth is a
-capacity that moves request by request: the row gives its median and the range of its middle
-80%.
+it meets the truth, and the agreement at that capacity. With ``running``, the truth is a
+capacity that moves request by request: the row gives its median and its middle 80%, and "in
+range" says whether that band meets the 95% range.
 
     .venv/bin/python benchmarks/validate_recovery.py      # about a minute
 """

@@ -26,6 +26,7 @@ from prefixscope.analysis.validate.tables import validate
 from prefixscope.cli import main
 from prefixscope.stages import report
 from prefixscope.stages.report import ReportSettings
+from prefixscope.stages.validate import has_reports
 from prefixscope.synthetic_gateway import Draft, EngineCache, GatewayLog, GatewayWorkload
 from tests.conftest import mooncake_line
 
@@ -113,6 +114,7 @@ RECOVERY = [
 @pytest.mark.parametrize(("engine", "band", "clean"), RECOVERY)
 def test_validate_recovers_the_engines_capacity(draft, tmp_path, capsys, engine, band, clean):
     log = validated(draft, tmp_path, engine)
+    assert has_reports(tmp_path / "wh.duckdb")  # the flow validates
     row = fleet_row(tmp_path)
     low, high = row["capacity_low_blocks"], row["capacity_high_blocks"]
     lowest, highest = np.percentile(log.capacities, band)
@@ -201,6 +203,7 @@ def test_a_warehouse_without_reports_is_one_line(write_lines, tmp_path, capsys) 
     wh = str(tmp_path / "wh.duckdb")
     log = str(write_lines([mooncake_line()]))
     assert main(["ingest", "--format", "mooncake", "--input", log, "--warehouse", wh]) == 0
+    assert not has_reports(wh)  # the flow leaves validate out
     capsys.readouterr()
     assert main(["validate", "--warehouse", wh]) == 2
     err = capsys.readouterr().err.strip().splitlines()

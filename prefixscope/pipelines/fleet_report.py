@@ -1,6 +1,7 @@
 """The ``fleet_report`` flow: ingest [+ a synthetic multi-tenant log] → simulate every policy ×
 capacity × isolation → LRU curve → structure → [replay] → fleet (routers × replicas × load,
-priced like the savings) → plan → savings → report → summary (the short answer, returned and
+priced like the savings) → plan → [validate, when the logs carry the engines' cached-token
+counts] → savings → report → summary (the short answer, returned and
 published as a markdown artifact).
 
 The flow only sequences. Each task is one stage (``prefixscope.stages``): it opens the
@@ -44,6 +45,7 @@ from prefixscope.stages import report as report_stage
 from prefixscope.stages import savings as savings_stage
 from prefixscope.stages import simulate as simulate_stage
 from prefixscope.stages import structure as structure_stage
+from prefixscope.stages import validate as validate_stage
 
 #: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
 #: working set is 182,790 blocks, so the curve reaches the ceiling's neighbourhood).
@@ -156,6 +158,14 @@ def replay(wh: str, scenario: Scenario, samples: int) -> tuple[str, str] | None:
 
 
 @task(**STAGE)
+def validate(wh: str, settings: validate_stage.ValidateSettings) -> int | None:
+    """The fleet's effective capacity (blocks) from the engines' reported cached tokens."""
+    fleet_row = validate_stage.run(wh, settings).agreement.to_pylist()[0]
+    get_run_logger().info("effective capacity: %s blocks", f"{fleet_row['capacity_blocks']:,}")
+    return fleet_row["capacity_blocks"]
+
+
+@task(**STAGE)
 def savings(wh: str, settings: savings_stage.SavingsSettings) -> str:
     return format_savings(savings_stage.run(wh, settings))
 
@@ -264,7 +274,7 @@ def fleet_report(
     wh = warehouse_path
     names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else []), "simulate"]
     names += ["curve", "structure", *(["replay"] if replay_samples > 0 else []), "fleet"]
-    names += ["plan", "savings", "report", "summary"]
+    names += ["plan", "validate", "savings", "report", "summary"]
 
     with steps(names) as step:
         step("ingest")
@@ -317,6 +327,9 @@ def fleet_report(
         )
         step("plan")
         plan(wh, plan_stage.PlanSettings(target=plan_target, model=model, gpu=gpu))
+        step("validate")
+        if validate_stage.has_reports(wh):  # the engines' own counts: the effective capacity
+            validate(wh, validate_stage.ValidateSettings(model=model))
         step("savings")
         saved = savings(
             wh,

@@ -42,6 +42,16 @@ class ValidateSettings:
             raise ValueError("--top and --resamples must not be negative")
 
 
+def has_reports(wh: str | Path) -> bool:
+    """Whether any request carries the engine's reported cached-token count: what the
+    ``fleet_report`` flow validates against, when the logs have it."""
+    with warehouse.reading(wh) as con:
+        found = con.execute(
+            "SELECT count(*) FROM requests WHERE reported_cached_tokens IS NOT NULL"
+        ).fetchall()
+    return found[0][0] > 0
+
+
 def run(wh: str | Path, settings: ValidateSettings) -> Validation:
     settings.check()
     shape = None
