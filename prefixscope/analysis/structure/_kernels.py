@@ -18,15 +18,25 @@ import numpy as np
 NONE = -1
 
 
-@numba.njit(cache=True, nogil=True)
 def by_owner(offsets, blocks, order, owner, n_unique, flags):  # type: ignore[no-untyped-def]
     """Walk the requests in ``order`` (grouped by ``owner``, ascending within an owner). Per
     dense id, how many distinct owners look it up; with ``flags``, per lookup whether an
     earlier request of the same owner looked the block up (else an empty array)."""
-    mark = np.full(n_unique, NONE, np.int32)
-    first = np.zeros(n_unique, np.int32)  # the owner's earliest request using the block
-    count = np.zeros(n_unique, np.int32)
-    earlier = np.zeros(blocks.size if flags else 0, np.bool_)
+    return _by_owner(
+        offsets,
+        blocks,
+        order,
+        owner,
+        flags,
+        np.full(n_unique, NONE, np.int32),
+        np.zeros(n_unique, np.int32),  # the owner's earliest request using the block
+        np.zeros(n_unique, np.int32),
+        np.zeros(blocks.size if flags else 0, np.bool_),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _by_owner(offsets, blocks, order, owner, flags, mark, first, count, earlier):  # type: ignore[no-untyped-def]
     for i in range(order.size):
         r = order[i]
         s = owner[r]

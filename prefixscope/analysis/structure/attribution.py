@@ -32,7 +32,7 @@ class SessionUse:
     shared-prefix ranking's count), per lookup whether an earlier request of the same session
     looked the block up (:func:`own_history`)."""
 
-    sessions: np.ndarray  # int64, n_unique
+    sessions: np.ndarray  # int32, n_unique
     earlier: np.ndarray  # bool, n_lookups
 
 
@@ -42,7 +42,7 @@ def session_use(trace: Trace, session: np.ndarray) -> SessionUse:
     count, earlier = _kernels.by_owner(
         trace.offsets, trace.blocks, order, session, trace.n_unique, True
     )
-    return SessionUse(count.astype(np.int64), earlier)
+    return SessionUse(count, earlier)
 
 
 def own_history(trace: Trace, session: np.ndarray) -> np.ndarray:

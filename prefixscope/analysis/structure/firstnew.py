@@ -49,8 +49,12 @@ class Bin:
     novel_tokens: int
 
 
-def histogram(trace: Trace, position: np.ndarray, mask: np.ndarray) -> list[Bin]:
-    n_blocks = trace.blocks_per_request[mask]
+def histogram(
+    trace: Trace, position: np.ndarray, mask: np.ndarray, n_blocks: np.ndarray | None = None
+) -> list[Bin]:
+    """The histogram of the ``mask`` requests (a mask, or ascending indices); ``n_blocks``:
+    ``trace.blocks_per_request``, where already at hand."""
+    n_blocks = (trace.blocks_per_request if n_blocks is None else n_blocks)[mask]
     pos, tokens = position[mask], trace.input_tokens[mask]
     novel = np.maximum(tokens - pos * trace.block_size, 0)
     new = pos < n_blocks

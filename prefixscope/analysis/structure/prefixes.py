@@ -59,14 +59,22 @@ def rank(
         sessions = distinct_users(trace, session, measured)
     s = scanned or scan(trace)
     if measured is None:
-        uses = s.requests.astype(np.int64)
+        uses = s.requests
     else:
         uses = distinct_users(trace, np.arange(trace.n_requests), measured)
     child_max = _kernels.child_max(s.parent, sessions)
     ends = np.flatnonzero((sessions >= 2) & (child_max < sessions))
-    order = np.lexsort((-uses[ends], -s.depth[ends].astype(np.int64), -sessions[ends]))
+    order = np.lexsort(
+        (
+            -uses[ends].astype(np.int64),
+            -s.depth[ends].astype(np.int64),
+            -sessions[ends].astype(np.int64),
+        )
+    )
     ends = ends[order]
-    return Ranking(ends.astype(np.int64), sessions[ends], uses[ends])
+    return Ranking(
+        ends.astype(np.int64), sessions[ends].astype(np.int64), uses[ends].astype(np.int64)
+    )
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,31 @@ def full_blocks(trace: Trace) -> np.ndarray:
 
 
 def scan(trace: Trace) -> Scan:
-    parent, depth, requests, forks, key, hits, cross, extra = _scan(
+    # Allocated by numpy, not in the compiled loop: numpy asks for huge pages on large arrays,
+    # which spares most page faults of the per-block state (the policies' kernels do the same).
+    u, n, multi = trace.n_unique, trace.n_requests, len(trace.tenants) > 1
+    parent, full_parent = np.full(u, NONE, np.int32), np.full(u, NONE, np.int32)
+    depth, requests, forks = np.zeros(u, np.int32), np.zeros(u, np.int32), np.zeros(u, np.int32)
+    key, hits = np.empty(trace.n_lookups, np.int32), np.zeros(n, np.int32)
+    cross = np.zeros(trace.n_lookups if multi else 0, np.bool_)
+    extra = _scan(
         trace.offsets,
         trace.blocks,
         trace.tenant_codes,
         full_blocks(trace),
-        trace.n_unique,
-        len(trace.tenants) > 1,
+        multi,
+        np.full(u, NONE, np.int32),  # first request per block
+        np.full(u, NONE, np.int32),  # latest request per block
+        full_parent,  # the block before it at a full position
+        parent,
+        depth,
+        requests,
+        forks,
+        key,
+        hits,
+        cross,
     )
+    del full_parent
     if len(extra):  # (block, child) pairs of ids that are not chained: counted once each
         pairs = np.unique(extra)
         forks += np.bincount(pairs // trace.n_unique, minlength=trace.n_unique).astype(np.int32)
@@ -63,22 +80,28 @@ def scan(trace: Trace) -> Scan:
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan(offsets, blocks, tenants, full, n_unique, multi_tenant):  # type: ignore[no-untyped-def]
+def _scan(
+    offsets,
+    blocks,
+    tenants,
+    full,
+    multi_tenant,
+    first,
+    latest,
+    full_parent,
+    parent,
+    depth,
+    requests,
+    forks,
+    key,
+    hits,
+    cross,
+):  # type: ignore[no-untyped-def]
     # Requests come in replay order: a block's first lookup is its earliest request, and its
     # latest request tells a repeat within one request from a new use.
-    n = offsets.size - 1
-    first = np.full(n_unique, NONE, np.int32)
-    latest = np.full(n_unique, NONE, np.int32)
-    parent = np.full(n_unique, NONE, np.int32)
-    depth = np.zeros(n_unique, np.int32)
-    requests = np.zeros(n_unique, np.int32)
-    full_parent = np.full(n_unique, NONE, np.int32)  # the block before it at a full position
-    forks = np.zeros(n_unique, np.int32)
+    n_unique = first.size
     extra = []
-    key = np.empty(blocks.size, np.int32)
-    hits = np.zeros(n, np.int32)
-    cross = np.zeros(blocks.size if multi_tenant else 0, np.bool_)
-    for r in range(n):
+    for r in range(offsets.size - 1):
         start = offsets[r]
         t = tenants[r]
         run = True
@@ -108,4 +131,4 @@ def _scan(offsets, blocks, tenants, full, n_unique, multi_tenant):  # type: igno
                     forks[a] += 1
                 elif full_parent[b] != a:
                     extra.append(np.int64(a) * n_unique + b)
-    return parent, depth, requests, forks, key, hits, cross, np.array(extra, dtype=np.int64)
+    return np.array(extra, dtype=np.int64)

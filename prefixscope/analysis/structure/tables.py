@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -64,6 +64,8 @@ def analyse(trace: Trace, log: RequestLog, settings: StructureSettings) -> dict[
     """Every structure table of ``trace`` (without run ids)."""
     scanned = scan(trace)
     t = turns.build_turns(trace, log.ids, settings.max_forks, scanned)
+    # The keys served turn inference only; the pinned replays below want the room.
+    scanned = replace(scanned, key=scanned.key[:0])
     kind = request_kinds(log, t)
     outcomes = {("ceiling", None): scanned.ceiling}
     if settings.capacity_blocks:
@@ -161,12 +163,13 @@ def session_stats(trace: Trace, log: RequestLog, t: turns.Turns, groups: Groups)
     logged = turns.logged_parents(log.ids)
     by_log = log.ids.has_chat | log.ids.has_session
     history = hit_tokens(trace, t.history_blocks)
+    index = np.arange(trace.n_requests)
     rows = []
     for name, at in groups:
         parent = t.parent[at]
         follow = parent >= 0
         p = parent[follow]
-        child = np.arange(trace.n_requests)[at][follow]
+        child = index[at][follow]
         _, sizes = np.unique(t.session[at], return_counts=True)
         gap = trace.times[child] - trace.times[p]
         growth = (trace.input_tokens[child] - trace.input_tokens[p]).astype(float)
@@ -301,10 +304,11 @@ def hit_sources(
 
 def first_new_blocks(trace: Trace, ceiling: Outcome, groups: Groups) -> pa.Table:
     position = ceiling.hit_blocks.astype(np.int64)
+    n_blocks = trace.blocks_per_request
     bs = trace.block_size
     rows = []
     for name, at in groups:
-        for b in firstnew.histogram(trace, position, at):
+        for b in firstnew.histogram(trace, position, at, n_blocks):
             row = asdict(b)
             rows.append(
                 {
