@@ -113,16 +113,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=100)
     parser.add_argument("--keep", type=Path, help="keep (and reuse) the warehouse in this folder")
-    parser.add_argument(
-        "--pinned-threads", type=int, help="pinned replays at once (default: the module's)"
-    )
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        if args.pinned_threads:
-            from prefixscope.analysis.structure import tables
-
-            tables.PINNED_THREADS = args.pinned_threads
         print(json.dumps(measure(args.measure)))
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -130,8 +123,7 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         db = build(args.copies, folder)
         out = subprocess.run(
-            [sys.executable, __file__, "--measure", str(db)]
-            + ([f"--pinned-threads={args.pinned_threads}"] if args.pinned_threads else []),
+            [sys.executable, __file__, "--measure", str(db)],
             check=True, capture_output=True, text=True, env={**os.environ},
         )  # fmt: skip
     r = json.loads(out.stdout.strip().splitlines()[-1])

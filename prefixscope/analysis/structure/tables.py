@@ -4,8 +4,6 @@ in, Arrow tables out). Semantics: docs/structure.md."""
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -35,9 +33,6 @@ from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET, hit_tokens
 
 ALL_KINDS = "*"
-#: Pinned replays run at once (``shared_prefixes``); each holds about 25 bytes per distinct
-#: block and one per lookup.
-PINNED_THREADS = 4
 TABLES = (
     "turns",
     "session_stats",
@@ -254,19 +249,17 @@ def pinned_hit_tokens(
     trace: Trace, ends: np.ndarray, capacity: int | None, parent: np.ndarray
 ) -> list[int | None]:
     """Per prefix end, the hit tokens of ``pinned`` with that prefix pinned (None where its
-    blocks do not fit). The replays are independent and release the GIL, so they run side
-    by side, at most :data:`PINNED_THREADS` at once (each holds a cache's arrays)."""
-    masks = [pins.with_ancestors(trace, np.array([end]), parent) for end in ends]
-
-    def replay(mask: np.ndarray) -> int | None:
+    blocks do not fit). One replay after another: each holds a cache's arrays (about 25 bytes
+    per distinct block), and side by side they share the memory bandwidth they wait on."""
+    out: list[int | None] = []
+    for end in ends:
+        mask = pins.with_ancestors(trace, np.array([end]), parent)
         if capacity is None or int(mask.sum()) > capacity:
-            return None
-        out = POLICIES["pinned"].hit_blocks(trace, capacity, PolicyOptions(pinned=mask))
-        return int(hit_tokens(trace, out).sum())
-
-    workers = max(1, min(PINNED_THREADS, os.cpu_count() or 1, len(masks)))
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(replay, masks))
+            out.append(None)
+            continue
+        hits = POLICIES["pinned"].hit_blocks(trace, capacity, PolicyOptions(pinned=mask))
+        out.append(int(hit_tokens(trace, hits).sum()))
+    return out
 
 
 def hit_sources(
