@@ -210,15 +210,22 @@ def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
                 f"<extra>{label}</extra>",
             )
         )
-    for row in rows.filter(pl.col("capacity_blocks").is_null()).iter_rows(named=True):
-        if row["token_hit_rate"] is None:
-            continue
+    # One dashed line per distinct unbounded rate (the ceilings of several isolations often
+    # coincide: one line, their labels joined); the labels of distinct lines alternate above
+    # and below, so two close lines do not print over each other.
+    unbounded = rows.filter(
+        pl.col("capacity_blocks").is_null() & pl.col("token_hit_rate").is_not_null()
+    )
+    lines = unbounded.group_by(pl.col("token_hit_rate").round(4), maintain_order=True).agg(
+        "label"
+    )
+    for k, (rate, labels) in enumerate(lines.sort("token_hit_rate").iter_rows()):
         fig.add_hline(
-            y=row["token_hit_rate"],
+            y=rate,
             line_dash="dash",
             line_color="#555",
-            annotation_text=plotly_text(f"{row['label']} {row['token_hit_rate']:.2%}"),
-            annotation_position="top left",
+            annotation_text=plotly_text(f"{' = '.join(labels)} {rate:.2%}"),
+            annotation_position="bottom left" if k % 2 else "top left",
         )
     who = "fleet" if tenant == FLEET else f"tenant {tenant}"
     fig.update_layout(
