@@ -1,0 +1,237 @@
+"""Benchmark: every policy at 8 capacities on the multi-tenant ×20 trace, beside the KVCache.AI
+simulator's C++ core when it is installed, in the same run.
+
+The trace is the bundled hour tiled as K tenants (``shared/tools/make_bench_trace.py K``, K = 20
+unless ``--copies``: 240,620 requests, 5.77 M block lookups), ingested with ``prefixscope``'s
+Mooncake reader into a scratch warehouse and loaded once. The capacities are 400·K × 2^i
+blocks, i = 0 … 7 (8,000 … 1,024,000 for K = 20; the largest fills before the trace's midpoint,
+which the peer requires of every capacity it measures).
+
+On one core, each round times, per policy, the 8 replays one after another (``ceiling`` has no
+capacity: one replay); ``belady`` and ``s3fifo`` also need the trace's parents, derived once per
+trace and timed on its own line. The figures are seconds for the 8 replays and lookups per
+second (8 × lookups / seconds).
+
+The peer (``kvcache-simulator`` on PyPI, import name ``kvcache_sim``) is never a dependency: set
+``PEER_PYTHON`` to an interpreter that has it, and the benchmark asks that interpreter to parse
+the trace and write its binary trace files once (not timed: pure Python, tens of seconds), then
+times the peer's C++ binary itself on them, one process per policy (``lru``, ``fifo``,
+``optimal``) with the same 8 capacities, in each round right after ours. Each such process loads
+the files, builds its prefix trie and next uses, then replays: all of it is the peer's time. Its
+setup alone (a run at capacity 0) is printed too. Without ``PEER_PYTHON`` the peer's columns are
+left out, with a note.
+
+The hit rates are compared in the peer's measure (the token hit rate of the requests from
+``n // 2`` on), capacity by capacity, ours minus the peer's, in points. ``lru`` should agree: the
+peer evicts before each insert and ours after the request, which can only matter when a request
+does not fit. ``fifo`` inserts a request's blocks in another order (docs/simulation.md) and
+``optimal`` may decline to insert a block, so those two are printed, not required to agree.
+
+    .venv/bin/python benchmarks/policy_speed.py [--copies 20] [--rounds 3] [--trace FILE]
+    PEER_PYTHON=/path/to/bin/python .venv/bin/python benchmarks/policy_speed.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from prefixscope import warehouse
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.isolation import subset
+from prefixscope.analysis.trace.load import load_trace
+from prefixscope.analysis.trace.measure import hit_tokens
+from prefixscope.stages import ingest
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = ("ceiling", "lru", "fifo", "lfu", "s3fifo", "belady")
+PEER = {"lru": "lru", "fifo": "fifo", "belady": "optimal"}  # ours -> the peer's name
+NEEDS_PARENTS = ("s3fifo", "belady")
+
+# Run in the peer's interpreter: parse the trace its way, write its binary trace files, build
+# (or find) its C++ binary, and print how to run it. Its private writer is the one its own sweep
+# uses (kvcache_sim.cpp_backend.run_cpp_sweep), so the files are exactly what it would replay.
+PEER_SETUP = """
+import json, sys
+from pathlib import Path
+from kvcache_sim import cpp_backend
+from kvcache_sim.trace import parse_trace_file
+trace = parse_trace_file(sys.argv[1], block_size=int(sys.argv[3]))
+files = cpp_backend._write_binary_trace(trace, Path(sys.argv[2]))
+binary = cpp_backend.ensure_cpp_simulator()
+print(json.dumps({"command": [str(binary), "--policy", "batch",
+    "--ids", str(files.ids), "--tokens", str(files.tokens),
+    "--request-ends", str(files.request_ends), "--request-count", str(trace.request_count),
+    "--total-blocks", str(len(trace.ids)), "--warmup-requests", str(trace.request_count // 2)]}))
+"""
+
+
+def make_trace_tool() -> Path:
+    for base in (ROOT.parent, ROOT):
+        tool = base / "shared/tools/make_bench_trace.py"
+        if tool.is_file():
+            return tool
+    sys.exit("shared/tools/make_bench_trace.py not found beside or inside the checkout")
+
+
+def load(copies: int, trace_file: Path | None, tmp: Path) -> tuple[Trace, Path]:
+    """Make (or reuse) the trace file, ingest it, and load the trace."""
+    path = trace_file or tmp / f"bench_x{copies}.jsonl"
+    if not path.is_file():
+        subprocess.run([sys.executable, str(make_trace_tool()), str(copies), str(path)], check=True)
+    db = tmp / "policy_speed.duckdb"
+    t = time.perf_counter()
+    ingest.run(db, ingest.IngestSettings((str(path),), "mooncake"))
+    with warehouse.reading(db) as con:
+        trace = load_trace(con)
+    print(f"trace: {path.name}, ingested and loaded in {time.perf_counter() - t:.1f} s")
+    return trace, path
+
+
+def peer_command(python: str, trace_file: Path, block_size: int, tmp: Path) -> list[str] | None:
+    out = tmp / "peer"
+    out.mkdir()
+    t = time.perf_counter()
+    done = subprocess.run(
+        [python, "-c", PEER_SETUP, str(trace_file), str(out), str(block_size)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        print(f"peer: not run, its setup failed: {done.stderr.strip().splitlines()[-1:]}")
+        return None
+    print(f"peer: trace parsed and written by its Python in {time.perf_counter() - t:.0f} s")
+    return json.loads(done.stdout)["command"]
+
+
+def run_peer(command: list[str], policy: str, capacities: list[int]) -> tuple[float, dict]:
+    """One process of the peer's binary: seconds, and its hit rate per capacity."""
+    argv = [*command, "--capacities", ",".join(map(str, capacities)), "--policies", policy]
+    t = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    sec = time.perf_counter() - t
+    rates = {
+        p["cacheBlocks"]: (p[policy]["hitRate"], p[policy]["measurementStartRequest"])
+        for p in json.loads(out)["points"]
+    }
+    return sec, rates
+
+
+def replay_all(trace: Trace, name: str, capacities: list[int]) -> tuple[float, dict]:
+    policy = POLICIES[name]
+    caps = capacities if policy.bounded else [None]
+    hits = {}
+    t = time.perf_counter()
+    for cap in caps:
+        hits[cap] = policy.hit_blocks(trace, cap)
+    return time.perf_counter() - t, hits
+
+
+def last_half_rate(trace: Trace, hits: np.ndarray) -> float:
+    """The peer's measure: token hit rate of the requests from ``n // 2`` on."""
+    half = trace.n_requests // 2
+    return float(hit_tokens(trace, hits)[half:].sum() / trace.input_tokens[half:].sum())
+
+
+def one_core() -> str:
+    """Pin this process (and so the peer's, its children) to one CPU, numba to one thread."""
+    numba.set_num_threads(1)
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    return f"CPU {cpu} of {os.cpu_count()}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--copies", type=int, default=20, help="tenants: copies of the bundled hour")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--trace", type=Path, help="reuse this trace file (else made in a temp dir)")
+    args = p.parse_args()
+    capacities = [400 * args.copies * 2**i for i in range(8)]
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        trace, trace_file = load(args.copies, args.trace, tmp)
+        peer_python = os.environ.get("PEER_PYTHON")
+        command = None
+        if peer_python:
+            command = peer_command(peer_python, trace_file, trace.block_size, tmp)
+        else:
+            print("peer: PEER_PYTHON not set, its columns are left out")
+        print(
+            f"{trace.n_requests:,} requests, {trace.n_lookups:,} lookups, "
+            f"{trace.n_unique:,} distinct blocks, {len(trace.tenants)} tenant name(s); "
+            f"capacities {', '.join(f'{c:,}' for c in capacities)}"
+        )
+        print(f"timing on one core ({one_core()})")
+        head = subset(trace, np.arange(min(300, trace.n_requests)))
+        for name in OURS:  # compile, or load numba's cached machine code
+            POLICIES[name].hit_blocks(head, 100 if POLICIES[name].bounded else None)
+        t = time.perf_counter()
+        trace.parent  # noqa: B018 - derived once per trace, for belady and s3fifo
+        print(f"parents derived once per trace: {time.perf_counter() - t:.2f} s")
+        if command:
+            setup, _ = run_peer(command, "lru", [0])
+            print(f"peer setup alone (load, trie, next uses; capacity 0): {setup:.2f} s")
+        ours: dict[str, list[float]] = {n: [] for n in OURS}
+        peer: dict[str, list[float]] = {n: [] for n in PEER}
+        for rnd in range(args.rounds):
+            for name in OURS:
+                sec, hits = replay_all(trace, name, capacities)
+                ours[name].append(sec)
+                if command and name in PEER:
+                    psec, rates = run_peer(command, PEER[name], capacities)
+                    peer[name].append(psec)
+                    if rnd == 0:
+                        compare(trace, name, hits, rates)
+        report(trace, ours, peer, capacities, args.rounds)
+
+
+def compare(trace: Trace, name: str, hits: dict, rates: dict) -> None:
+    diffs = []
+    for cap, (rate, start) in rates.items():
+        if start < 0:
+            print(f"  peer {PEER[name]} @ {cap:,}: not filled before the midpoint")
+            continue
+        diffs.append(100 * (last_half_rate(trace, hits[cap]) - rate))
+    line = ", ".join(f"{d:+.3f}" for d in diffs)
+    print(f"  hit rate, last half, ours − peer {PEER[name]} (points, by capacity): {line}")
+    if name == "lru":  # the one policy whose rule is the same in both
+        worst = max(map(abs, diffs), default=0.0)
+        verdict = "agrees" if worst < 0.01 else "DIFFERS"
+        print(f"  lru: {verdict} (largest |difference| {worst:.3f} points)")
+
+
+def report(trace: Trace, ours: dict, peer: dict, capacities: list[int], rounds: int) -> None:
+    print(f"\n{rounds} round(s); seconds for the 8 replays (ceiling: 1), per round; lookups/s and")
+    print("best / best from each side's fastest round (the machine's other work slows either)")
+    print(f"{'policy':<8} {'seconds':>24} {'M lookups/s':>12}  {'peer':>24}  ours / peer")
+    for name, secs in ours.items():
+        runs = len(capacities) if POLICIES[name].bounded else 1
+        best = min(secs)
+        row = (
+            f"{name:<8} {', '.join(f'{s:.2f}' for s in secs):>24} "
+            f"{runs * trace.n_lookups / best / 1e6:>12.1f}"
+        )
+        if peer.get(name):
+            ratios = [o / q for o, q in zip(secs, peer[name], strict=True)]
+            row += (
+                f"  {', '.join(f'{s:.2f}' for s in peer[name]):>24}  "
+                f"{', '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f}, "
+                f"best / best {best / min(peer[name]):.2f}"
+            )
+        print(row)
+
+
+if __name__ == "__main__":
+    main()
