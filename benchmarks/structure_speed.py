@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/structure_speed.py [--copies 100] [--keep DIR]
 
-Builds the trace with ``/work/shared/tools/make_bench_trace.py K OUT.jsonl`` (K copies of the
-hour as K tenants, interleaved in time, sharing only the first block), ingests it (the tenant
-of each line set from its ``tenant`` field with one UPDATE), then, in a fresh process, loads
+Writes the trace as Mooncake JSONL (:func:`write_tiled`: K copies of the hour as K tenants,
+copy i 7·i ms later, ids offset per copy except the first block, which every copy shares, a
+common system prompt), ingests it (the tenant of each line, its ``tenant`` field, set with one
+UPDATE, since the Mooncake reader takes one tenant per file), then, in a fresh process, loads
 the trace and the log as the stage does and times ``analyse`` after a warm-up on a small trace
 (so compilation is not timed). Peak memory is the process's peak resident set during the
 analysis (reset before it through ``/proc/self/clear_refs``), against its resident set once
@@ -14,6 +15,10 @@ the trace is loaded and against the bytes of the loaded arrays.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
+import gzip
+import heapq
 import json
 import os
 import subprocess
@@ -22,7 +27,30 @@ import tempfile
 import time
 from pathlib import Path
 
-MAKE_TRACE = Path("/work/shared/tools/make_bench_trace.py")
+SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversation_trace.jsonl.gz"
+
+
+def write_tiled(copies: int, out: Path) -> None:
+    """The bundled hour ``copies`` times, one tenant per copy, merged in arrival order."""
+    with gzip.open(SAMPLE, "rt") as lines:
+        rows = [json.loads(line) for line in lines]
+    top = max(max(r["hash_ids"]) for r in rows if r["hash_ids"]) + 1
+
+    def copy(i: int):  # type: ignore[no-untyped-def]
+        for r in rows:
+            yield r["timestamp"] + i * 7, i, r
+
+    with out.open("w") as f:
+        for ts, i, r in heapq.merge(*(copy(i) for i in range(copies))):
+            ids = [h if h == 0 else h + i * top for h in r["hash_ids"]]
+            line = {
+                "timestamp": ts,
+                "input_length": r["input_length"],
+                "output_length": r["output_length"],
+                "hash_ids": ids,
+                "tenant": f"t{i:02d}",
+            }
+            f.write(json.dumps(line) + "\n")
 
 
 def build(copies: int, folder: Path) -> Path:
@@ -38,7 +66,7 @@ def build(copies: int, folder: Path) -> Path:
         return db
     jsonl = folder / f"x{copies}.jsonl"
     t = time.perf_counter()
-    subprocess.run([sys.executable, str(MAKE_TRACE), str(copies), str(jsonl)], check=True)
+    write_tiled(copies, jsonl)
     ingest.run(db, ingest.IngestSettings((str(jsonl),), "mooncake"))
     tenants = pj.read_json(jsonl).column("tenant")
     lines = pa.table({"line": pa.array(range(1, len(tenants) + 1), pa.int64()), "tenant": tenants})
@@ -65,10 +93,12 @@ def _status_kib(field: str) -> int:
 def measure(db: Path) -> dict[str, float]:
     """Load, warm up, then time one ``analyse`` (run in a fresh process)."""
     import numpy as np
+    import pyarrow as pa
 
     from prefixscope import warehouse
-    from prefixscope.analysis.structure.log import load_log
+    from prefixscope.analysis.structure.log import RequestLog, load_log
     from prefixscope.analysis.structure.tables import StructureSettings, analyse
+    from prefixscope.analysis.structure.turns import LogIds
     from prefixscope.analysis.trace.csr import build_trace
     from prefixscope.analysis.trace.load import load_trace
 
@@ -76,9 +106,6 @@ def measure(db: Path) -> dict[str, float]:
         trace = load_trace(con)
         log = load_log(con, trace)
     small = build_trace([[1, 2, 3], [1, 2, 4, 5], [1, 6]], [10, 16, 8], ["a", "a", "b"], 4)
-    from prefixscope.analysis.structure.log import RequestLog
-    from prefixscope.analysis.structure.turns import LogIds
-
     warm_log = RequestLog(LogIds.empty(3), (), np.array([None] * 3, dtype=object))
     analyse(small, warm_log, StructureSettings(capacity_blocks=4))
     arrays = [
@@ -87,20 +114,25 @@ def measure(db: Path) -> dict[str, float]:
         log.request_type,
     ]  # fmt: skip
     loaded = sum(a.nbytes for a in arrays) + trace.request_ids.nbytes
+    # What the load freed goes back first, so the baseline is what the trace holds.
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     rss = _status_kib("VmRSS") * 1024
     try:
         Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
         reset = True
     except OSError:
         reset = False
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     tables = analyse(trace, log, StructureSettings())
-    seconds = time.perf_counter() - t
+    seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     peak = _status_kib("VmHWM") * 1024
     return {
         "requests": trace.n_requests,
         "lookups": trace.n_lookups,
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "rss_loaded": rss,
         "peak": peak,
         "peak_reset": reset,
@@ -131,7 +163,8 @@ def main() -> None:
     print(
         f"x{args.copies}: {r['requests']:,} requests, {r['lookups']:,} lookups; structure "
         f"{r['seconds']:.2f} s ({r['lookups'] / r['seconds'] / 1e6:.1f} M lookups/s), "
-        f"{r['rows']:,} rows"
+        f"{r['cpu_seconds']:.2f} s of CPU ({r['lookups'] / r['cpu_seconds'] / 1e6:.1f} M "
+        f"lookups/s), {r['rows']:,} rows"
     )
     print(
         f"  peak RSS {r['peak'] / gib:.2f} GiB against {r['rss_loaded'] / gib:.2f} GiB once "

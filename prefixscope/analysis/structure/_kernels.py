@@ -1,7 +1,7 @@
-"""The compiled passes the structure tables are built from. Each is one linear pass over the
-lookups (CSR ``offsets`` / ``blocks``, requests in replay order) with per-block state in arrays
-over dense ids; none sorts the lookups. The modules that call them state what each computes;
-what every pass relies on is written here:
+"""The compiled passes the structure tables are built from, beside the replay-order scan of
+:mod:`scan`. Each is one linear pass over the lookups (CSR ``offsets`` / ``blocks``) with
+per-block state in arrays over dense ids; none sorts the lookups. The modules that call them
+state what each computes; what every pass relies on is written here:
 
 - requests come in replay order, so a block's first lookup is its earliest request, and a
   "last request seen" marker per block tells a repeat within one request from a new use;
