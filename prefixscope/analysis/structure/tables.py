@@ -68,11 +68,14 @@ def analyse(trace: Trace, log: RequestLog, settings: StructureSettings) -> dict[
         outcomes[("lru", settings.capacity_blocks)] = lru
     # One walk over the sessions serves both the prefix ranking and the attribution.
     use = attribution.session_use(trace, t.session)
+    # The pinned replays (in shared_prefixes) hold the most memory: they run first, before the
+    # other tables exist.
+    prefix_rows = shared_prefixes(trace, t, settings, outcomes, use.sessions, scanned)
     groups = Groups.of(trace)
     return {
         "turns": turns_table(trace, log, t, kind),
         "session_stats": session_stats(trace, log, t, groups),
-        "shared_prefixes": shared_prefixes(trace, t, settings, outcomes, use.sessions, scanned),
+        "shared_prefixes": prefix_rows,
         "hit_sources": hit_sources(trace, t, outcomes, groups, use.earlier),
         "first_new_blocks": first_new_blocks(trace, outcomes[("ceiling", None)], groups),
         "reuse_times": reuse_times(trace, kind),
