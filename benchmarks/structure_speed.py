@@ -90,7 +90,7 @@ def _status_kib(field: str) -> int:
     raise KeyError(field)
 
 
-def measure(db: Path) -> dict[str, float]:
+def measure(db: Path, simulate_top: int) -> dict[str, float]:
     """Load, warm up, then time one ``analyse`` (run in a fresh process)."""
     import numpy as np
     import pyarrow as pa
@@ -125,7 +125,7 @@ def measure(db: Path) -> dict[str, float]:
     except OSError:
         reset = False
     t, cpu = time.perf_counter(), time.process_time()
-    tables = analyse(trace, log, StructureSettings())
+    tables = analyse(trace, log, StructureSettings(simulate_top=simulate_top))
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     peak = _status_kib("VmHWM") * 1024
     return {
@@ -145,23 +145,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=100)
     parser.add_argument("--keep", type=Path, help="keep (and reuse) the warehouse in this folder")
+    parser.add_argument(
+        "--simulate-top", type=int, default=10, help="pinned replays (structure's default: 10)"
+    )
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure)))
+        print(json.dumps(measure(args.measure, args.simulate_top)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         db = build(args.copies, folder)
         out = subprocess.run(
-            [sys.executable, __file__, "--measure", str(db)],
+            [sys.executable, __file__, "--measure", str(db), f"--simulate-top={args.simulate_top}"],
             check=True, capture_output=True, text=True, env={**os.environ},
         )  # fmt: skip
     r = json.loads(out.stdout.strip().splitlines()[-1])
     gib = 2**30
     print(
-        f"x{args.copies}: {r['requests']:,} requests, {r['lookups']:,} lookups; structure "
+        f"x{args.copies}, --simulate-top {args.simulate_top}: {r['requests']:,} requests, "
+        f"{r['lookups']:,} lookups; structure "
         f"{r['seconds']:.2f} s ({r['lookups'] / r['seconds'] / 1e6:.1f} M lookups/s), "
         f"{r['cpu_seconds']:.2f} s of CPU ({r['lookups'] / r['cpu_seconds'] / 1e6:.1f} M "
         f"lookups/s), {r['rows']:,} rows"
