@@ -8,25 +8,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+# The list operations are the single-cache loops' own (one list per replica here).
+from prefixscope.analysis.policies._lists import _push_back, _unlink
+
 
 @numba.njit(inline="always")
 def _bit(i):  # type: ignore[no-untyped-def]
     return np.uint64(1) << np.uint64(i)
-
-
-@numba.njit(inline="always")
-def _unlink(nxt, prv, v):  # type: ignore[no-untyped-def]
-    nxt[prv[v]] = nxt[v]
-    prv[nxt[v]] = prv[v]
-
-
-@numba.njit(inline="always")
-def _push_back(nxt, prv, s, v):  # type: ignore[no-untyped-def]
-    last = prv[s]
-    nxt[last] = v
-    prv[v] = last
-    nxt[v] = s
-    prv[s] = v
 
 
 @numba.njit(inline="always")
