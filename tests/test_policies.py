@@ -288,3 +288,37 @@ def test_belady_discards_and_compacts_superseded_heap_entries() -> None:
     for capacity in (1, 2, 3, 4):
         hits = POLICIES["belady"].hit_blocks(make_trace(requests), capacity).tolist()
         assert hits == reference_replay("belady", requests, capacity).hit_blocks
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    requests=prefix_chains(n_roots=3, depth=12, max_requests=40),
+    capacity=st.integers(1, 25),
+    data=st.data(),
+)
+def test_pinned_on_the_touch_log_equals_the_linked_list_with_pins(requests, capacity, data):
+    """``pinned`` runs on the fast touch-log LRU; the linked-list kernel keeps pins its own way
+    (never in the list): both give the same hits and the same cross-tenant lookups."""
+    from prefixscope.analysis.policies import _kernels
+
+    n = len(requests)
+    tenants = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    trace = make_trace(requests, [str(t) for t in tenants])
+    pins = np.array(
+        data.draw(st.lists(st.booleans(), min_size=trace.n_unique, max_size=trace.n_unique)),
+        dtype=np.bool_,
+    )
+    assume(int(pins.sum()) <= capacity)
+    got = POLICIES["pinned"].replay(trace, capacity, PolicyOptions(pinned=pins))
+    hits, cross, _ = _kernels.lru(
+        trace.offsets,
+        trace.blocks,
+        trace.tenant_codes,
+        trace.times,
+        trace.n_unique,
+        capacity,
+        -1.0,
+        pins,
+    )
+    assert got.hit_blocks.tolist() == hits.tolist()
+    assert (got.cross.tolist() or [False] * trace.n_lookups) == cross.tolist()

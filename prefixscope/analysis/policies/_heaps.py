@@ -1,12 +1,12 @@
-"""The compiled replay loops of belady (over a heap) and s3fifo (over three queues). They
-follow the request cycle of ``_lists.py``, and return the same triple."""
+"""The compiled replay loop of belady, over a heap. It follows the request cycle of
+``_lists.py``, and returns the same triple."""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from prefixscope.analysis.policies._lists import NONE, _lookup, _push_back, _unlink
+from prefixscope.analysis.policies._lists import NONE
 
 # --- a binary min-heap of (key, block) entries with lazy deletion --------------------------------
 # Both keys are one int64, ``(n_requests - next use) << 32 | touch number``, the smallest
@@ -189,115 +189,6 @@ def _belady_loop(
                 entries -= 1
                 heap[0, 0], heap[0, 1] = heap[entries, 0], heap[entries, 1]
             _sift_down(heap, 0, entries)
-        if filled_at == NONE and size >= capacity:
-            filled_at = r
-    return hits, cross, filled_at
-
-
-# --- S3-FIFO: small FIFO S, main FIFO M, ghost FIFO G (ids only), one linked list each --------
-
-S_QUEUE, M_QUEUE, G_QUEUE = 1, 2, 3
-
-
-@numba.njit(cache=True, nogil=True)
-def s3fifo(offsets, blocks, tenants, parent, n_unique, capacity):  # type: ignore[no-untyped-def]
-    """S3-FIFO (SOSP'23), kept prefix-closed: a block with cached children is in use by them and
-    is never evicted; at the head of its queue it moves to M's tail. See docs/simulation.md."""
-    small_cap = max(1, capacity // 10)
-    ghost_cap = max(1, capacity - small_cap)
-    sen_s, sen_m, sen_g = n_unique, n_unique + 1, n_unique + 2
-    nxt = np.empty(n_unique + 3, np.int32)
-    prv = np.empty(n_unique + 3, np.int32)
-    for q in (sen_s, sen_m, sen_g):
-        nxt[q] = q
-        prv[q] = q
-    queue = np.zeros(n_unique, np.int8)
-    freq = np.zeros(n_unique, np.int8)
-    children = np.zeros(n_unique, np.int32)
-    owner = np.zeros(n_unique, np.int32)
-    cached = np.zeros(n_unique, np.bool_)
-    n_small = 0
-    n_main = 0
-    n_ghost = 0
-    n = offsets.size - 1
-    hits = np.zeros(n, np.int32)
-    cross = np.zeros(blocks.size, np.bool_)
-    size = 0
-    filled_at = NONE
-    for r in range(n):
-        start, end = offsets[r], offsets[r + 1]
-        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
-        for p in range(end - 1, start - 1, -1):
-            b = blocks[p]
-            if cached[b]:
-                if freq[b] < 3:
-                    freq[b] += 1
-                continue
-            cached[b] = True
-            owner[b] = tenants[r]
-            freq[b] = 0
-            size += 1
-            if parent[b] != NONE:
-                children[parent[b]] += 1
-            if queue[b] == G_QUEUE:  # remembered: straight to M
-                _unlink(nxt, prv, b)
-                n_ghost -= 1
-                queue[b] = M_QUEUE
-                n_main += 1
-                _push_back(nxt, prv, sen_m, b)
-            else:
-                queue[b] = S_QUEUE
-                n_small += 1
-                _push_back(nxt, prv, sen_s, b)
-        while size > capacity:
-            evicted = NONE
-            if n_small >= small_cap:
-                # S: a block in use by its children, or seen again, moves to M; the first
-                # other one leaves and is remembered in G.
-                passes = n_small
-                while passes > 0 and nxt[sen_s] != sen_s:
-                    passes -= 1
-                    v = nxt[sen_s]
-                    _unlink(nxt, prv, v)
-                    n_small -= 1
-                    if children[v] > 0 or freq[v] > 1:
-                        queue[v] = M_QUEUE
-                        n_main += 1
-                        _push_back(nxt, prv, sen_m, v)
-                        continue
-                    queue[v] = G_QUEUE
-                    n_ghost += 1
-                    _push_back(nxt, prv, sen_g, v)
-                    if n_ghost > ghost_cap:
-                        g = nxt[sen_g]
-                        _unlink(nxt, prv, g)
-                        queue[g] = 0
-                        n_ghost -= 1
-                    evicted = v
-                    break
-            if evicted == NONE:
-                # M: a block in use goes round; a block with count > 0 goes round with one less;
-                # the first other one leaves. Each block goes round at most 4 times a call.
-                passes = 4 * n_main + 1
-                while passes > 0 and nxt[sen_m] != sen_m:
-                    passes -= 1
-                    v = nxt[sen_m]
-                    _unlink(nxt, prv, v)
-                    if children[v] > 0 or freq[v] > 0:
-                        if children[v] == 0:
-                            freq[v] -= 1
-                        _push_back(nxt, prv, sen_m, v)
-                        continue
-                    queue[v] = 0
-                    n_main -= 1
-                    evicted = v
-                    break
-            if evicted == NONE:
-                continue  # S handed its blocks to M: M gives a victim on the next round
-            cached[evicted] = False
-            size -= 1
-            if parent[evicted] != NONE:
-                children[parent[evicted]] -= 1
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at

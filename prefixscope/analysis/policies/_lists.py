@@ -17,6 +17,9 @@ import numba
 import numpy as np
 
 NONE = -1
+#: The latest log position of a cached pinned block: after every real position (positions are
+#: int32 and stay below 2**31 - 1 for the traces ``LRU`` accepts).
+PINNED_AT = np.int32(2**31 - 1)
 
 
 @numba.njit(inline="always")
@@ -94,8 +97,8 @@ def lru(offsets, blocks, tenants, times, n_unique, capacity, ttl, pinned):  # ty
     return hits, cross, filled_at
 
 
-def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner):  # type: ignore[no-untyped-def]
-    """LRU alone, the same rule as :func:`lru` without idle times or pins, on a touch log
+def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner, pinned=None):  # type: ignore[no-untyped-def]
+    """LRU, the same rule as :func:`lru` without idle times, on a touch log
     instead of a linked list. Every touch appends the block to the log at the next (virtual)
     position and records it as the block's latest; the log is then in LRU order, with stale
     entries (blocks touched again later) to skip, and a block is cached iff its latest position
@@ -103,6 +106,13 @@ def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner):  # typ
     request would not fit, the live entries are copied, in order, to its end. So writes are
     sequential and the working memory stays small, which is what makes it fast on traces larger
     than the CPU caches. Owners (for cross-tenant hits) are tracked only when ``track_owner``.
+
+    ``pinned`` (a mask over blocks, or None): a pinned block never leaves once cached and counts
+    against the capacity, as in :func:`lru`. Its latest position is set past every position
+    (:data:`PINNED_AT`), so it is always at or after the head: cached, never counted by the
+    eviction walk (which counts only a block's latest entry), never copied by a compaction.
+    Pins must fit (the caller checks): then while the cache is over capacity some unpinned
+    block is live, and the walk ends.
 
     The arrays are allocated here, by numpy, not in the compiled loop: numpy asks the kernel
     for huge pages on large arrays, and on a trace of millions of distinct blocks the page
@@ -113,12 +123,15 @@ def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner):  # typ
     ring = 1  # room for 4x what can be live, or for every touch, whichever is less
     while ring < min(4 * (held + longest), blocks.size + longest + 1):
         ring *= 2
+    has_pins = pinned is not None
     return _lru_plain_loop(
         offsets,
         blocks,
         tenants,
         capacity,
         track_owner,
+        has_pins,
+        np.asarray(pinned, np.bool_) if has_pins else np.zeros(1, np.bool_),
         np.zeros(n_unique, np.int32),  # latest virtual log position (0: never touched)
         np.empty(ring, np.int32),
         np.empty(held + longest, np.int32),
@@ -130,7 +143,19 @@ def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner):  # typ
 
 @numba.njit(cache=True, nogil=True)
 def _lru_plain_loop(
-    offsets, blocks, tenants, capacity, track_owner, latest, log, scratch, owner, hits, cross
+    offsets,
+    blocks,
+    tenants,
+    capacity,
+    track_owner,
+    has_pins,
+    pinned,
+    latest,
+    log,
+    scratch,
+    owner,
+    hits,
+    cross,
 ):  # type: ignore[no-untyped-def]
     n = offsets.size - 1
     mask = log.size - 1
@@ -174,7 +199,7 @@ def _lru_plain_loop(
                     owner[b] = tenant
                 elif run:
                     cross[p] = owner[b] != tenant
-            latest[b] = max(old, slot)
+            latest[b] = PINNED_AT if has_pins and pinned[b] else max(old, slot)
             log[slot & mask] = b
         tail += end - start
         hits[r] = k

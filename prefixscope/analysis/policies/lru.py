@@ -27,7 +27,7 @@ def _kernel():  # type: ignore[no-untyped-def]
 
 
 def _linked_lru(trace: Trace, capacity: int, ttl: float, pins: np.ndarray):  # type: ignore[no-untyped-def]
-    """The linked-list LRU kernel, which alone knows idle times and pins."""
+    """The linked-list LRU kernel, which alone knows idle times."""
     return _kernel().lru(
         trace.offsets,
         trace.blocks,
@@ -36,6 +36,21 @@ def _linked_lru(trace: Trace, capacity: int, ttl: float, pins: np.ndarray):  # t
         trace.n_unique,
         capacity,
         ttl,
+        pins,
+    )
+
+
+def _plain_lru(trace: Trace, capacity: int, pins: np.ndarray | None = None):  # type: ignore[no-untyped-def]
+    """The touch-log LRU kernel (the fast one): plain, or with pins."""
+    if trace.n_lookups >= 2**30:  # log positions are int32, compaction copies included
+        raise ValueError("a trace of 2**30 block lookups or more: split it")
+    return _kernel().lru_plain(
+        trace.offsets,
+        trace.blocks,
+        trace.tenant_codes,
+        trace.n_unique,
+        capacity,
+        len(trace.tenants) > 1,
         pins,
     )
 
@@ -49,16 +64,7 @@ class LRU(BoundedPolicy):
     name: str = "lru"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
-        if trace.n_lookups >= 2**30:  # log positions are int32, compaction copies included
-            raise ValueError("a trace of 2**30 block lookups or more: split it")
-        return _kernel().lru_plain(
-            trace.offsets,
-            trace.blocks,
-            trace.tenant_codes,
-            trace.n_unique,
-            capacity,
-            len(trace.tenants) > 1,
-        )
+        return _plain_lru(trace, capacity)
 
 
 @dataclass(frozen=True)
@@ -81,4 +87,4 @@ class Pinned(BoundedPolicy):
         pins = np.asarray(options.pinned, dtype=np.bool_)
         if int(pins.sum()) > capacity:
             raise ValueError(f"{int(pins.sum())} pinned blocks do not fit in {capacity} blocks")
-        return _linked_lru(trace, capacity, -1.0, pins)
+        return _plain_lru(trace, capacity, pins)
