@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -12,10 +12,13 @@ from prefixscope.analysis.trace.csr import Trace
 
 @dataclass(frozen=True)
 class PolicyOptions:
-    """Settings some policies read: ``ttl_s`` (ttl), ``pinned`` (a bool per dense id: pinned)."""
+    """Settings some policies read: ``ttl_s`` (ttl), ``pinned`` (a bool per dense id: pinned);
+    ``cross``: whether the replay must say which lookups crossed tenants (``hit_blocks`` does
+    not ask, and a policy may then leave ``Outcome.cross`` empty and skip owner tracking)."""
 
     ttl_s: float | None = None
     pinned: np.ndarray | None = None
+    cross: bool = True
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,8 @@ class BoundedPolicy:
     def hit_blocks(
         self, trace: Trace, capacity_blocks: int | None, options: PolicyOptions | None = None
     ) -> np.ndarray:
-        return self.replay(trace, capacity_blocks, options or PolicyOptions()).hit_blocks
+        no_cross = replace(options or PolicyOptions(), cross=False)
+        return self.replay(trace, capacity_blocks, no_cross).hit_blocks
 
     def replay(self, trace: Trace, capacity_blocks: int | None, options: PolicyOptions) -> Outcome:
         if capacity_blocks is None or capacity_blocks < 1:

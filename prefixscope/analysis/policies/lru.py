@@ -40,8 +40,9 @@ def _linked_lru(trace: Trace, capacity: int, ttl: float, pins: np.ndarray):  # t
     )
 
 
-def _plain_lru(trace: Trace, capacity: int, pins: np.ndarray | None = None):  # type: ignore[no-untyped-def]
-    """The touch-log LRU kernel (the fast one): plain, or with pins."""
+def _plain_lru(trace: Trace, capacity: int, options: PolicyOptions, pins: np.ndarray | None = None):  # type: ignore[no-untyped-def]
+    """The touch-log LRU kernel (the fast one): plain, or with pins; owners are tracked only
+    when the trace has several tenants and the caller wants cross-tenant lookups."""
     if trace.n_lookups >= 2**30:  # log positions are int32, compaction copies included
         raise ValueError("a trace of 2**30 block lookups or more: split it")
     return _kernel().lru_plain(
@@ -50,7 +51,7 @@ def _plain_lru(trace: Trace, capacity: int, pins: np.ndarray | None = None):  # 
         trace.tenant_codes,
         trace.n_unique,
         capacity,
-        len(trace.tenants) > 1,
+        options.cross and len(trace.tenants) > 1,
         pins,
     )
 
@@ -64,7 +65,7 @@ class LRU(BoundedPolicy):
     name: str = "lru"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
-        return _plain_lru(trace, capacity)
+        return _plain_lru(trace, capacity, options)
 
 
 @dataclass(frozen=True)
@@ -87,4 +88,4 @@ class Pinned(BoundedPolicy):
         pins = np.asarray(options.pinned, dtype=np.bool_)
         if int(pins.sum()) > capacity:
             raise ValueError(f"{int(pins.sum())} pinned blocks do not fit in {capacity} blocks")
-        return _plain_lru(trace, capacity, pins)
+        return _plain_lru(trace, capacity, options, pins)
