@@ -55,6 +55,10 @@ bench: setup
 	$(BIN)/python benchmarks/fifo_order.py
 	$(BIN)/python benchmarks/fleet_speed.py
 	$(BIN)/python benchmarks/tier_crossover.py
+	$(BIN)/python benchmarks/structure_speed.py --copies 20
+	$(BIN)/python benchmarks/policy_speed.py
+	$(BIN)/python benchmarks/validate_recovery.py
+	$(BIN)/python benchmarks/sampled_error.py --quick
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks
