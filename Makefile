@@ -16,7 +16,9 @@ setup: $(STAMP)
 # Reinstall whenever the dependency list (or this recipe) changes.
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[test,replay]'
+	@echo "setting up $(VENV) (pip's output in $(VENV)/install.log)"
+	@$(BIN)/python -m pip install --quiet -e '.[test,replay]' > $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
 
 # The bundled Kimi hour as tenant kimi, beside three synthetic tenants (prefixscope/synthetic.py)
