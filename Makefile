@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
 BUILD := build
 
-.PHONY: setup demo test test-fast browser bench lint clean
+.PHONY: setup demo test test-fast browser bench peers lint clean
 
 setup: $(STAMP)
 
@@ -58,9 +58,17 @@ bench: setup
 	$(BIN)/python benchmarks/fleet_speed.py
 	$(BIN)/python benchmarks/tier_crossover.py
 	$(BIN)/python benchmarks/structure_speed.py --copies 20
-	$(BIN)/python benchmarks/policy_speed.py
+	PEER_PYTHON=$$(test -x $(PEERS)/bin/python && echo $(PEERS)/bin/python) \
+		$(BIN)/python benchmarks/policy_speed.py
 	$(BIN)/python benchmarks/validate_recovery.py
 	$(BIN)/python benchmarks/sampled_error.py --quick
+
+# The KVCache.AI simulator, to time beside ours in `make bench`: a scratch environment outside
+# the repository, never a dependency of the project.
+PEERS ?= $(or $(TMPDIR),/tmp)/prefixscope-peers
+peers:
+	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet kvcache-simulator==0.1.3
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks
