@@ -285,6 +285,7 @@ def lfu(offsets, blocks, tenants, n_unique, capacity, track_owner):  # type: ign
 
 @numba.njit(inline="always")
 def _node_unlink(node, b):  # type: ignore[no-untyped-def]
+    # Rows [next, prev, ...]: the block lists and the order of their counts alike.
     node[node[b, 1], 0] = node[b, 0]
     node[node[b, 0], 1] = node[b, 1]
 
@@ -305,12 +306,6 @@ def _order_insert_after(order, f, g):  # type: ignore[no-untyped-def]
     order[g, 1] = f
     order[nxt, 1] = g
     order[f, 0] = g
-
-
-@numba.njit(inline="always")
-def _order_unlink(order, f):  # type: ignore[no-untyped-def]
-    order[order[f, 1], 0] = order[f, 0]
-    order[order[f, 0], 1] = order[f, 1]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -340,7 +335,7 @@ def _lfu_bucket_loop(
                 _node_push_back(node, n_unique + f + 1, b)
                 node[b, 2] = f + 1
                 if node[n_unique + f, 0] == n_unique + f:
-                    _order_unlink(order, f)
+                    _node_unlink(order, f)
             else:  # inserted with no use, at the tail of bucket 0
                 if node[n_unique, 0] == n_unique:
                     _order_insert_after(order, top, 0)
@@ -355,7 +350,7 @@ def _lfu_bucket_loop(
             node[v, 2] = NONE
             size -= 1
             if node[n_unique + f, 0] == n_unique + f:
-                _order_unlink(order, f)
+                _node_unlink(order, f)
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at
