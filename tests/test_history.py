@@ -97,7 +97,7 @@ def test_the_fleets_effective_capacity_comes_from_a_validate_run_over_the_same_d
     two_runs, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     from prefixscope import warehouse
-    from prefixscope.dashboards.history import history_section, with_effective_capacity
+    from prefixscope.dashboards.history import history_section
     from prefixscope.dashboards.views import read_view
 
     wh = tmp_path / "wh.duckdb"
@@ -106,7 +106,7 @@ def test_the_fleets_effective_capacity_comes_from_a_validate_run_over_the_same_d
         assert read_view(con, "run_history")["effective_capacity_blocks"].null_count() == 6
         with warehouse.recorded_run(con, "validate", {}) as run_id:  # after the second run
             validated(con, run_id, {"*": 300, "alpha": 300})
-        filled = with_effective_capacity(con, read_view(con, "run_history"))
+        filled = read_view(con, "run_history")
         section = history_section(con)
     by_run = {
         run: dict(zip(rows["tenant"], rows["effective_capacity_blocks"], strict=True))

@@ -4,8 +4,8 @@ per hour and effective capacity, one point per run, the newest run marked.
 Reads the ``run_history`` view (the last 30 runs per tenant; its comment defines a run and the
 configuration a trend follows); ``templates/history.html`` lays it out. The effective capacity
 (the capacity whose simulation best explains the engines' reported cached tokens) is the
-``validate`` command's: the fleet's row of its ``validation`` table, read only where the
-warehouse has that table, and for the fleet alone (tenants share the fleet's cache). Without a
+``validate`` command's: the fleet's row of its ``validation`` table over the same data
+(``run_history`` joins it), for the fleet alone (tenants share the fleet's cache). Without a
 validate run over a run's data, that chart is left out.
 """
 
@@ -35,14 +35,12 @@ TRENDS = (
 )  # fmt: skip
 #: The time axis either side of a lone run.
 ONE_RUN_SPAN = timedelta(hours=1)
-#: The validation columns the effective capacity is read from.
-VALIDATION_COLUMNS = {"run_id", "tenant", "capacity_blocks"}
 
 
 def history_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     """What ``templates/history.html`` shows: the charts of every trend with a value, the number
     of runs and the configuration followed; None before any run."""
-    rows = with_effective_capacity(con, read_view(con, "run_history"))
+    rows = read_view(con, "run_history")
     if rows.is_empty():
         return None
     latest = rows.row(0, named=True)  # newest run first, its fleet row first
@@ -108,41 +106,6 @@ def trend_figure(
     if first == last:  # one run: an hour either side, not milliseconds
         fig.update_xaxes(range=[first - ONE_RUN_SPAN, last + ONE_RUN_SPAN])
     return figure_markup(fig)
-
-
-def with_effective_capacity(con: duckdb.DuckDBPyConnection, rows: pl.DataFrame) -> pl.DataFrame:
-    """``rows`` with the fleet's ``effective_capacity_blocks`` from the newest validate run over
-    the same data as each run (the same latest ingest before it); left NULL without a
-    ``validation`` table of the expected columns."""
-    if rows.is_empty() or not _columns(con, "validation") >= VALIDATION_COLUMNS:
-        return rows
-    found = con.sql(
-        "WITH ingests AS (SELECT finished_at FROM runs "
-        "  WHERE command = 'ingest' AND status = 'succeeded'), "
-        "v AS (SELECT v.tenant, v.capacity_blocks, r.finished_at, "
-        "  (SELECT max(i.finished_at) FROM ingests i WHERE i.finished_at <= r.started_at) AS data "
-        "  FROM validation v JOIN runs r ON r.run_id = v.run_id AND r.status = 'succeeded' "
-        "  WHERE v.tenant = '*'), "
-        "h AS (SELECT r.run_id, "
-        "  (SELECT max(i.finished_at) FROM ingests i WHERE i.finished_at <= r.started_at) AS data "
-        "  FROM runs r WHERE r.run_id IN (SELECT run_id FROM run_history)) "
-        "SELECT h.run_id, v.tenant, v.capacity_blocks::BIGINT AS effective "
-        "FROM h JOIN v ON v.data IS NOT DISTINCT FROM h.data "
-        "QUALIFY row_number() OVER "
-        "  (PARTITION BY h.run_id, v.tenant ORDER BY v.finished_at DESC) = 1"
-    ).pl()
-    return (
-        rows.join(found, on=["run_id", "tenant"], how="left", maintain_order="left")
-        .with_columns(effective_capacity_blocks=pl.col("effective"))
-        .drop("effective")
-    )
-
-
-def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
-    found = con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
-    ).fetchall()
-    return {c for (c,) in found}
 
 
 def _configuration_expr() -> pl.Expr:

@@ -5,9 +5,20 @@
 -- fleet_report flow keeps and prices one: lru, shared, at its grid's middle capacity.
 -- Its token hit rate is over the 'steady' window when the run measured one and the fleet's
 -- cache filled (steady), else over 'all' (measure_window says which); the savings are that
--- pricing's (NULL when none). effective_capacity_blocks is NULL here: the page fills the
--- fleet's from the validate command's `validation` table where the warehouse has one.
-WITH configurations AS (
+-- pricing's (NULL when none). effective_capacity_blocks is the fleet's (tenant '*' only: the
+-- tenants share its cache) from the newest succeeded validate run over the same data as the
+-- run, i.e. after the same latest ingest; NULL without one.
+WITH ingests AS (
+    SELECT finished_at FROM runs WHERE command = 'ingest' AND status = 'succeeded'
+),
+validated AS (
+    SELECT v.capacity_blocks, r.finished_at,
+           (SELECT max(i.finished_at) FROM ingests i WHERE i.finished_at <= r.started_at) AS data
+    FROM validation v
+    JOIN runs r ON r.run_id = v.run_id AND r.status = 'succeeded'
+    WHERE v.tenant = '*'
+),
+configurations AS (
     SELECT c.*, count(*) OVER (PARTITION BY c.run_id) AS kept
     FROM outcome_configurations c
 ),
@@ -30,6 +41,8 @@ followed AS (
 ),
 windowed AS (
     SELECT f.*,
+           (SELECT max(i.finished_at) FROM ingests i JOIN runs r ON r.run_id = f.run_id
+            WHERE i.finished_at <= r.started_at) AS data,
            CASE WHEN EXISTS (
                SELECT 1 FROM hit_rates h
                WHERE h.run_id = f.run_id AND h.tenant = '*' AND h.measure_window = 'steady'
@@ -41,7 +54,11 @@ windowed AS (
 SELECT w.run_id, r.started_at AS run_at, h.tenant, w.policy, w.isolation, w.capacity_blocks,
        w.measure_window, h.requests, h.token_hit_rate, h.ci_low, h.ci_high,
        h.cross_tenant_hit_tokens, w.savings_run_id, s.model, s.gpu, s.cost_model,
-       s.saved_share, s.gpu_seconds_saved_per_hour, NULL::BIGINT AS effective_capacity_blocks
+       s.saved_share, s.gpu_seconds_saved_per_hour,
+       CASE WHEN h.tenant = '*' THEN (
+           SELECT v.capacity_blocks FROM validated v
+           WHERE v.data IS NOT DISTINCT FROM w.data ORDER BY v.finished_at DESC LIMIT 1
+       ) END::BIGINT AS effective_capacity_blocks
 FROM windowed w
 JOIN runs r ON r.run_id = w.run_id
 JOIN hit_rates h
