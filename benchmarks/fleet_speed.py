@@ -33,8 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
+from _timing import one_core
 
 from prefixscope import warehouse
 from prefixscope.analysis.cost.gpus import resolve_gpu
@@ -137,14 +137,6 @@ def best(fn, repeats: int = REPEATS) -> tuple[float, object]:  # type: ignore[no
         out = fn()
         times.append(time.perf_counter() - t)
     return min(times), out
-
-
-def one_core() -> str:
-    """Pin this process to one CPU and numba to one thread."""
-    numba.set_num_threads(1)
-    cpu = min(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpu})
-    return f"CPU {cpu} of {os.cpu_count()}"
 
 
 def main() -> int:

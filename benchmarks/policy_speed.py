@@ -43,8 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
+from _timing import one_core
 
 from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES
@@ -142,14 +142,6 @@ def last_half_rate(trace: Trace, hits: np.ndarray) -> float:
     """The peer's measure: token hit rate of the requests from ``n // 2`` on."""
     half = trace.n_requests // 2
     return float(hit_tokens(trace, hits)[half:].sum() / trace.input_tokens[half:].sum())
-
-
-def one_core() -> str:
-    """Pin this process (and so the peer's, its children) to one CPU, numba to one thread."""
-    numba.set_num_threads(1)
-    cpu = min(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpu})
-    return f"CPU {cpu} of {os.cpu_count()}"
 
 
 def main() -> None:
