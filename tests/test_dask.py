@@ -18,10 +18,13 @@ def cluster():  # type: ignore[no-untyped-def]
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     from distributed import LocalCluster
 
+    from prefixscope.analysis.fanout import close_clients
+
     with LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as c:
         yield c
+        close_clients()  # the stages keep theirs open for the process's life
 
 
 def test_the_flow_runs_its_simulations_on_the_dask_workers(
@@ -127,7 +130,7 @@ def test_each_replica_of_a_fixed_router_runs_as_a_task_and_equals_the_run_here(
             engine,
             FleetSettings(workers=None, dask_address=cluster.scheduler_address),
         )
-    ran = [t for t in stream.data if "replica_task" in t["key"]]
+    ran = [t for t in stream.data if "fleet_task" in t["key"]]
     assert len(ran) == 4  # one task per replica
     a, b = here[0], there[0]
     for name in ("replica", "hit_tokens", "ttft", "done_at", "busy", "steps", "filled_at"):

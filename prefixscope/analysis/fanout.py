@@ -2,18 +2,30 @@
 processes, or on the workers of a running Dask cluster. Results come back in item order, so a
 computation gives the same answer wherever its parts ran.
 
-The shared input travels once per worker (a process pool's initializer; Dask's broadcast
-scatter), never once per item.
+The shared input travels once per worker, never once per item: a process pool's initializer,
+or Dask's broadcast scatter. On a cluster it travels once per *process of ours*, too: the client
+and what it scattered are kept for the life of this process, keyed by the content's token
+(``dask.base.tokenize``), so the flow's stages, each of which loads the trace again from the
+warehouse, find it already on the workers. A tuple of shared parts is scattered part by part,
+so a stage that shares ``(trace, traffic)`` reuses the trace another stage sent.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 _SHARED: dict[str, Any] = {}
+#: Open clients, by scheduler address.
+_CLIENTS: dict[str, Any] = {}
+#: Scattered parts, by (address, token), most recently used last. Held futures keep their data
+#: on the workers; beyond this many the oldest are released.
+_SCATTERED: OrderedDict[tuple[str, str], Any] = OrderedDict()
+KEEP_SCATTERED = 4
 
 
 def _init(fn: Callable[[Any, Any], Any], shared: Any) -> None:
@@ -22,6 +34,58 @@ def _init(fn: Callable[[Any, Any], Any], shared: Any) -> None:
 
 def _call(item: Any) -> Any:
     return _SHARED["fn"](_SHARED["shared"], item)
+
+
+def client_for(address: str) -> Any:
+    """This process's client of the cluster at ``address`` (opened once, closed at exit)."""
+    client = _CLIENTS.get(address)
+    if client is None or client.status != "running":
+        from distributed import Client
+
+        client = Client(address, set_as_default=False)
+        _CLIENTS[address] = client
+        atexit.register(_close, address)
+    return client
+
+
+def close_clients() -> None:
+    """Close every client this process opened (and release what they scattered): before the
+    cluster goes away, so that nothing tries to reach it after."""
+    for address in list(_CLIENTS):
+        _close(address)
+
+
+def _close(address: str) -> None:
+    for key in [k for k in _SCATTERED if k[0] == address]:
+        del _SCATTERED[key]
+    client = _CLIENTS.pop(address, None)
+    if client is not None:
+        client.close()
+
+
+def scattered(address: str, part: Any) -> Any:
+    """A future of ``part`` on every worker of the cluster at ``address``: sent the first time
+    this content is asked for, found again after."""
+    from dask.base import tokenize
+
+    key = (address, tokenize(part))
+    future = _SCATTERED.get(key)
+    if future is not None and future.status == "finished":
+        _SCATTERED.move_to_end(key)
+        return future
+    [future] = client_for(address).scatter([part], broadcast=True, hash=False)
+    _SCATTERED[key] = future
+    while len(_SCATTERED) > KEEP_SCATTERED:
+        _SCATTERED.popitem(last=False)[1].release()
+    return future
+
+
+def width(*, workers: int | None = None, dask_address: str | None = None) -> int:
+    """How many items run at once: the cluster's threads, else ``workers`` (default: one per
+    core)."""
+    if dask_address:
+        return max(1, sum(client_for(dask_address).nthreads().values()))
+    return workers or os.cpu_count() or 1
 
 
 def fan_out(
@@ -36,12 +100,13 @@ def fan_out(
     ``dask_address``, else on ``workers`` processes (default: one per core; 1: in this process).
     ``fn`` must be a module-level function, so that workers can import it."""
     if dask_address:
-        from distributed import Client
-
-        with Client(dask_address) as client:
-            [remote] = client.scatter([shared], broadcast=True)
-            futures = client.map(fn, [remote] * len(items), list(items), pure=False)
-            return client.gather(futures)
+        client = client_for(dask_address)
+        if isinstance(shared, tuple):
+            remote: Any = tuple(scattered(dask_address, part) for part in shared)
+        else:
+            remote = scattered(dask_address, shared)
+        futures = client.map(fn, [remote] * len(items), list(items), pure=False)
+        return client.gather(futures)
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(items) <= 1:
         return [fn(shared, item) for item in items]

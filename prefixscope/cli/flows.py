@@ -19,6 +19,11 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", default=DEFAULT_TENANT)
     p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
     p.add_argument(
+        "--tenant-field",
+        metavar="PATH",
+        help="the field that names each request's tenant (e.g. tenant, or user.org)",
+    )
+    p.add_argument(
         "--synthetic-tenants",
         type=flags.name_list,
         metavar="NAME[,NAME...]",
@@ -45,6 +50,13 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         metavar="tcp://HOST:PORT",
         help="run the simulations on this running Dask cluster (default: here)",
     )
+    p.add_argument(
+        "--workers",
+        type=flags.count,
+        default=1,
+        metavar="N",
+        help="without --dask-address: processes the simulations fan out on here (%(default)s)",
+    )
     p.add_argument("--savings-gpu", default="h100", help="GPU the savings price")
     p.add_argument(
         "--replay-samples",
@@ -66,6 +78,7 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
         "format_name": args.format,
         "tenant": args.tenant,
         "tenant_from": args.tenant_from,
+        "tenant_field": args.tenant_field,
         "isolations": args.isolation or None,
         "synthetic_tenants": args.synthetic_tenants or None,
         "policies": args.policy or None,
@@ -75,6 +88,7 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
         "savings_gpu": args.savings_gpu,
         "replay_samples": args.replay_samples,
         "fleet_replicas": args.fleet_replicas or None,
+        "workers": args.workers,
     }
 
 

@@ -56,6 +56,11 @@ DEFAULT_WINDOWS = ("all", "last-half", "steady")
 #: each replica's cache is the grid's middle capacity (the one ``structure`` simulates).
 DEFAULT_FLEET_REPLICAS = (4, 8)
 DEFAULT_FLEET_LOAD_SCALES = (1.0, 2.0)
+#: The fleet and the value of the next GiB simulate many configurations each, so on a trace
+#: larger than this they measure its most recent stretch of this many lookups
+#: (``analysis/trace/tail.py``): about 42 hours of the bundled trace's traffic, twice the ×20
+#: benchmark trace. Everything else takes every lookup.
+RECENT_LOOKUPS = 12_000_000
 STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
 #: The key the run's summary is published under (a new version each run).
 SUMMARY_ARTIFACT = "fleet-report-summary"
@@ -206,6 +211,7 @@ def fleet_settings(
     gpu: str,
     replicas: Sequence[int],
     dask_address: str | None,
+    workers: int = 1,
 ) -> fleet_stage.FleetSettings:
     """Every router at each replica count, each replica with the grid's middle capacity."""
     return fleet_stage.FleetSettings(
@@ -216,8 +222,9 @@ def fleet_settings(
         windows=tuple(windows),
         model=model,
         gpu=gpu,
-        workers=1 if dask_address is None else None,
+        workers=workers if dask_address is None else None,
         dask_address=dask_address,
+        max_lookups=RECENT_LOOKUPS,
     )
 
 
@@ -257,13 +264,18 @@ def fleet_report(
     fleet_replicas: list[int] | None = None,
     plan_target: float = 0.9,
     tenant_from: str | None = None,
+    tenant_field: str | None = None,
     isolations: list[str] | None = None,
     synthetic_tenants: list[str] | None = None,
+    workers: int = 1,
 ) -> FleetReportOutcome:
-    """``tenant_from``: bailian, the tenant of each request is its type (else ``tenant``);
+    """``tenant_from``: bailian, the tenant of each request is its type; ``tenant_field``: the
+    field of each line that names its tenant (else ``tenant``);
     ``isolations``: how tenants share each simulated cache (shared; salted answers what
     sharing across tenants is worth); ``synthetic_tenants``: also ingest a synthetic log of
-    these tenants (``prefixscope.synthetic``), at the inputs' block size: the demo's fleet."""
+    these tenants (``prefixscope.synthetic``), at the inputs' block size: the demo's fleet;
+    ``workers``: processes the stages that fan out use on this machine (without
+    ``dask_address``), each holding the trace once."""
     policies = policies or list(DEFAULT_POLICIES)
     capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
     windows = windows or list(DEFAULT_WINDOWS)
@@ -278,7 +290,8 @@ def fleet_report(
 
     with steps(names) as step:
         step("ingest")
-        options = IngestOptions(tenant=tenant, tenant_from=tenant_from)
+        fields = (("tenant", tenant_field),) if tenant_field else ()
+        options = IngestOptions(tenant=tenant, tenant_from=tenant_from, fields=fields)
         sources = [ingest_stage.IngestSettings(tuple(expand_inputs(inputs)), format_name, options)]
         ingested = [ingest(wh, sources[0])]
         if synthetic_tenants:
@@ -297,7 +310,7 @@ def fleet_report(
                 isolations=tuple(isolations),
                 measure=Settings(windows=tuple(windows), outcomes=True),
                 outcomes_for=priced,
-                workers=1 if dask_address is None else None,
+                workers=workers if dask_address is None else None,
                 dask_address=dask_address,
             ),
         )
@@ -323,10 +336,21 @@ def fleet_report(
                 gpu,
                 fleet_replicas or DEFAULT_FLEET_REPLICAS,
                 dask_address,
+                workers,
             ),
         )
         step("plan")
-        plan(wh, plan_stage.PlanSettings(target=plan_target, model=model, gpu=gpu))
+        plan(
+            wh,
+            plan_stage.PlanSettings(
+                target=plan_target,
+                model=model,
+                gpu=gpu,
+                max_lookups=RECENT_LOOKUPS,
+                workers=workers if dask_address is None else None,
+                dask_address=dask_address,
+            ),
+        )
         step("validate")
         if validate_stage.has_reports(wh):  # the engines' own counts: the effective capacity
             validate(wh, validate_stage.ValidateSettings(model=model))

@@ -18,7 +18,7 @@ from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
-from prefixscope.analysis.fanout import fan_out
+from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
@@ -50,6 +50,7 @@ from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.load import REPLAY_ORDER, load_trace
 from prefixscope.analysis.trace.measure import hit_tokens
+from prefixscope.analysis.trace.tail import tail, tail_start
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.stages.outcomes import calibrated
 
@@ -130,9 +131,14 @@ class FleetSettings:
     router_settings: RouterSettings = field(default_factory=RouterSettings)
     workers: int | None = 1
     dask_address: str | None = None
+    #: Simulate the last requests holding at most this many lookups (``trace/tail.py``) when
+    #: the trace holds more; None: the whole trace.
+    max_lookups: int | None = None
 
     def check(self) -> None:
         """Names and numbers first, before any work."""
+        if self.max_lookups is not None and self.max_lookups < 1:
+            raise ValueError(f"max_lookups must be at least 1, not {self.max_lookups}")
         for name in self.routers:
             resolve_router(name)
         if not (self.routers and self.replicas and self.load_scales and self.drams and self.stores):
@@ -206,6 +212,10 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
                 if settings.cost_model == "roofline"
                 else calibrated(con, settings.model, settings.gpu)
             )
+        first = tail_start(trace, settings.max_lookups)
+        if first:
+            trace = tail(trace, first)
+            traffic = traffic.take(np.arange(first, first + trace.n_requests))
         engine, pricing = engine_for(settings, fitted)
         capacities = Capacities(
             settings.capacities.blocks,
@@ -264,6 +274,11 @@ def engine_for(
     return engine, Pricing(shape.name, key, cost.source, cost.run_id)
 
 
+#: Relative cost of a configuration by router, to hand out the longest tasks first (a router
+#: that keeps a tree or reads every cache per request costs many times a fixed one).
+_TASK_WEIGHT = {"cache-aware": 30.0, "kv-aware": 8.0, "least-loaded": 2.0}
+
+
 def simulate_grid(
     trace: Trace,
     traffic: Traffic,
@@ -271,34 +286,55 @@ def simulate_grid(
     engine: Engine,
     settings: FleetSettings,
 ) -> list[FleetOutcome]:
-    """Every configuration. A fixed router's replicas are independent, so with a Dask address
-    (or several workers) each replica is one task, the trace shipped to each worker once."""
-    local = settings.dask_address is None and settings.workers == 1
-    out = []
-    for fleet in grid:
+    """Every configuration, in grid order. Where ``workers`` / ``dask_address`` say, each
+    configuration is one task (longest first), the trace and traffic shipped to each worker
+    once; when the grid has fewer configurations than the workers can run at once, a fixed
+    router's replicas (independent: nothing else reaches them) are split into one task each."""
+    if settings.dask_address is None and settings.workers == 1:
+        return [simulate_fleet(trace, traffic, fleet, engine) for fleet in grid]
+    wide = width(workers=settings.workers, dask_address=settings.dask_address)
+    jobs: list[tuple] = []  # (configuration index, fleet, requests of one replica or None)
+    for i, fleet in enumerate(grid):
         joined = fleet.tiers.store_blocks is not None  # a shared store joins the replicas
-        if local or joined or not resolve_router(fleet.router).fixed or fleet.replicas == 1:
-            out.append(simulate_fleet(trace, traffic, fleet, engine))
-            continue
-        routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)
-        requests = [np.flatnonzero(routing == i) for i in range(fleet.replicas)]
-        parts = fan_out(
-            replica_task,
-            (trace, traffic),
-            [(fleet, engine, r) for r in requests],
-            workers=settings.workers,
-            dask_address=settings.dask_address,
-        )
-        out.append(merge_replicas(trace, fleet, list(zip(requests, parts, strict=True))))
+        split = len(grid) < wide and not joined and fleet.replicas > 1
+        if split and resolve_router(fleet.router).fixed:
+            routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)
+            jobs += [(i, fleet, np.flatnonzero(routing == r)) for r in range(fleet.replicas)]
+        else:
+            jobs.append((i, fleet, None))
+    order = sorted(
+        range(len(jobs)),
+        key=lambda j: (
+            -_TASK_WEIGHT.get(jobs[j][1].router, 1.0)
+            * (1.0 if jobs[j][2] is None else len(jobs[j][2]) / trace.n_requests)
+        ),
+    )
+    done = fan_out(
+        fleet_task,
+        (trace, traffic),
+        [(jobs[j][1], engine, jobs[j][2]) for j in order],
+        workers=settings.workers,
+        dask_address=settings.dask_address,
+    )
+    results: list = [None] * len(jobs)
+    for j, outcome in zip(order, done, strict=True):
+        results[j] = outcome
+    out = []
+    for i, fleet in enumerate(grid):
+        mine = [(jobs[j][2], results[j]) for j in range(len(jobs)) if jobs[j][0] == i]
+        out.append(mine[0][1] if mine[0][0] is None else merge_replicas(trace, fleet, mine))
     return out
 
 
-def replica_task(
-    shared: tuple[Trace, Traffic], job: tuple[Fleet, Engine, np.ndarray]
+def fleet_task(
+    shared: tuple[Trace, Traffic], job: tuple[Fleet, Engine, np.ndarray | None]
 ) -> FleetOutcome:
-    """One replica of a fixed router (a task of :func:`simulate_grid`)."""
+    """One configuration, or one replica of a fixed router (``requests``: the positions routed
+    to it): a task of :func:`simulate_grid`."""
     trace, traffic = shared
     fleet, engine, requests = job
+    if requests is None:
+        return simulate_fleet(trace, traffic, fleet, engine)
     return simulate_replica(trace, traffic, fleet, engine, requests)
 
 

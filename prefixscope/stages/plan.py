@@ -4,16 +4,19 @@ ceiling → ``plan``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from prefixscope import warehouse
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, gpu_key
-from prefixscope.analysis.plan.capacity import Point
+from prefixscope.analysis.fanout import fan_out
+from prefixscope.analysis.plan.capacity import Point, hit_tokens_at
 from prefixscope.analysis.plan.plan import (
     PLAN_WINDOWS,
     Sizing,
@@ -23,7 +26,9 @@ from prefixscope.analysis.plan.plan import (
 )
 from prefixscope.analysis.plan.prices import Prices, load_prices
 from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.load import load_trace
+from prefixscope.analysis.trace.tail import tail, tail_start
 from prefixscope.stages.outcomes import calibrated
 
 
@@ -42,6 +47,12 @@ class PlanSettings:
     cost_model: str = "auto"
     prices: str | None = None
     load_scale: float = 1.0
+    #: The value of the next GiB on the last requests holding at most this many lookups
+    #: (``trace/tail.py``) when the trace holds more; None: the whole trace, over ``window``.
+    max_lookups: int | None = None
+    #: Where the simulations of the next GiB run (``analysis/fanout.py``).
+    workers: int | None = 1
+    dask_address: str | None = None
 
     def check(self) -> Prices:
         if not 0 < self.target <= 1:
@@ -82,7 +93,17 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             float(shape.kv_bytes_per_token(settings.kv_dtype) * trace.block_size),
             cost.seconds,
         )
-        rows = capacity_rows(trace, settings.window, settings.target, ceilings, points, sizing)
+        recent = tail(trace, tail_start(trace, settings.max_lookups))
+        rows = capacity_rows(
+            trace,
+            settings.window,
+            settings.target,
+            ceilings,
+            points,
+            sizing,
+            recent,
+            lambda pairs: _hits_at(recent, pairs, settings),
+        )
         rows += configuration_rows(
             fleet_rows,
             settings.window,
@@ -96,6 +117,28 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
         with run.publishing() as con:
             warehouse.append(con, "plan", table, run.run_id)
     return table
+
+
+def _hits_at(
+    trace: Trace, pairs: Sequence[tuple[str, int]], settings: PlanSettings
+) -> dict[tuple[str, int], np.ndarray]:
+    """``hit_tokens_at``, its replays as tasks where ``settings`` say (LRU, one pass, here)."""
+    lru = [p for p in pairs if p[0] == "lru"]
+    others = [p for p in pairs if p[0] != "lru"]
+    out = hit_tokens_at(trace, lru)
+    if settings.dask_address is None and settings.workers == 1:
+        out |= hit_tokens_at(trace, others)
+    else:
+        done = fan_out(
+            _hits_task, trace, others, workers=settings.workers, dask_address=settings.dask_address
+        )
+        out |= dict(zip(others, done, strict=True))
+    return out
+
+
+def _hits_task(trace: Trace, pair: tuple[str, int]) -> np.ndarray:
+    """One replay of :func:`_hits_at` (a task)."""
+    return hit_tokens_at(trace, [pair])[pair]
 
 
 def _ceilings(con: duckdb.DuckDBPyConnection, window: str, block_size: int) -> dict[str, float]:

@@ -72,7 +72,7 @@ def _constant(name: str, window: str, sel: np.ndarray, trace: Trace, hits: np.nd
 def filled_at(trace: Trace, points: np.ndarray) -> np.ndarray:
     """Per capacity, the first request after which an LRU cache of it is full (-1: never).
     LRU evicts only above capacity, so it holds ``min(C, distinct blocks seen)`` blocks."""
-    _, first = np.unique(trace.blocks, return_index=True)
+    first = trace.first_lookup
     new_blocks = np.bincount(trace.request_of_lookup[first], minlength=trace.n_requests)
     seen = np.cumsum(new_blocks)
     at = np.searchsorted(seen, points, side="left")

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from prefixscope.analysis.fleet.run import UNBOUNDED, FleetOutcome
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.measure import FLEET, trace_groups
+from prefixscope.analysis.trace.measure import trace_index_groups
 from prefixscope.analysis.trace.steady import WarmUp, warm_up
 from prefixscope.analysis.trace.windows import STEADY, WINDOWS
 
@@ -165,8 +165,7 @@ def hit_rate_rows(
         steady = window == STEADY
         measured = np.arange(trace.n_requests) >= start if steady else WINDOWS[window](trace)
         reported = not steady or own_warm_up(trace, o).filled
-        groups = trace_groups(trace, measured) if measured.any() else [(FLEET, measured)]
-        for name, mask in groups:
+        for name, mask in trace_index_groups(trace, measured):  # positions, not masks
             inp = int(trace.input_tokens[mask].sum())
             hit = int(o.hit_tokens[mask].sum())
             ttft = o.ttft[mask]
@@ -175,12 +174,13 @@ def hit_rate_rows(
             saved = o.source_saved_s[mask].sum(axis=0)
             span = float(o.arrival[mask].max() - o.arrival[mask].min()) if some else 0.0
             no_cache = float(o.no_cache_s[mask].sum())
+            p50, p95, p99 = np.percentile(ttft, [50, 95, 99]) if some else (None,) * 3
             rows.append(
                 {
                     **base,
                     "tenant": name,
                     "measure_window": window,
-                    "requests": int(mask.sum()),
+                    "requests": len(mask),
                     "input_tokens": inp,
                     "hit_tokens": hit,
                     "hit_tokens_hbm": int(by_source[0]),
@@ -198,9 +198,9 @@ def hit_rate_rows(
                     if span > 0
                     else None,
                     "ceiling_token_hit_rate": _share(int(ceiling[mask].sum()), inp),
-                    "ttft_p50_s": float(np.percentile(ttft, 50)) if some else None,
-                    "ttft_p95_s": float(np.percentile(ttft, 95)) if some else None,
-                    "ttft_p99_s": float(np.percentile(ttft, 99)) if some else None,
+                    "ttft_p50_s": float(p50) if some else None,
+                    "ttft_p95_s": float(p95) if some else None,
+                    "ttft_p99_s": float(p99) if some else None,
                     "ttft_mean_s": float(ttft.mean()) if some else None,
                     "warmup_requests": start if steady else None,
                     "steady": reported if steady else None,

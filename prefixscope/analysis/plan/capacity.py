@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefixscope.analysis.curves.exact import filled_at, lru_curve
+from prefixscope.analysis.curves.exact import lru_curve
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import hit_tokens
+from prefixscope.analysis.validate.depths import hit_capacities
 
 #: Points per group in one zoom pass of the exact LRU search.
 ZOOM_POINTS = 64
@@ -101,34 +102,52 @@ def exact_lru(
 def fills(trace: Trace, capacity: int) -> bool:
     """Whether a cache of ``capacity`` blocks ever fills on this trace (LRU and FIFO hold
     ``min(C, distinct blocks seen)``): if not, nothing was evicted and the rate is a cold
-    start, not a steady state."""
-    return bool(filled_at(trace, np.array([capacity]))[0] >= 0)
+    start, not a steady state. Every dense id is looked up, so the trace sees ``n_unique``
+    distinct blocks in all (``curves.exact.filled_at`` at one capacity, without its pass)."""
+    return capacity <= trace.n_unique
 
 
 def marginal_per_gib(
     trace: Trace,
-    policy: str,
-    capacity: int,
-    gib_blocks: int,
+    hits: np.ndarray,
+    hits_more: np.ndarray,
     mask: np.ndarray,
     groups: dict[str, np.ndarray],
     seconds: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> dict[str, float | None]:
-    """Per group, the prefill GPU-seconds per hour of traffic that one more GiB of cache
-    (``gib_blocks`` blocks) saves at ``capacity``: the saving at ``capacity + gib_blocks``
-    less the saving at ``capacity``, both by the simulator, priced by ``seconds(new, cached)``."""
+    """Per group, the prefill GPU-seconds per hour of traffic that one more GiB of cache saves:
+    the saving with ``hits_more`` (per-request hit tokens with the GiB) less the saving with
+    ``hits`` (without it), both priced by ``seconds(new, cached)``, over the ``mask`` requests."""
     span = float(trace.times[mask].max() - trace.times[mask].min()) if mask.any() else 0.0
     inp = trace.input_tokens.astype(np.float64)
-    saved = {}
-    for c in (capacity, capacity + gib_blocks):
-        hits = hit_tokens(trace, POLICIES[policy].hit_blocks(trace, c)).astype(np.float64)
-        new = np.maximum(inp - hits, 1.0)
-        saved[c] = np.asarray(seconds(inp, np.zeros_like(inp))) - np.asarray(
-            seconds(new, inp - new)
-        )
+    full = np.asarray(seconds(inp, np.zeros_like(inp)))
+    saved = []
+    for h in (hits, hits_more):
+        new = np.maximum(inp - h.astype(np.float64), 1.0)
+        saved.append(full - np.asarray(seconds(new, inp - new)))
     out: dict[str, float | None] = {}
     for name, sel in groups.items():
         chosen = sel & mask
-        delta = float(saved[capacity + gib_blocks][chosen].sum() - saved[capacity][chosen].sum())
+        delta = float(saved[1][chosen].sum() - saved[0][chosen].sum())
         out[name] = delta * 3600 / span if span > 0 else None
+    return out
+
+
+def hit_tokens_at(
+    trace: Trace, pairs: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], np.ndarray]:
+    """Per (policy, capacity), the simulator's hit tokens per request. LRU at every capacity
+    from one stack pass (``validate/depths.py``: a stack algorithm's hits at C are the lookups
+    of depth at most C, exactly its replay's); other policies replay once each."""
+    out: dict[tuple[str, int], np.ndarray] = {}
+    lru = [c for p, c in pairs if p == "lru"]
+    if lru:
+        depth = hit_capacities(trace)  # non-decreasing along each request
+        for c in lru:
+            seen = np.concatenate(([0], np.cumsum(depth <= c)))
+            blocks = seen[trace.offsets[1:]] - seen[trace.offsets[:-1]]
+            out[("lru", c)] = hit_tokens(trace, blocks)
+    for p, c in pairs:
+        if p != "lru":
+            out[(p, c)] = hit_tokens(trace, POLICIES[p].hit_blocks(trace, c))
     return out

@@ -24,6 +24,7 @@ from prefixscope.analysis.plan.capacity import (
     Point,
     exact_lru,
     fills,
+    hit_tokens_at,
     marginal_per_gib,
     smallest_stored,
 )
@@ -99,8 +100,13 @@ def capacity_rows(
     ceilings: dict[str, float],
     points: dict[tuple[str, str], list[Point]],
     sizing: Sizing,
+    marginal_trace: Trace | None = None,
+    hits_at: HitsAt | None = None,
 ) -> list[dict]:
-    """The ``capacity`` rows: per (tenant, policy) with stored points, fleet first."""
+    """The ``capacity`` rows: per (tenant, policy) with stored points, fleet first. The value
+    of the next GiB is measured on ``marginal_trace`` (a recent stretch of the trace,
+    ``trace/tail.py``; default: the trace, over the window) with ``hits_at`` (default:
+    :func:`hit_tokens_at` on it, here)."""
     mask = WINDOWS[window](trace)
     inp = {FLEET: float(trace.input_tokens[mask].sum())}
     groups = {FLEET: np.ones(trace.n_requests, bool)}
@@ -161,7 +167,22 @@ def capacity_rows(
                 "_at": blocks,
             }
         )
-    _add_marginals(trace, mask, groups, rows, sizing)
+    if marginal_trace is None or marginal_trace is trace:
+        marginal_trace, marginal_mask, marginal_groups = trace, mask, groups
+    else:
+        marginal_mask = np.ones(marginal_trace.n_requests, bool)
+        marginal_groups = {FLEET: marginal_mask}
+        for code, name in enumerate(marginal_trace.tenants):
+            marginal_groups[name] = marginal_trace.tenant_codes == code
+    on = marginal_trace
+    _add_marginals(
+        on,
+        marginal_mask,
+        marginal_groups,
+        rows,
+        sizing,
+        hits_at or (lambda pairs: hit_tokens_at(on, pairs)),
+    )
     for row in rows:
         del row["_at"]
     return rows
@@ -189,25 +210,36 @@ def _capacity_note(
     return "; ".join(words)
 
 
+#: Per (policy, capacity), hit tokens per request of the marginal trace (``hit_tokens_at``,
+#: or the same fanned out).
+HitsAt = Callable[[Sequence[tuple[str, int]]], dict[tuple[str, int], np.ndarray]]
+
+
 def _add_marginals(
     trace: Trace,
     mask: np.ndarray,
     groups: dict[str, np.ndarray],
     rows: list[dict],
     sizing: Sizing,
+    hits_at: HitsAt,
 ) -> None:
-    """Each row's value of the next GiB, at its answer (or the largest simulated capacity),
-    two simulator runs per (policy, capacity) shared by every tenant."""
-    done: dict[tuple[str, int], dict[str, float | None]] = {}
+    """Each row's value of the next GiB, at its answer (or the largest simulated capacity):
+    every (policy, capacity) it needs simulated once, with and without the GiB, and shared by
+    every tenant."""
+    keys = sorted({(r["policy"], r["_at"]) for r in rows if r["policy"] != "ceiling"})
+    more = sizing.gib_blocks
+    hits = hits_at(sorted({*keys, *((p, c + more) for p, c in keys)}))
+    done = {
+        (p, c): marginal_per_gib(
+            trace, hits[(p, c)], hits[(p, c + more)], mask, groups, sizing.seconds
+        )
+        for p, c in keys
+    }
     for row in rows:
-        key = (row["policy"], row["_at"])
-        if row["policy"] == "ceiling":
-            continue
-        if key not in done:
-            done[key] = marginal_per_gib(
-                trace, row["policy"], row["_at"], sizing.gib_blocks, mask, groups, sizing.seconds
+        if row["policy"] != "ceiling":
+            row["marginal_gpu_seconds_per_hour_per_gib"] = done[(row["policy"], row["_at"])].get(
+                row["tenant"]
             )
-        row["marginal_gpu_seconds_per_hour_per_gib"] = done[key].get(row["tenant"])
 
 
 def configuration_rows(

@@ -36,7 +36,7 @@ class Ceiling:
         self, trace: Trace, capacity_blocks: int | None = None, options: PolicyOptions | None = None
     ) -> Outcome:
         request = trace.request_of_lookup
-        _, first_lookup = np.unique(trace.blocks, return_index=True)
+        first_lookup = trace.first_lookup
         first_request = request[first_lookup]  # dense ids are sorted, so this indexes by id
         seen_before = first_request[trace.blocks] < request
         hits = leading_run(seen_before, trace.offsets)

@@ -16,7 +16,7 @@ from prefixscope.analysis.simulation.scenarios import Scenario, Settings
 from prefixscope.analysis.simulation.tables import OUTCOMES_SCHEMA, Tables
 from prefixscope.analysis.structure import pins
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.measure import FLEET, hit_tokens, trace_groups
+from prefixscope.analysis.trace.measure import hit_tokens, trace_index_groups
 from prefixscope.analysis.trace.steady import WarmUp, batch_means_ci, warm_up
 from prefixscope.analysis.trace.windows import STEADY, WINDOWS, check_windows
 
@@ -166,9 +166,8 @@ def _window_rows(  # type: ignore[no-untyped-def]
         measured = WINDOWS[window](trace)
     own = r.warmup.end if ci_wanted and r.warmup.filled else None
     rows = []
-    groups = trace_groups(trace, measured) if measured.any() else [(FLEET, measured)]
-    for name, mask in groups:
-        n = int(mask.sum())
+    for name, mask in trace_index_groups(trace, measured):  # positions, not masks
+        n = len(mask)
         inp, hit = int(trace.input_tokens[mask].sum()), int(r.tokens[mask].sum())
         hit_requests = int((r.hit_blocks[mask] > 0).sum())
         ci = batch_means_ci(r.tokens[mask], trace.input_tokens[mask]) if ci_wanted else None
@@ -201,7 +200,7 @@ def _timeseries(trace: Trace, s: Scenario, tokens: np.ndarray, bucket_s: float) 
         raise ValueError(f"bucket must be positive, got {bucket_s} s")
     bucket = np.floor(trace.times / bucket_s).astype(np.int64)
     rows = []
-    for name, mask in trace_groups(trace):
+    for name, mask in trace_index_groups(trace, np.ones(trace.n_requests, bool)):
         b = bucket[mask]
         n = np.bincount(b)
         inp = np.bincount(b, weights=trace.input_tokens[mask]).astype(np.int64)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -52,11 +53,17 @@ class Trace:
         return np.repeat(np.arange(self.n_requests), self.blocks_per_request)
 
     @cached_property
+    def first_lookup(self) -> np.ndarray:
+        """Per dense id, the index of its first lookup (int64, n_unique; every id is looked up).
+        One pass, shared by every analysis that asks when a block was first seen."""
+        return _first_lookup(self.blocks, self.n_unique)
+
+    @cached_property
     def parent(self) -> np.ndarray:
         """Per dense id, the block before it at its first lookup (-1 for a first block). With
         prefix-chained hashes this is the block's one and only parent."""
         position = np.arange(self.n_lookups) - self.offsets[self.request_of_lookup]
-        _, first = np.unique(self.blocks, return_index=True)
+        first = self.first_lookup
         parent = np.full(self.n_unique, -1, dtype=np.int32)
         deep = first[position[first] > 0]
         parent[self.blocks[deep]] = self.blocks[deep - 1]
@@ -104,6 +111,14 @@ def block_tokens(input_tokens: np.ndarray, position: np.ndarray, block_size: int
     token-per-lookup rule (``block_size``, less for a partial last block, 0 beyond the prompt);
     ``curves/stack.py`` spells the same rule in its compiled loops."""
     return np.clip(input_tokens - position * block_size, 0, block_size)
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_lookup(blocks: np.ndarray, n_unique: int) -> np.ndarray:  # pragma: no cover - compiled
+    first = np.full(n_unique, -1, np.int64)
+    for i in range(len(blocks) - 1, -1, -1):
+        first[blocks[i]] = i
+    return first
 
 
 def _next_use(blocks: np.ndarray, request: np.ndarray, n_requests: int) -> np.ndarray:

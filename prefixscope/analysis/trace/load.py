@@ -57,7 +57,38 @@ def trace_from_table(table: pa.Table, block_size: int) -> Trace:
     )
 
 
+#: The last trace loaded in this process, by its warehouse's file and contents
+#: (:func:`_stamp`): the flow's stages each load the trace, and each finds it here.
+_LOADED: dict[tuple, Trace] = {}
+
+
+def _stamp(con: duckdb.DuckDBPyConnection) -> tuple:
+    """The warehouse file and what its requests are: every ingest run's row count. An ingest
+    adds a run; a replacing ingest removes one run's rows and adds another's."""
+    [(path,)] = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchall()
+    if not path:
+        return ()
+    try:
+        runs = con.execute(
+            "SELECT ingest_run_id, count(*) FROM requests GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
+    except duckdb.BinderException:  # a hand-made requests table, without ingest runs
+        return ()
+    return (path, tuple(runs))
+
+
 def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
-    """Every request of the warehouse, in replay order, with the warehouse's one block size."""
+    """Every request of the warehouse, in replay order, with the warehouse's one block size.
+    Loaded once per process while the requests stay the same (a trace is immutable, so every
+    stage may share it); an in-memory database is loaded every time."""
+    stamp = _stamp(con)
+    if stamp and stamp in _LOADED:
+        return _LOADED[stamp]
     block_size = block_size_of(con)
-    return trace_from_table(replay_relation(con).to_arrow_table(), block_size)
+    trace = trace_from_table(replay_relation(con).to_arrow_table(), block_size)
+    if stamp:
+        _LOADED.clear()  # one trace at a time: the memory of one
+        _LOADED[stamp] = trace
+    return trace

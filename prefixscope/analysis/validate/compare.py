@@ -71,7 +71,7 @@ def disagreements(
     error = comparison.simulated - comparison.reported
     off = np.flatnonzero(comparison.compared & (error != 0))
     order = off[np.lexsort((off, -np.abs(error[off])))][:top]
-    _, first_use = np.unique(trace.blocks, return_index=True)
+    first_use = trace.first_lookup
     seen_before = np.ones(trace.n_lookups, bool)
     seen_before[first_use] = False
     bs = trace.block_size

@@ -1,0 +1,150 @@
+"""Benchmark: the whole ``fleet_report`` flow, as a user runs it (``prefixscope fleet-report``).
+
+Two measurements:
+
+- ``--cluster`` (default): the ×20 benchmark trace (``shared/tools/make_bench_trace.py 20``,
+  20 tenants, 5.77 M lookups), once in process and once with ``--dask-address`` on a local
+  Dask cluster of 2 worker processes (1 thread each) started here. Prints both times, each
+  stage's, and their ratio; checks that both warehouses hold the same results (every
+  simulation and fleet row). Exit status 1 below a 1.6× speed-up or on any difference.
+- ``--week``: a generated week (``benchmarks/make_week_trace.py``: 10.4 M requests, 250 M
+  lookups, 50 tenants), in process with ``--workers 2``. Prints the time, each stage's and the
+  peak memory of the whole process tree (the flow and its worker processes, sampled every
+  0.2 s). Exit status 1 over 15 minutes or 16 GB.
+
+Both runs share one Prefect server started here, so neither pays its start. Traces are kept in
+``--dir`` (made when absent, reused when present).
+
+    .venv/bin/python benchmarks/flow_speed.py [--cluster | --week] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT.parent / "shared/tools/make_bench_trace.py"
+CLI = [sys.executable, "-m", "prefixscope.cli"]
+
+
+def measured(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, peak GB of the process tree's resident memory) of ``cmd``."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    root = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode})")
+    return time.perf_counter() - t0, peak / 1e9
+
+
+def stages(wh: Path) -> list[tuple[str, float]]:
+    with duckdb.connect(str(wh), read_only=True) as con:
+        return con.execute(
+            "SELECT command, epoch(finished_at - started_at) FROM runs ORDER BY started_at"
+        ).fetchall()
+
+
+def results(wh: Path) -> dict[str, list]:
+    """Every simulated and fleet figure, in a fixed order (run ids left out)."""
+    queries = {
+        "hit_rates": "SELECT tenant, policy, isolation, capacity_blocks, measure_window, "
+        "requests, hit_tokens, input_tokens FROM hit_rates ORDER BY ALL",
+        "fleet_hit_rates": "SELECT * EXCLUDE (run_id) FROM fleet_hit_rates ORDER BY ALL",
+        "mrc": "SELECT * EXCLUDE (run_id) FROM mrc ORDER BY ALL",
+        "plan": "SELECT * EXCLUDE (run_id, source_run_id) FROM plan ORDER BY ALL",
+    }
+    with duckdb.connect(str(wh), read_only=True) as con:
+        return {name: con.execute(q).fetchall() for name, q in queries.items()}
+
+
+def flow(trace: Path, wh: Path, env: dict[str, str], *extra: str) -> tuple[float, float]:
+    for stale in (wh, wh.with_suffix(".duckdb.wal")):
+        stale.unlink(missing_ok=True)
+    cmd = [*CLI, "fleet-report", "--input", str(trace), "--tenant-field", "tenant"]
+    cmd += ["--warehouse", str(wh), "--out", str(wh.with_suffix(".html")), *extra]
+    return measured(cmd, env)
+
+
+def show(label: str, wall: float, peak: float, wh: Path) -> None:
+    parts = ", ".join(f"{c} {s:.1f}" for c, s in stages(wh))
+    print(f"{label}: {wall:.1f} s, peak {peak:.2f} GB ({parts})")
+
+
+def cluster(directory: Path, env: dict[str, str]) -> int:
+    from distributed import LocalCluster
+
+    trace = directory / "x20.jsonl"
+    if not trace.exists():
+        subprocess.run([sys.executable, str(TOOL), "20", str(trace)], check=True)
+    here_wh, there_wh = directory / "here.duckdb", directory / "there.duckdb"
+    here, peak_here = flow(trace, here_wh, env)
+    show("in process", here, peak_here, here_wh)
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as c:
+        there, peak_there = flow(trace, there_wh, env, "--dask-address", c.scheduler_address)
+    show("on 2 Dask workers", there, peak_there, there_wh)
+    a, b = results(here_wh), results(there_wh)
+    same = [name for name in a if a[name] == b[name]]
+    print(f"same results: {', '.join(same)}; different: {', '.join(set(a) - set(same)) or '-'}")
+    print(f"speed-up {here / there:.2f}x (needed: 1.6x)")
+    return 0 if here / there >= 1.6 and len(same) == len(a) else 1
+
+
+def week(directory: Path, env: dict[str, str]) -> int:
+    trace = directory / "week.jsonl"
+    if not trace.exists():
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks/make_week_trace.py"), str(trace)], check=True
+        )
+    wh = directory / "week.duckdb"
+    wall, peak = flow(trace, wh, env, "--workers", "2")
+    show("250 M lookups, 2 workers", wall, peak, wh)
+    return 0 if wall < 900 and peak < 16 else 1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--cluster", action="store_true", help="(default)")
+    mode.add_argument("--week", action="store_true")
+    p.add_argument("--dir", type=Path, help="where traces and warehouses are kept")
+    args = p.parse_args()
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="prefixscope-flow-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+    from prefixscope.pipelines import settings
+
+    os.environ.setdefault("PREFECT_HOME", str(directory / "prefect"))
+    settings.apply_defaults()
+    settings.quiet()
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    server.start(timeout=120)
+    env = {**os.environ, "PREFECT_API_URL": server.api_url}
+    try:
+        return week(directory, env) if args.week else cluster(directory, env)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
