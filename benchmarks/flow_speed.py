@@ -10,7 +10,7 @@ Two measurements:
 - ``--week``: a generated week (``benchmarks/make_week_trace.py``: 10.4 M requests, 250 M
   lookups, 50 tenants), in process with ``--workers 2``. Prints the time, each stage's and the
   peak memory of the whole process tree (the flow and its worker processes, sampled every
-  0.2 s). Exit status 1 over 15 minutes or 16 GB.
+  0.5 s). Exit status 1 over 15 minutes or 16 GB.
 
 Both runs share one Prefect server started here, so neither pays its start. Traces are kept in
 ``--dir`` (made when absent, reused when present).
@@ -37,7 +37,9 @@ CLI = [sys.executable, "-m", "prefixscope.cli"]
 
 
 def measured(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, peak GB of the process tree's resident memory) of ``cmd``."""
+    """(wall seconds, peak GB of the process tree's memory) of ``cmd``: the sum of every
+    process's proportional set size, so that pages a forked worker shares with its parent
+    count once."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
     root = psutil.Process(proc.pid)
@@ -45,10 +47,10 @@ def measured(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     while proc.poll() is None:
         try:
             tree = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            peak = max(peak, sum(p.memory_full_info().pss for p in tree if p.is_running()))
         except psutil.Error:
             pass
-        time.sleep(0.2)
+        time.sleep(0.5)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode})")
     return time.perf_counter() - t0, peak / 1e9

@@ -140,3 +140,83 @@ def test_each_replica_of_a_fixed_router_runs_as_a_task_and_equals_the_run_here(
                     tables(bundled_trace, there, ["all"], pricing), strict=True):  # fmt: skip
         assert x.equals(y)
     assert a.hit_tokens.sum() > 0 and a.ttft.max() > 0
+
+
+def test_a_fleet_grid_runs_one_task_per_configuration_and_equals_the_run_here(
+    cluster, bundled_trace
+) -> None:
+    from distributed import Client, get_task_stream
+
+    from prefixscope.analysis.cost.gpus import resolve_gpu
+    from prefixscope.analysis.cost.models import resolve_model
+    from prefixscope.analysis.fleet.run import Engine, Fleet, Traffic
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.analysis.fleet.tables import Pricing
+    from prefixscope.stages.fleet import FleetSettings, simulate_grid, tables
+
+    rng = np.random.default_rng(2)
+    traffic = Traffic(rng.integers(0, 400, bundled_trace.n_requests))
+    engine = Engine(from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100")))
+    # stateful and fixed routers, so both kinds of configuration run as whole tasks
+    grid = [Fleet(r, n, 2_000) for r in ("cache-aware", "round-robin", "kv-aware") for n in (2, 4)]
+    here = simulate_grid(bundled_trace, traffic, grid, engine, FleetSettings())
+    with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
+        there = simulate_grid(
+            bundled_trace,
+            traffic,
+            grid,
+            engine,
+            FleetSettings(workers=None, dask_address=cluster.scheduler_address),
+        )
+    ran = [t for t in stream.data if "fleet_task" in t["key"]]
+    assert len(ran) == len(grid)  # one task per configuration, none per replica
+    assert len({t["worker"] for t in ran}) == 2
+    pricing = Pricing("llama-3-8b", "h100", "roofline")
+    windows = ["all", "steady"]
+    mine, theirs = (tables(bundled_trace, o, windows, pricing) for o in (here, there))
+    for x, y in zip(mine, theirs, strict=True):
+        assert x.equals(y)
+    assert len({int(o.hit_tokens.sum()) for o in here}) > 1  # the routers differ: not vacuous
+
+
+def test_the_plans_replays_on_the_cluster_equal_the_ones_here(cluster, bundled_trace) -> None:
+    from prefixscope.analysis.plan.capacity import hit_tokens_at
+    from prefixscope.stages.plan import PlanSettings, _hits_at
+
+    pairs = [("lru", 3_000), ("lru", 3_016), ("fifo", 3_000), ("s3fifo", 3_016)]
+    here = hit_tokens_at(bundled_trace, pairs)
+    there = _hits_at(
+        bundled_trace, pairs, PlanSettings(workers=None, dask_address=cluster.scheduler_address)
+    )
+    assert sorted(here) == sorted(there) == sorted(pairs)
+    for pair in pairs:
+        assert np.array_equal(here[pair], there[pair]), pair
+    assert here[("lru", 3_016)].sum() >= here[("lru", 3_000)].sum() > 0
+
+
+def test_the_trace_is_scattered_once_however_often_it_is_loaded(cluster, bundled_trace) -> None:
+    from dataclasses import replace as copy_of
+
+    from prefixscope.analysis import fanout
+    from prefixscope.analysis.fleet.run import Traffic
+    address = cluster.scheduler_address
+    first = fanout.scattered(address, bundled_trace)
+    again = copy_of(bundled_trace)  # another object with the same content, as a stage loads it
+    assert again is not bundled_trace
+    assert fanout.scattered(address, again).key == first.key
+    traffic = Traffic(np.zeros(bundled_trace.n_requests, np.int64))
+    held = len(fanout._SCATTERED)
+    fanout.fan_out(lambda shared, item: item, (again, traffic), [1, 2], dask_address=address)
+    assert len(fanout._SCATTERED) == held + 1  # the traffic only: the trace was there
+
+
+def test_a_pool_of_forked_workers_equals_the_run_here(bundled_trace) -> None:
+    from prefixscope.analysis.simulation.scenarios import Settings, scenarios
+    from prefixscope.stages.simulate import SimulateSettings, simulate_scenarios
+
+    grid = scenarios(["lru", "fifo", "belady"], [2_000, 16_000])
+    measure = Settings(windows=("all", "steady"))
+    here = simulate_scenarios(bundled_trace, grid, measure, SimulateSettings(workers=1))
+    there = simulate_scenarios(bundled_trace, grid, measure, SimulateSettings(workers=2))
+    assert here.hit_rates == there.hit_rates
+    assert len({r["hit_tokens"] for r in here.hit_rates if r["tenant"] == "*"}) > 1

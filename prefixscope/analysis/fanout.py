@@ -2,8 +2,12 @@
 processes, or on the workers of a running Dask cluster. Results come back in item order, so a
 computation gives the same answer wherever its parts ran.
 
-The shared input travels once per worker, never once per item: a process pool's initializer,
-or Dask's broadcast scatter. On a cluster it travels once per *process of ours*, too: the client
+The shared input travels once per worker, never once per item: a process pool forks its
+workers (Linux), which so share the parent's copy of it page by page, copy-on-write, or Dask's
+broadcast scatter. A trace's derived arrays are computed before the pool forks
+(``Trace.warm``), so the workers share those too rather than each building its own.
+
+On a cluster it travels once per *process of ours*, too: the client
 and what it scattered are kept for the life of this process, keyed by the content's token
 (``dask.base.tokenize``), so the flow's stages, each of which loads the trace again from the
 warehouse, find it already on the workers. A tuple of shared parts is scattered part by part,
@@ -13,6 +17,7 @@ so a stage that shares ``(trace, traffic)`` reuses the trace another stage sent.
 from __future__ import annotations
 
 import atexit
+import multiprocessing
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -110,7 +115,15 @@ def fan_out(
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(items) <= 1:
         return [fn(shared, item) for item in items]
+    for part in shared if isinstance(shared, tuple) else (shared,):
+        if hasattr(part, "warm"):
+            part.warm()
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
     with ProcessPoolExecutor(
-        max_workers=min(workers, len(items)), initializer=_init, initargs=(fn, shared)
+        max_workers=min(workers, len(items)),
+        mp_context=context,
+        initializer=_init,
+        initargs=(fn, shared),
     ) as pool:
         return list(pool.map(_call, items))

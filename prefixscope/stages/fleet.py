@@ -44,6 +44,7 @@ from prefixscope.analysis.fleet.tables import (
     hit_rate_rows,
     replica_rows,
     shared_start,
+    window_groups,
 )
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.simulation.capacities import Capacities
@@ -344,9 +345,10 @@ def tables(
     """The rows of every configuration, all measured from the run's one steady start."""
     ceiling = hit_tokens(trace, POLICIES["ceiling"].hit_blocks(trace, None))
     start = shared_start(trace, outcomes)
+    groups = window_groups(trace, windows, start)
     hits, reps = [], []
     for o in outcomes:
-        hits += hit_rate_rows(trace, o, ceiling, windows, start, pricing)
+        hits += hit_rate_rows(trace, o, ceiling, windows, start, pricing, groups)
         reps += replica_rows(trace, o)
     return (
         pa.Table.from_pylist(hits, schema=FLEET_HIT_RATES_SCHEMA),

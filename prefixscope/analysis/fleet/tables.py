@@ -114,6 +114,19 @@ def shared_start(trace: Trace, outcomes: Sequence[FleetOutcome]) -> int:
     return max(ends) if ends else trace.n_requests
 
 
+def window_groups(
+    trace: Trace, windows: Sequence[str], start: int
+) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """Per window, its measured requests (the steady one from ``start``), the fleet then each
+    tenant, as positions."""
+    out = {}
+    for window in windows:
+        steady = window == STEADY
+        measured = np.arange(trace.n_requests) >= start if steady else WINDOWS[window](trace)
+        out[window] = trace_index_groups(trace, measured)
+    return out
+
+
 def _share(x: float, total: float) -> float | None:
     return x / total if total else None
 
@@ -130,9 +143,13 @@ def hit_rate_rows(
     windows: Sequence[str],
     start: int,
     pricing: Pricing,
+    groups: dict[str, list[tuple[str, np.ndarray]]] | None = None,
 ) -> list[dict]:
     """``fleet_hit_rates`` rows of one configuration: per window, the fleet then each tenant.
-    ``ceiling``: the single unbounded cache's hit tokens per request."""
+    ``ceiling``: the single unbounded cache's hit tokens per request; ``groups``: per window,
+    its measured requests by group (:func:`window_groups`, found once for every
+    configuration)."""
+    groups = groups or window_groups(trace, windows, start)
     f = o.fleet
     t = f.tiers
     store = t.store_blocks is not None
@@ -161,11 +178,11 @@ def hit_rate_rows(
         "prefill_imbalance": _imbalance(o.prefill_tokens.astype(np.float64)),
     }
     rows = []
+    filled = own_warm_up(trace, o).filled
     for window in windows:
         steady = window == STEADY
-        measured = np.arange(trace.n_requests) >= start if steady else WINDOWS[window](trace)
-        reported = not steady or own_warm_up(trace, o).filled
-        for name, mask in trace_index_groups(trace, measured):  # positions, not masks
+        reported = not steady or filled
+        for name, mask in groups[window]:  # positions, not masks
             inp = int(trace.input_tokens[mask].sum())
             hit = int(o.hit_tokens[mask].sum())
             ttft = o.ttft[mask]

@@ -56,7 +56,7 @@ def _option_text(policy: str, settings: Settings, options: PolicyOptions) -> str
 class Replayed:
     """One scenario replayed (the first pass): per request its served hit blocks, hit tokens
     and cross-tenant hit tokens, its own warm-up, and its options as the table shows them.
-    Small (per request, not per lookup), so a fan-out's task returns it."""
+    Small (per request, not per lookup, and int32), so a fan-out's task returns it."""
 
     scenario: Scenario
     hit_blocks: np.ndarray
@@ -88,8 +88,8 @@ def replay_scenarios(
             Replayed(
                 scenario,
                 outcome.hit_blocks,
-                tokens,
-                cross_tokens(trace, outcome),
+                tokens.astype(np.int32),  # a prompt's tokens: int32 halves a result's size
+                cross_tokens(trace, outcome).astype(np.int32),
                 warm_up(tokens, trace.input_tokens, outcome.filled_at, bounded),
                 _option_text(scenario.policy, settings, options),
             )
@@ -120,6 +120,13 @@ def measure_replayed(
         r.scenario.isolation: r.tokens for r in replayed if r.scenario.policy == "ceiling"
     }
     tables = Tables()
+    # every scenario measures the same requests per window (the steady one from the shared
+    # start): their groups are found once
+    groups = {w: trace_index_groups(trace, _measured(trace, w, start)) for w in settings.windows}
+    every = trace_index_groups(trace, np.ones(trace.n_requests, bool))
+    if settings.bucket_s <= 0:
+        raise ValueError(f"bucket must be positive, got {settings.bucket_s} s")
+    bucket = np.floor(trace.times / settings.bucket_s).astype(np.int64)
     for r in replayed:
         mode = r.scenario.isolation
         if mode not in ceilings:
@@ -127,8 +134,12 @@ def measure_replayed(
             ceilings[mode] = hit_tokens(trace, ceiling.hit_blocks)
         base = _base_row(trace, r.scenario, settings, r.option_text)
         for window in settings.windows:
-            tables.hit_rates += _window_rows(trace, r, ceilings[mode], window, start, base)
-        tables.timeseries += _timeseries(trace, r.scenario, r.tokens, settings.bucket_s)
+            tables.hit_rates += _window_rows(
+                trace, r, ceilings[mode], window, start, base, groups[window]
+            )
+        tables.timeseries += _timeseries(
+            trace, r.scenario, r.tokens, settings.bucket_s, every, bucket
+        )
         if r.scenario == outcomes_for or (outcomes_for is None and settings.outcomes):
             tables.outcomes.append(_outcomes(trace, r))
     return tables
@@ -155,18 +166,26 @@ def _base_row(trace: Trace, s: Scenario, settings: Settings, option_text: str | 
     }
 
 
+def _measured(trace: Trace, window: str, start: int) -> np.ndarray:
+    """The requests a window measures: the steady one from the run's shared ``start``."""
+    return np.arange(trace.n_requests) >= start if window == STEADY else WINDOWS[window](trace)
+
+
 def _window_rows(  # type: ignore[no-untyped-def]
-    trace: Trace, r: Replayed, ceiling: np.ndarray, window: str, start: int, base: dict
+    trace: Trace,
+    r: Replayed,
+    ceiling: np.ndarray,
+    window: str,
+    start: int,
+    base: dict,
+    groups: list[tuple[str, np.ndarray]],
 ) -> list[dict]:
-    steady_flag, ci_wanted = None, window == STEADY
-    if ci_wanted:
-        measured = np.arange(trace.n_requests) >= start
-        steady_flag = r.warmup.filled
-    else:
-        measured = WINDOWS[window](trace)
+    """``groups``: the window's measured requests, the fleet then each tenant (positions)."""
+    ci_wanted = window == STEADY
+    steady_flag = r.warmup.filled if ci_wanted else None
     own = r.warmup.end if ci_wanted and r.warmup.filled else None
     rows = []
-    for name, mask in trace_index_groups(trace, measured):  # positions, not masks
+    for name, mask in groups:
         n = len(mask)
         inp, hit = int(trace.input_tokens[mask].sum()), int(r.tokens[mask].sum())
         hit_requests = int((r.hit_blocks[mask] > 0).sum())
@@ -195,12 +214,17 @@ def _window_rows(  # type: ignore[no-untyped-def]
     return rows
 
 
-def _timeseries(trace: Trace, s: Scenario, tokens: np.ndarray, bucket_s: float) -> list[dict]:
-    if bucket_s <= 0:
-        raise ValueError(f"bucket must be positive, got {bucket_s} s")
-    bucket = np.floor(trace.times / bucket_s).astype(np.int64)
+def _timeseries(
+    trace: Trace,
+    s: Scenario,
+    tokens: np.ndarray,
+    bucket_s: float,
+    groups: list[tuple[str, np.ndarray]],
+    bucket: np.ndarray,
+) -> list[dict]:
+    """``groups``: every request, the fleet then each tenant; ``bucket``: each one's."""
     rows = []
-    for name, mask in trace_index_groups(trace, np.ones(trace.n_requests, bool)):
+    for name, mask in groups:
         b = bucket[mask]
         n = np.bincount(b)
         inp = np.bincount(b, weights=trace.input_tokens[mask]).astype(np.int64)
@@ -232,15 +256,19 @@ def _outcomes(trace: Trace, r: Replayed) -> pa.Table:
             "request_id": trace.request_ids
             if trace.request_ids is not None
             else pa.array([str(i) for i in range(trace.n_requests)]),
-            "tenant": pa.array([trace.tenants[c] for c in trace.tenant_codes], pa.string()),
-            "policy": pa.array([s.policy] * trace.n_requests),
-            "isolation": pa.array([s.isolation] * trace.n_requests),
-            "capacity_blocks": pa.array([s.capacity_blocks] * trace.n_requests, pa.int64()),
+            "tenant": pa.DictionaryArray.from_arrays(
+                pa.array(trace.tenant_codes, pa.int32()), pa.array(trace.tenants, pa.string())
+            ).cast(pa.string()),
+            "policy": pa.repeat(pa.scalar(s.policy, pa.string()), trace.n_requests),
+            "isolation": pa.repeat(pa.scalar(s.isolation, pa.string()), trace.n_requests),
+            "capacity_blocks": pa.repeat(
+                pa.scalar(s.capacity_blocks, pa.int64()), trace.n_requests
+            ),
             "input_tokens": pa.array(trace.input_tokens),
             "hit_blocks": pa.array(hit_blocks, pa.int32()),
-            "hit_tokens": pa.array(tokens),
+            "hit_tokens": pa.array(tokens, pa.int64()),
             "first_miss_block": pa.array(first_miss.astype(np.int32), mask=first_miss < 0),
-            "cross_tenant_hit_tokens": pa.array(cross),
+            "cross_tenant_hit_tokens": pa.array(cross, pa.int64()),
         },
         schema=OUTCOMES_SCHEMA,
     )

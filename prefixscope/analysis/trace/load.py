@@ -47,7 +47,7 @@ def trace_from_table(table: pa.Table, block_size: int) -> Trace:
     return build_trace(
         table.column("block_hashes").combine_chunks(),
         table.column("input_tokens").to_numpy(),
-        table.column("tenant").to_numpy(zero_copy_only=False),
+        table.column("tenant").combine_chunks(),
         block_size,
         times=table.column("t").to_numpy(),
         request_ids=table.column("request_id").combine_chunks() if ids else None,

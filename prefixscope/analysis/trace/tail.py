@@ -19,12 +19,14 @@ from prefixscope.analysis.trace.csr import Trace
 
 
 def tail_start(trace: Trace, max_lookups: int | None) -> int:
-    """The first request of the stretch: 0 when the whole trace fits (or no bound is given)."""
+    """The first request of the stretch: 0 when the whole trace fits (or no bound is given);
+    the last request at least, even when it alone holds more."""
     if max_lookups is None or trace.n_lookups <= max_lookups:
         return 0
     if max_lookups < 1:
         raise ValueError(f"the stretch must hold at least one lookup, not {max_lookups}")
-    return int(np.searchsorted(trace.offsets, trace.n_lookups - max_lookups, side="left"))
+    first = int(np.searchsorted(trace.offsets, trace.n_lookups - max_lookups, side="left"))
+    return min(first, trace.n_requests - 1)
 
 
 def tail(trace: Trace, first: int) -> Trace:

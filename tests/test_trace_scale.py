@@ -1,0 +1,102 @@
+"""What lets one process hold a 250 M-lookup trace once: the dense ids and tenant codes without
+numpy's argsort, the per-tenant groups as positions, the recent stretch the fleet and the plan
+measure, and the trace loaded once per process while the warehouse's requests stay the same."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prefixscope import warehouse
+from prefixscope.analysis.trace import load
+from prefixscope.analysis.trace.csr import build_trace, dense_ids, tenant_codes_of
+from prefixscope.analysis.trace.measure import index_groups, trace_groups
+from prefixscope.analysis.trace.tail import tail, tail_start
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=300))
+def test_dense_ids_are_numpys_unique_and_inverse(values: list[int]) -> None:
+    array = np.array(values, dtype=np.uint64)
+    unique, dense = dense_ids(array)
+    expected_unique, expected_dense = np.unique(array, return_inverse=True)
+    assert np.array_equal(unique, expected_unique)
+    assert np.array_equal(dense, expected_dense.ravel())
+    assert dense.dtype == np.int32
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["b", "a", "t10", "t9", "Z", "é", ""]), max_size=80))
+def test_tenant_codes_are_numpys_unique_and_inverse(names: list[str]) -> None:
+    got_names, codes = tenant_codes_of(names)
+    expected_names, expected_codes = np.unique(np.array(names, dtype=str), return_inverse=True)
+    assert got_names.tolist() == expected_names.tolist()
+    assert np.array_equal(codes, expected_codes.ravel())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans()), max_size=60))
+def test_index_groups_hold_the_rows_of_the_masks_in_order(rows: list[tuple[int, bool]]) -> None:
+    codes = np.array([c for c, _ in rows], dtype=np.int32)
+    measured = np.array([m for _, m in rows], dtype=bool)
+    tenants = ("a", "b", "c", "d")
+    by_mask = [
+        (name, np.flatnonzero(mask))
+        for name, mask in trace_groups(_trace_of(codes, tenants), measured)
+    ]
+    by_index = index_groups(codes, tenants, measured)
+    assert [n for n, _ in by_index] == [n for n, _ in by_mask]
+    for (_, a), (_, b) in zip(by_index, by_mask, strict=True):
+        assert np.array_equal(a, b)
+
+
+def _trace_of(codes: np.ndarray, tenants: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    names = [tenants[c] for c in codes]
+    return build_trace([[i + 1] for i in range(len(codes))], [16] * len(codes), names, 16)
+
+
+@pytest.mark.parametrize(
+    ("max_lookups", "first"),
+    [(None, 0), (100, 0), (6, 0), (5, 1), (4, 2), (3, 2), (1, 3), (2, 3)],
+)
+def test_the_stretch_is_the_last_whole_requests_that_fit(max_lookups, first) -> None:  # type: ignore[no-untyped-def]
+    # four requests of 1, 2, 1, 2 lookups
+    trace = build_trace(
+        [[5], [5, 7], [9], [5, 11]], [16, 32, 16, 32], ["x", "y", "x", "y"], 16, [0, 1, 3, 6]
+    )
+    assert tail_start(trace, max_lookups) == first
+    recent = tail(trace, first)
+    # within the bound, but never less than the last request
+    assert recent.n_lookups <= max(max_lookups or trace.n_lookups, 2)
+    assert recent.n_requests == trace.n_requests - first
+    # the same blocks, renumbered; times from the stretch's first arrival
+    lo = trace.offsets[first]
+    assert np.array_equal(recent.hashes[recent.blocks], trace.hashes[trace.blocks][lo:])
+    assert recent.times[0] == 0 and recent.start_s == trace.start_s + trace.times[first]
+    assert recent.tenants == trace.tenants
+    with pytest.raises(ValueError, match="at least one lookup"):
+        tail_start(trace, 0)
+
+
+def test_the_trace_is_loaded_once_while_the_requests_stay_the_same(
+    bundled_warehouse, tmp_path
+) -> None:
+    import shutil
+
+    from prefixscope.ingest import IngestOptions
+    from prefixscope.stages import ingest
+
+    wh = tmp_path / "wh.duckdb"
+    shutil.copy(bundled_warehouse.path, wh)
+    with warehouse.connect(wh, read_only=True) as con:
+        first = load.load_trace(con)
+    with warehouse.connect(wh, read_only=True) as con:
+        assert load.load_trace(con) is first  # the same object: no second load
+    log = tmp_path / "more.jsonl"
+    log.write_text('{"timestamp": 5, "input_length": 1000, "output_length": 1, "hash_ids": [1, 2]}\n')
+    ingest.run(wh, ingest.IngestSettings((str(log),), "mooncake", IngestOptions()))
+    with warehouse.connect(wh, read_only=True) as con:
+        grown = load.load_trace(con)
+    assert grown is not first and grown.n_requests == first.n_requests + 1
