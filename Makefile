@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
 BUILD := build
 
-.PHONY: setup demo test test-fast browser bench peers lint clean
+.PHONY: setup demo test test-fast browser bench bench-week peers lint clean
 
 setup: $(STAMP)
 
@@ -62,6 +62,12 @@ bench: setup
 		$(BIN)/python benchmarks/policy_speed.py
 	$(BIN)/python benchmarks/validate_recovery.py
 	$(BIN)/python benchmarks/sampled_error.py --quick
+	$(BIN)/python benchmarks/flow_speed.py --cluster
+
+# The whole flow on a generated week (10.4 M requests, 250 M lookups; about 20 minutes and a
+# 3.2 GB trace file in a temporary directory): docs/scale.md.
+bench-week: setup
+	$(BIN)/python benchmarks/flow_speed.py --week
 
 # The KVCache.AI simulator, to time beside ours in `make bench`: a scratch environment outside
 # the repository, never a dependency of the project.

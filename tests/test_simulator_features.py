@@ -151,7 +151,7 @@ def test_timeseries_buckets_add_up_and_outcomes_cover_every_request() -> None:
     times = np.arange(30) * 20.0  # 10 minutes
     trace = build_trace([[1, 2]] * 30, [8] * 30, ["a", "b"] * 15, 4, times=times)
     tables = simulate_grid(trace, [Scenario("lru", 4)], Settings(bucket_s=60, outcomes=True))
-    series = [r for r in tables.timeseries if r["tenant"] == "*"]
+    series = [r for r in tables.arrow()[1].to_pylist() if r["tenant"] == "*"]
     assert len(series) == 10 and sum(r["requests"] for r in series) == 30
     assert sum(r["hit_tokens"] for r in series) == tables.hit_rates[0]["hit_tokens"] == 29 * 8
     outcomes = tables.arrow()[2].to_pylist()

@@ -95,7 +95,8 @@ def test_the_trace_is_loaded_once_while_the_requests_stay_the_same(
     with warehouse.connect(wh, read_only=True) as con:
         assert load.load_trace(con) is first  # the same object: no second load
     log = tmp_path / "more.jsonl"
-    log.write_text('{"timestamp": 5, "input_length": 1000, "output_length": 1, "hash_ids": [1, 2]}\n')
+    line = '{"timestamp": 5, "input_length": 1000, "output_length": 1, "hash_ids": [1, 2]}'
+    log.write_text(line + "\n")
     ingest.run(wh, ingest.IngestSettings((str(log),), "mooncake", IngestOptions()))
     with warehouse.connect(wh, read_only=True) as con:
         grown = load.load_trace(con)

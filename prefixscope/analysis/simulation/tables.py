@@ -70,7 +70,7 @@ OUTCOMES_SCHEMA = pa.schema(
 @dataclass
 class Tables:
     hit_rates: list[dict[str, object]] = field(default_factory=list)
-    timeseries: list[dict[str, object]] = field(default_factory=list)
+    timeseries: list[pa.Table] = field(default_factory=list)  # one table a scenario
     outcomes: list[pa.Table] = field(default_factory=list)
 
     def extend(self, other: Tables) -> None:
@@ -85,6 +85,8 @@ class Tables:
         )
         return (
             pa.Table.from_pylist(self.hit_rates, schema=HIT_RATES_SCHEMA),
-            pa.Table.from_pylist(self.timeseries, schema=TIMESERIES_SCHEMA),
+            pa.concat_tables(self.timeseries)
+            if self.timeseries
+            else TIMESERIES_SCHEMA.empty_table(),
             outcomes,
         )
