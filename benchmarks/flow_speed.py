@@ -9,8 +9,8 @@ Two measurements:
   simulation and fleet row). Exit status 1 below a 1.6× speed-up or on any difference.
 - ``--week``: a generated week (``benchmarks/make_week_trace.py``: 10.4 M requests, 250 M
   lookups, 50 tenants), in process with ``--workers 2``. Prints the time, each stage's and the
-  peak memory of the whole process tree (the flow and its worker processes, sampled every
-  0.5 s). Exit status 1 over 15 minutes or 16 GB.
+  peak anonymous memory of the whole process tree (the flow and its worker processes,
+  proportional shares, sampled every 0.5 s). Exit status 1 over 15 minutes or 16 GB.
 
 Both runs share one Prefect server started here, so neither pays its start. Traces are kept in
 ``--dir`` (made when absent, reused when present).
@@ -36,10 +36,21 @@ TOOL = ROOT.parent / "shared/tools/make_bench_trace.py"
 CLI = [sys.executable, "-m", "prefixscope.cli"]
 
 
+def _anon_pss(pid: int) -> int:
+    """Bytes of a process's anonymous memory, its share of pages shared with others counted
+    (``Pss_Anon`` of smaps_rollup): what the process allocated, leaving out file pages the
+    kernel can drop (the input log, DuckDB's file, libraries)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss_Anon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def measured(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, peak GB of the process tree's memory) of ``cmd``: the sum of every
-    process's proportional set size, so that pages a forked worker shares with its parent
-    count once."""
+    process's anonymous proportional set size, so that pages a forked worker shares with its
+    parent count once and file pages (the mapped input) not at all."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
     root = psutil.Process(proc.pid)
@@ -47,8 +58,8 @@ def measured(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     while proc.poll() is None:
         try:
             tree = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_full_info().pss for p in tree if p.is_running()))
-        except psutil.Error:
+            peak = max(peak, sum(_anon_pss(p.pid) for p in tree if p.is_running()))
+        except (psutil.Error, OSError):
             pass
         time.sleep(0.5)
     if proc.returncode:
