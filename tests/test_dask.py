@@ -205,9 +205,12 @@ def test_the_trace_is_scattered_once_however_often_it_is_loaded(cluster, bundled
     assert again is not bundled_trace
     assert fanout.scattered(address, again).key == first.key
     traffic = Traffic(np.zeros(bundled_trace.n_requests, np.int64))
-    held = len(fanout._SCATTERED)
+    before = {k: f.key for k, f in fanout._SCATTERED.items()}
     fanout.fan_out(lambda shared, item: item, (again, traffic), [1, 2], dask_address=address)
-    assert len(fanout._SCATTERED) == held + 1  # the traffic only: the trace was there
+    after = {k: f.key for k, f in fanout._SCATTERED.items()}
+    new = [k for k in after if k not in before]
+    assert len(new) == 1 and after[new[0]].startswith("Traffic")  # only the traffic was sent
+    assert first.key in after.values()  # the trace's first copy is still the one used
 
 
 def test_a_pool_of_forked_workers_equals_the_run_here(bundled_trace) -> None:

@@ -11,11 +11,11 @@ import duckdb
 import numpy as np
 import pytest
 
+from prefixscope.analysis.curves.depths import NEVER, hit_capacities
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import build_trace
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.analysis.validate import compare, fit
-from prefixscope.analysis.validate.depths import NEVER, hit_capacities
 from prefixscope.analysis.validate.reported import (
     MISSING,
     Reported,

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prefixscope.analysis.curves.depths import hit_capacities
 from prefixscope.analysis.curves.exact import lru_curve
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import hit_tokens
-from prefixscope.analysis.validate.depths import hit_capacities
 
 #: Points per group in one zoom pass of the exact LRU search.
 ZOOM_POINTS = 64
@@ -137,7 +137,7 @@ def hit_tokens_at(
     trace: Trace, pairs: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], np.ndarray]:
     """Per (policy, capacity), the simulator's hit tokens per request. LRU at every capacity
-    from one stack pass (``validate/depths.py``: a stack algorithm's hits at C are the lookups
+    from one stack pass (``curves/depths.py``: a stack algorithm's hits at C are the lookups
     of depth at most C, exactly its replay's); other policies replay once each."""
     out: dict[tuple[str, int], np.ndarray] = {}
     lru = [c for p, c in pairs if p == "lru"]

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prefixscope.analysis.curves.depths import NEVER
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.validate.depths import NEVER
 
 #: Why a request disagrees, by its first disagreeing block: the engine reported it cached
 #: though the log never showed it before (traffic outside the log, a warm start, other

@@ -34,8 +34,8 @@ from typing import Protocol
 import numpy as np
 
 from prefixscope.analysis.curves.curve import capacity_points
+from prefixscope.analysis.curves.depths import NEVER
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.validate.depths import NEVER
 
 #: The end of the last candidate when every larger capacity gives the same hits.
 UNBOUNDED = NEVER

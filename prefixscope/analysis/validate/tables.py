@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from prefixscope.analysis.curves.depths import hit_capacities
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET, groups, hit_tokens
 from prefixscope.analysis.validate import compare, fit
-from prefixscope.analysis.validate.depths import hit_capacities
 from prefixscope.analysis.validate.reported import (
     Reported,
     comparison_unit,
