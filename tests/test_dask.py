@@ -108,29 +108,12 @@ def test_a_grid_curve_on_the_dask_workers_equals_the_one_computed_here(cluster) 
 def test_each_replica_of_a_fixed_router_runs_as_a_task_and_equals_the_run_here(
     cluster, bundled_trace, router
 ) -> None:
-    from distributed import Client, get_task_stream
-
-    from prefixscope.analysis.cost.gpus import resolve_gpu
-    from prefixscope.analysis.cost.models import resolve_model
-    from prefixscope.analysis.fleet.run import Engine, Fleet, Traffic
-    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.analysis.fleet.run import Fleet
     from prefixscope.analysis.fleet.tables import Pricing
-    from prefixscope.stages.fleet import FleetSettings, simulate_grid, tables
+    from prefixscope.stages.fleet import tables
 
-    rng = np.random.default_rng(1)
-    traffic = Traffic(rng.integers(0, 400, bundled_trace.n_requests))
-    engine = Engine(from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100")))
     grid = [Fleet(router, 4, 3_000, load_scale=2.0)]
-    here = simulate_grid(bundled_trace, traffic, grid, engine, FleetSettings())
-    with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
-        there = simulate_grid(
-            bundled_trace,
-            traffic,
-            grid,
-            engine,
-            FleetSettings(workers=None, dask_address=cluster.scheduler_address),
-        )
-    ran = [t for t in stream.data if "fleet_task" in t["key"]]
+    here, there, ran = _fleet_here_and_there(cluster, bundled_trace, grid, seed=1)
     assert len(ran) == 4  # one task per replica
     a, b = here[0], there[0]
     for name in ("replica", "hit_tokens", "ttft", "done_at", "busy", "steps", "filled_at"):
@@ -145,30 +128,13 @@ def test_each_replica_of_a_fixed_router_runs_as_a_task_and_equals_the_run_here(
 def test_a_fleet_grid_runs_one_task_per_configuration_and_equals_the_run_here(
     cluster, bundled_trace
 ) -> None:
-    from distributed import Client, get_task_stream
-
-    from prefixscope.analysis.cost.gpus import resolve_gpu
-    from prefixscope.analysis.cost.models import resolve_model
-    from prefixscope.analysis.fleet.run import Engine, Fleet, Traffic
-    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.analysis.fleet.run import Fleet
     from prefixscope.analysis.fleet.tables import Pricing
-    from prefixscope.stages.fleet import FleetSettings, simulate_grid, tables
+    from prefixscope.stages.fleet import tables
 
-    rng = np.random.default_rng(2)
-    traffic = Traffic(rng.integers(0, 400, bundled_trace.n_requests))
-    engine = Engine(from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100")))
     # stateful and fixed routers, so both kinds of configuration run as whole tasks
     grid = [Fleet(r, n, 2_000) for r in ("cache-aware", "round-robin", "kv-aware") for n in (2, 4)]
-    here = simulate_grid(bundled_trace, traffic, grid, engine, FleetSettings())
-    with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
-        there = simulate_grid(
-            bundled_trace,
-            traffic,
-            grid,
-            engine,
-            FleetSettings(workers=None, dask_address=cluster.scheduler_address),
-        )
-    ran = [t for t in stream.data if "fleet_task" in t["key"]]
+    here, there, ran = _fleet_here_and_there(cluster, bundled_trace, grid, seed=2)
     assert len(ran) == len(grid)  # one task per configuration, none per replica
     assert len({t["worker"] for t in ran}) == 2
     pricing = Pricing("llama-3-8b", "h100", "roofline")
@@ -223,3 +189,23 @@ def test_a_pool_of_forked_workers_equals_the_run_here(bundled_trace) -> None:
     there = simulate_scenarios(bundled_trace, grid, measure, SimulateSettings(workers=2))
     assert here.hit_rates == there.hit_rates
     assert len({r["hit_tokens"] for r in here.hit_rates if r["tenant"] == "*"}) > 1
+
+
+def _fleet_here_and_there(cluster, trace, grid, seed):  # type: ignore[no-untyped-def]
+    """The fleet stage's grid in this process and on the cluster, with random output lengths,
+    priced by the llama-3-8b roofline on an H100; and the cluster's fleet tasks."""
+    from distributed import Client, get_task_stream
+
+    from prefixscope.analysis.cost.gpus import resolve_gpu
+    from prefixscope.analysis.cost.models import resolve_model
+    from prefixscope.analysis.fleet.run import Engine, Traffic
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.stages.fleet import FleetSettings, simulate_grid
+
+    traffic = Traffic(np.random.default_rng(seed).integers(0, 400, trace.n_requests))
+    engine = Engine(from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100")))
+    here = simulate_grid(trace, traffic, grid, engine, FleetSettings())
+    remote = FleetSettings(workers=None, dask_address=cluster.scheduler_address)
+    with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
+        there = simulate_grid(trace, traffic, grid, engine, remote)
+    return here, there, [t for t in stream.data if "fleet_task" in t["key"]]
