@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from prefixscope import warehouse
 from prefixscope.analysis.trace import load
 from prefixscope.analysis.trace.csr import build_trace, dense_ids, tenant_codes_of
-from prefixscope.analysis.trace.measure import index_groups, trace_groups
+from prefixscope.analysis.trace.measure import groups, index_groups
 from prefixscope.analysis.trace.tail import tail, tail_start
 
 
@@ -44,17 +44,12 @@ def test_index_groups_hold_the_rows_of_the_masks_in_order(rows: list[tuple[int, 
     tenants = ("a", "b", "c", "d")
     by_mask = [
         (name, np.flatnonzero(mask))
-        for name, mask in trace_groups(_trace_of(codes, tenants), measured)
+        for name, mask in groups(codes, tenants, measured)
     ]
     by_index = index_groups(codes, tenants, measured)
     assert [n for n, _ in by_index] == [n for n, _ in by_mask]
     for (_, a), (_, b) in zip(by_index, by_mask, strict=True):
         assert np.array_equal(a, b)
-
-
-def _trace_of(codes: np.ndarray, tenants: tuple[str, ...]):  # type: ignore[no-untyped-def]
-    names = [tenants[c] for c in codes]
-    return build_trace([[i + 1] for i in range(len(codes))], [16] * len(codes), names, 16)
 
 
 @pytest.mark.parametrize(

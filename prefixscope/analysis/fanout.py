@@ -100,17 +100,37 @@ def fan_out(
     *,
     workers: int | None = None,
     dask_address: str | None = None,
+    weights: Sequence[float] | None = None,
 ) -> list[Any]:
     """``[fn(shared, item) for item in items]``, in parallel: on the Dask cluster at
     ``dask_address``, else on ``workers`` processes (default: one per core; 1: in this process).
+    ``weights``: each item's expected cost; items are handed out heaviest first, so that no
+    worker is left with a long one at the end (results still come back in item order).
     ``fn`` must be a module-level function, so that workers can import it."""
+    order = list(range(len(items)))
+    if weights is not None:
+        order.sort(key=lambda i: -weights[i])
+    done = _run([items[i] for i in order], fn, shared, workers, dask_address)
+    results: list[Any] = [None] * len(items)
+    for i, result in zip(order, done, strict=True):
+        results[i] = result
+    return results
+
+
+def _run(
+    items: list[Any],
+    fn: Callable[[Any, Any], Any],
+    shared: Any,
+    workers: int | None,
+    dask_address: str | None,
+) -> list[Any]:
     if dask_address:
         client = client_for(dask_address)
         if isinstance(shared, tuple):
             remote: Any = tuple(scattered(dask_address, part) for part in shared)
         else:
             remote = scattered(dask_address, shared)
-        futures = client.map(fn, [remote] * len(items), list(items), pure=False)
+        futures = client.map(fn, [remote] * len(items), items, pure=False)
         return client.gather(futures)
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(items) <= 1:

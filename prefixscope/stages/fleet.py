@@ -288,7 +288,7 @@ def simulate_grid(
     settings: FleetSettings,
 ) -> list[FleetOutcome]:
     """Every configuration, in grid order. Where ``workers`` / ``dask_address`` say, each
-    configuration is one task (longest first), the trace and traffic shipped to each worker
+    configuration is one task (heaviest first), the trace and traffic shipped to each worker
     once; when the grid has fewer configurations than the workers can run at once, a fixed
     router's replicas (independent: nothing else reaches them) are split into one task each."""
     if settings.dask_address is None and settings.workers == 1:
@@ -303,23 +303,18 @@ def simulate_grid(
             jobs += [(i, fleet, np.flatnonzero(routing == r)) for r in range(fleet.replicas)]
         else:
             jobs.append((i, fleet, None))
-    order = sorted(
-        range(len(jobs)),
-        key=lambda j: (
-            -_TASK_WEIGHT.get(jobs[j][1].router, 1.0)
-            * (1.0 if jobs[j][2] is None else len(jobs[j][2]) / trace.n_requests)
-        ),
-    )
-    done = fan_out(
+    results = fan_out(
         fleet_task,
         (trace, traffic),
-        [(jobs[j][1], engine, jobs[j][2]) for j in order],
+        [(fleet, engine, requests) for _, fleet, requests in jobs],
         workers=settings.workers,
         dask_address=settings.dask_address,
+        weights=[
+            _TASK_WEIGHT.get(fleet.router, 1.0)
+            * (1.0 if requests is None else len(requests) / trace.n_requests)
+            for _, fleet, requests in jobs
+        ],
     )
-    results: list = [None] * len(jobs)
-    for j, outcome in zip(order, done, strict=True):
-        results[j] = outcome
     out = []
     for i, fleet in enumerate(grid):
         mine = [(jobs[j][2], results[j]) for j in range(len(jobs)) if jobs[j][0] == i]

@@ -107,18 +107,14 @@ def simulate_scenarios(
     if local:
         replayed = replay_scenarios(trace, grid, measure)
     else:
-        # longest first, so that no worker is left with a long task at the end
-        order = sorted(range(len(grid)), key=lambda i: -_TASK_WEIGHT.get(grid[i].policy, 1.0))
-        done = fan_out(
+        replayed = fan_out(
             simulate_scenario,
             trace,
-            [(grid[i], measure) for i in order],
+            [(s, measure) for s in grid],
             workers=settings.workers,
             dask_address=settings.dask_address,
+            weights=[_TASK_WEIGHT.get(s.policy, 1.0) for s in grid],
         )
-        replayed = [None] * len(grid)
-        for i, r in zip(order, done, strict=True):
-            replayed[i] = r
     return measure_replayed(trace, replayed, measure, settings.outcomes_for)
 
 

@@ -16,20 +16,6 @@ from prefixscope.analysis.policies.base import Outcome, PolicyOptions
 from prefixscope.analysis.trace.csr import Trace
 
 
-def leading_run(hit: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per request, how many of its first blocks are all ``hit`` (``hit`` is per lookup)."""
-    n_blocks = np.diff(offsets)
-    out = np.zeros(len(n_blocks), dtype=np.int32)
-    if len(hit) == 0:
-        return out
-    request = np.repeat(np.arange(len(n_blocks)), n_blocks)
-    position = np.arange(len(hit)) - offsets[request]
-    first_miss = np.where(hit, np.iinfo(np.int64).max, position)
-    some = n_blocks > 0  # reduceat needs non-empty segments
-    out[some] = np.minimum(np.minimum.reduceat(first_miss, offsets[:-1][some]), n_blocks[some])
-    return out
-
-
 @dataclass(frozen=True)
 class Ceiling:
     name: str = "ceiling"

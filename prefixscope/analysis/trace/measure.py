@@ -71,11 +71,6 @@ def trace_index_groups(trace: Trace, measured: np.ndarray) -> list[tuple[str, np
     return index_groups(trace.tenant_codes, trace.tenants, measured)
 
 
-def trace_groups(trace: Trace, measured: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
-    """:func:`groups` over a trace's requests."""
-    return groups(trace.tenant_codes, trace.tenants, measured)
-
-
 def named_groups(tenant_names: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """:func:`groups` over rows that carry tenant names (sorted by name, as a trace's are)."""
     text = np.asarray(tenant_names, dtype=object).astype(str)
