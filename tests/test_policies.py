@@ -322,3 +322,39 @@ def test_pinned_on_the_touch_log_equals_the_linked_list_with_pins(requests, capa
     )
     assert got.hit_blocks.tolist() == hits.tolist()
     assert (got.cross.tolist() or [False] * trace.n_lookups) == cross.tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    requests=prefix_chains(n_roots=3, depth=12, max_requests=40),
+    capacity=st.integers(1, 25),
+    data=st.data(),
+)
+def test_pinned_under_many_pin_sets_in_one_pass_equals_one_replay_each(requests, capacity, data):
+    """Many pin sets in one pass (structure's per-prefix pins): each row is the ``pinned``
+    replay under that set alone; the empty set is ``lru``. Small capacities compact the shared
+    log often, with every variant's head at its own place."""
+    from prefixscope.analysis.policies.lru import pinned_hit_blocks_many
+
+    trace = make_trace(requests)
+    ids = st.lists(st.integers(0, trace.n_unique - 1), max_size=min(capacity, 6), unique=True)
+    sets = [np.array(s, np.int64) for s in data.draw(st.lists(ids, min_size=1, max_size=5))]
+    got = pinned_hit_blocks_many(trace, capacity, sets)
+    assert got.shape == (len(sets), trace.n_requests)
+    for row, ids_ in zip(got, sets, strict=True):
+        mask = np.zeros(trace.n_unique, np.bool_)
+        mask[ids_] = True
+        want = POLICIES["pinned"].hit_blocks(trace, capacity, PolicyOptions(pinned=mask))
+        assert row.tolist() == want.tolist()
+    plain = POLICIES["lru"].hit_blocks(trace, capacity)
+    assert pinned_hit_blocks_many(trace, capacity, [np.zeros(0, np.int64)])[0].tolist() == (
+        plain.tolist()
+    )
+
+
+def test_pin_sets_that_do_not_fit_are_refused() -> None:
+    from prefixscope.analysis.policies.lru import pinned_hit_blocks_many
+
+    trace = make_trace([[0, 1, 2], [0, 3]])
+    with pytest.raises(ValueError, match="do not fit"):
+        pinned_hit_blocks_many(trace, 2, [np.array([0, 1, 2])])

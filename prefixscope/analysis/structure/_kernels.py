@@ -28,25 +28,27 @@ def by_owner(offsets, blocks, order, owner, n_unique, flags):  # type: ignore[no
         order,
         owner,
         flags,
-        np.full(n_unique, NONE, np.int32),
-        np.zeros(n_unique, np.int32),  # the owner's earliest request using the block
+        np.full(n_unique, NONE, np.int32),  # the current owner's first request using it
         np.zeros(n_unique, np.int32),
         np.zeros(blocks.size if flags else 0, np.bool_),
     )
 
 
 @numba.njit(cache=True, nogil=True)
-def _by_owner(offsets, blocks, order, owner, flags, mark, first, count, earlier):  # type: ignore[no-untyped-def]
+def _by_owner(offsets, blocks, order, owner, flags, first, count, earlier):  # type: ignore[no-untyped-def]
+    # The walk sees an owner's requests together and in order, so the block's marked request
+    # is this owner's exactly when this owner looked it up before; marked at the owner's
+    # first use, it is earlier than this request unless that use is this request.
     for i in range(order.size):
         r = order[i]
         s = owner[r]
         for p in range(offsets[r], offsets[r + 1]):
             b = blocks[p]
-            if mark[b] != s:
-                mark[b] = s
+            seen = first[b]
+            if seen == NONE or owner[seen] != s:
                 first[b] = r
                 count[b] += 1
-            elif flags and first[b] < r:
+            elif flags and seen < r:
                 earlier[p] = True
     return count, earlier
 
@@ -112,8 +114,9 @@ def group_sums(codes, values, n_groups):  # type: ignore[no-untyped-def]
 
 @numba.njit(cache=True, nogil=True)
 def child_max(parent, values):  # type: ignore[no-untyped-def]
-    """Per dense id, the largest of ``values`` over its children (0 without any)."""
-    out = np.zeros(parent.size, np.int64)
+    """Per dense id, the largest of ``values`` over its children (0 without any), of
+    ``values``' type."""
+    out = np.zeros(parent.size, values.dtype)
     for c in range(parent.size):
         a = parent[c]
         if a != NONE and values[c] > out[a]:

@@ -33,6 +33,15 @@ def with_ancestors(trace: Trace, ends: np.ndarray, parent: np.ndarray | None = N
     return mask
 
 
+def chain(parent: np.ndarray, end: int) -> np.ndarray:
+    """The dense ids of the prefix ending at ``end``: it and its ancestors, deepest first."""
+    ids = []
+    while end >= 0:
+        ids.append(end)
+        end = int(parent[end])
+    return np.array(ids, dtype=np.int64)
+
+
 def top_shared(trace: Trace, k: int, session: np.ndarray | None = None) -> np.ndarray:
     """The pin mask of the ``k`` most shared prefixes of the trace's first half, ranked by
     sessions (``session`` per request; default: inferred from the block chains)."""

@@ -3,8 +3,9 @@ tree (its parent and depth), how many requests use it, how many full blocks foll
 of :mod:`turns`), a dense (tenant, block) key per lookup (parents are of the same tenant), and
 the infinite cache's outcome (``ceiling``: a block hits when an earlier request looked it up).
 
-All of it follows from two facts per block kept during the pass, its first and its latest
-request, so one pass replaces a sort of the lookups per question. The ceiling outcome is the
+All of it follows from what the pass keeps per block beside its outputs, its first request and
+the block before it at a full position, so one pass replaces a sort of the lookups per
+question. The ceiling outcome is the
 ``ceiling`` policy's, lookup for lookup (``tests/test_structure.py`` checks it).
 """
 
@@ -53,7 +54,6 @@ def scan(trace: Trace) -> Scan:
         full_blocks(trace),
         multi,
         np.full(u, NONE, np.int32),  # first request per block
-        np.full(u, NONE, np.int32),  # latest request per block
         full_parent,  # the block before it at a full position
         parent,
         depth,
@@ -87,7 +87,6 @@ def _scan(
     full,
     multi_tenant,
     first,
-    latest,
     full_parent,
     parent,
     depth,
@@ -97,8 +96,9 @@ def _scan(
     hits,
     cross,
 ):  # type: ignore[no-untyped-def]
-    # Requests come in replay order: a block's first lookup is its earliest request, and its
-    # latest request tells a repeat within one request from a new use.
+    # Requests come in replay order: a block's first lookup is its earliest request. A block
+    # counted for this request has its count negated until the request ends, which tells a
+    # repeat within one request from a new use without a per-block marker of its own.
     n_unique = first.size
     extra = []
     for r in range(offsets.size - 1):
@@ -113,9 +113,8 @@ def _scan(
                 if k > 0:
                     parent[b] = blocks[p - 1]
             depth[b] = k
-            if latest[b] != r:
-                latest[b] = r
-                requests[b] += 1
+            if requests[b] >= 0:
+                requests[b] = -1 - requests[b]
             owner = tenants[first[b]]  # the ceiling's copy is the first requester's
             key[p] = b if owner == t else NONE
             if run and first[b] < r:
@@ -131,4 +130,8 @@ def _scan(
                     forks[a] += 1
                 elif full_parent[b] != a:
                     extra.append(np.int64(a) * n_unique + b)
+        for p in range(start, offsets[r + 1]):
+            b = blocks[p]
+            if requests[b] < 0:
+                requests[b] = -requests[b]
     return np.array(extra, dtype=np.int64)

@@ -4,7 +4,6 @@ in, Arrow tables out). Semantics: docs/structure.md."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -12,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope.analysis.policies import POLICIES, Outcome, PolicyOptions
+from prefixscope.analysis.policies.lru import pinned_hit_blocks_many
 from prefixscope.analysis.structure import (
     _kernels,
     attribution,
@@ -22,7 +22,7 @@ from prefixscope.analysis.structure import (
     turns,
 )
 from prefixscope.analysis.structure.log import RequestLog
-from prefixscope.analysis.structure.scan import Scan, scan
+from prefixscope.analysis.structure.scan import scan
 from prefixscope.analysis.structure.schemas import (
     FIRST_NEW_SCHEMA,
     HIT_SOURCES_SCHEMA,
@@ -60,8 +60,9 @@ def analyse(trace: Trace, log: RequestLog, settings: StructureSettings) -> dict[
     """Every structure table of ``trace`` (without run ids)."""
     scanned = scan(trace)
     t = turns.build_turns(trace, log.ids, settings.max_forks, scanned)
-    # The keys served turn inference only; the pinned replays below want the room.
-    scanned = replace(scanned, key=scanned.key[:0])
+    # The keys and forks served turn inference only: the pinned pass below wants the room
+    # (empty arrays of their own: a slice would keep the whole buffer alive).
+    scanned = replace(scanned, key=np.empty(0, np.int32), forks=np.empty(0, np.int32))
     kind = request_kinds(log, t)
     outcomes = {("ceiling", None): scanned.ceiling}
     if settings.capacity_blocks:
@@ -69,15 +70,21 @@ def analyse(trace: Trace, log: RequestLog, settings: StructureSettings) -> dict[
         outcomes[("lru", settings.capacity_blocks)] = lru
     # One walk over the sessions serves both the prefix ranking and the attribution.
     use = attribution.session_use(trace, t.session)
-    # The pinned replays (in shared_prefixes) hold the most memory: they run first, before the
-    # other tables exist.
-    prefix_rows = shared_prefixes(trace, t, settings, outcomes, use.sessions, scanned)
+    ranking = prefixes.rank(trace, t.session, sessions=use.sessions, scanned=scanned)
+    earlier = use.earlier
+    parent, depth = scanned.parent, scanned.depth
+    # The per-block state goes once its last reader is done (ranking: the session and request
+    # counts; the pinned pass: the parents; the prefix rows: the depths), before the pinned
+    # pass, which holds the most memory of the analysis, and before the other tables exist.
+    del use, scanned
+    prefix_rows = shared_prefixes(trace, settings, outcomes, ranking, parent, depth)
+    del parent, depth
     groups = Groups.of(trace)
     return {
         "turns": turns_table(trace, log, t, kind),
         "session_stats": session_stats(trace, log, t, groups),
         "shared_prefixes": prefix_rows,
-        "hit_sources": hit_sources(trace, t, outcomes, groups, use.earlier),
+        "hit_sources": hit_sources(trace, t, outcomes, groups, earlier),
         "first_new_blocks": first_new_blocks(trace, outcomes[("ceiling", None)], groups),
         "reuse_times": reuse_times(trace, kind),
     }
@@ -206,23 +213,21 @@ def session_stats(trace: Trace, log: RequestLog, t: turns.Turns, groups: Groups)
 
 def shared_prefixes(
     trace: Trace,
-    t: turns.Turns,
     settings: StructureSettings,
     outcomes: dict[tuple[str, int | None], Outcome],
-    sessions: np.ndarray | None = None,
-    scanned: Scan | None = None,
+    ranking: prefixes.Ranking,
+    parent: np.ndarray,
+    depth: np.ndarray,
 ) -> pa.Table:
-    s = scanned or scan(trace)
-    parent, depth = s.parent, s.depth
-    ranking = prefixes.rank(trace, t.session, sessions=sessions, scanned=s)
+    """The ``settings.top`` first prefixes of ``ranking``; ``parent`` and ``depth``: the scan's
+    (:class:`Scan`), per dense id."""
     ends = ranking.ends[: settings.top]
     cap = settings.capacity_blocks
     lru_tokens = None
     if cap:
         lru_tokens = int(hit_tokens(trace, outcomes[("lru", cap)].hit_blocks).sum())
-    pinned = pinned_hit_tokens(
-        trace, ends[: settings.simulate_top] if cap else ends[:0], cap, parent
-    )
+    simulated = ends[: settings.simulate_top] if cap else ends[:0]
+    pinned = pinned_hit_tokens(trace, simulated, cap, parent)
     rows = []
     for i, (end, use) in enumerate(zip(ends, prefixes.uses(trace, ends, depth), strict=True)):
         times = trace.times[use.requests]
@@ -250,24 +255,19 @@ def shared_prefixes(
 
 
 def pinned_hit_tokens(
-    trace: Trace, ends: np.ndarray, capacity: int | None, parent: np.ndarray, threads: int = 2
+    trace: Trace, ends: np.ndarray, capacity: int | None, parent: np.ndarray
 ) -> list[int | None]:
     """Per prefix end, the hit tokens of ``pinned`` with that prefix pinned (None where its
-    blocks do not fit). The replays run on ``threads`` threads (the compiled loop releases the
-    GIL); each holds a cache's arrays, about 25 bytes per distinct block, so no more run at
-    once."""
-
-    def one(end: int) -> int | None:
-        mask = pins.with_ancestors(trace, np.array([end]), parent)
-        if capacity is None or int(mask.sum()) > capacity:
-            return None
-        hits = POLICIES["pinned"].hit_blocks(trace, capacity, PolicyOptions(pinned=mask))
-        return int(hit_tokens(trace, hits).sum())
-
-    if threads <= 1 or len(ends) <= 1:
-        return [one(int(e)) for e in ends]
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return list(pool.map(one, (int(e) for e in ends)))
+    blocks do not fit): every prefix in one pass over the trace (``pinned_hit_blocks_many``),
+    whose only per-block state is one int32, so it adds little to the analysis's peak."""
+    chains = [pins.chain(parent, int(e)) for e in ends]
+    fit = [i for i, c in enumerate(chains) if capacity is not None and len(c) <= capacity]
+    out: list[int | None] = [None] * len(chains)
+    if fit:
+        hits = pinned_hit_blocks_many(trace, int(capacity or 0), [chains[i] for i in fit])
+        for i, row in zip(fit, hits, strict=True):
+            out[i] = int(hit_tokens(trace, row).sum())
+    return out
 
 
 def hit_sources(
