@@ -184,3 +184,25 @@ def test_a_warehouse_without_requests_says_so(tmp_path) -> None:
             ("simulate", "failed")
         ]
         assert np.int64(0) == con.execute("SELECT count(*) FROM hit_rates").fetchone()[0]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cross_tokens_sum_the_served_tokens_of_the_lookups_that_crossed(seed: int) -> None:
+    """The compiled per-request sum equals its definition: every lookup flagged as crossing
+    tenants adds the tokens it serves (a whole-block prompt's last block of a token source
+    serves none), requests without lookups add nothing."""
+    from prefixscope.analysis.policies import Outcome
+    from prefixscope.analysis.simulation.grid import cross_tokens
+
+    rng = np.random.default_rng(seed)
+    requests = [list(rng.integers(0, 30, rng.integers(0, 9))) for _ in range(60)]
+    tokens = [max(1, len(r) * 4 - int(rng.integers(0, 4))) for r in requests]
+    trace = build_trace(requests, tokens, [f"t{i % 3}" for i in range(60)], 4)
+    cross = rng.random(trace.n_lookups) < 0.4
+    outcome = Outcome(np.zeros(trace.n_requests, np.int32), cross, -1)
+    want = np.bincount(
+        trace.request_of_lookup,
+        weights=np.where(cross, trace.served_sizes, 0),
+        minlength=trace.n_requests,
+    )
+    assert cross_tokens(trace, outcome).tolist() == want.astype(np.int64).tolist()

@@ -8,6 +8,11 @@ asks S (when it holds its share), then M, then S whatever its share; a pass over
 block it passes over to M, and a pass over M visits each block up to four times, so a leaf's
 count (at most 3) reaches 0 within one pass. So every round that finds no victim has moved a
 leaf towards M's evictable state, and a victim is found within two rounds.
+
+State: one 16-byte row per block, [next, prev, cached children, owner << 4 | count << 2 |
+queue], so a touch reads and writes one cache line of its own (its parent's when it is
+inserted or leaves); the three queues' sentinels are rows after the blocks'. A block is cached
+exactly when its queue is S or M.
 """
 
 from __future__ import annotations
@@ -15,124 +20,146 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from prefixscope.analysis.policies._lists import NONE, _lookup, _push_back, _unlink
+from prefixscope.analysis.policies._lists import NONE, _node_push_back, _node_unlink
 
 S_QUEUE, M_QUEUE, G_QUEUE = 1, 2, 3
+NEXT, PREV, CHILDREN, META = 0, 1, 2, 3
+QUEUE_BITS = 3  # META's low two bits: the queue (0: none)
+COUNT_ONE = 4  # META's next two bits: the count, 0 to 3
+OWNER_SHIFT = 4  # the rest: the tenant that inserted the block
+
+
+def s3fifo(offsets, blocks, tenants, parent, n_unique, capacity):  # type: ignore[no-untyped-def]
+    """S3-FIFO (SOSP'23), kept prefix-closed: a block with cached children is in use by them and
+    is never evicted; at the head of its queue it moves to M's tail."""
+    if tenants.size and int(tenants.max()) >= 2 ** (31 - OWNER_SHIFT):
+        raise ValueError("s3fifo keeps a tenant code in 27 bits: too many tenants")
+    node = np.zeros((n_unique + 3, 4), np.int32)
+    for q in range(n_unique, n_unique + 3):  # the sentinels of S, M and G
+        node[q, NEXT] = q
+        node[q, PREV] = q
+    n = offsets.size - 1
+    return _s3fifo_loop(
+        offsets,
+        blocks,
+        tenants,
+        parent,
+        n_unique,
+        capacity,
+        node,
+        np.zeros(n, np.int32),
+        np.zeros(blocks.size, np.bool_),
+    )
+
+
+@numba.njit(inline="always")
+def _requeue(node, v, meta, queue, sentinel):  # type: ignore[no-untyped-def]
+    node[v, META] = (meta & ~QUEUE_BITS) | queue
+    _node_push_back(node, sentinel, v)
 
 
 @numba.njit(cache=True)
-def _from_small(nxt, prv, queue, freq, children, sen_s, sen_m, sen_g, counts, ghost_cap):  # type: ignore[no-untyped-def]
+def _from_small(node, sen_s, sen_m, sen_g, counts, ghost_cap):  # type: ignore[no-untyped-def]
     """S's victim, or NONE: a block in use by its children, or seen again, moves to M; the
     first other one leaves and is remembered in G. ``counts``: [n_small, n_main, n_ghost]."""
     passes = counts[0]
-    while passes > 0 and nxt[sen_s] != sen_s:
+    while passes > 0 and node[sen_s, NEXT] != sen_s:
         passes -= 1
-        v = nxt[sen_s]
-        _unlink(nxt, prv, v)
+        v = node[sen_s, NEXT]
+        _node_unlink(node, v)
         counts[0] -= 1
-        if children[v] > 0 or freq[v] > 1:
-            queue[v] = M_QUEUE
+        meta = node[v, META]
+        if node[v, CHILDREN] > 0 or (meta >> 2) & 3 > 1:
             counts[1] += 1
-            _push_back(nxt, prv, sen_m, v)
+            _requeue(node, v, meta, M_QUEUE, sen_m)
             continue
-        queue[v] = G_QUEUE
         counts[2] += 1
-        _push_back(nxt, prv, sen_g, v)
+        _requeue(node, v, meta, G_QUEUE, sen_g)
         if counts[2] > ghost_cap:
-            g = nxt[sen_g]
-            _unlink(nxt, prv, g)
-            queue[g] = 0
+            g = node[sen_g, NEXT]
+            _node_unlink(node, g)
+            node[g, META] &= ~QUEUE_BITS
             counts[2] -= 1
         return v
     return NONE
 
 
 @numba.njit(cache=True)
-def _from_main(nxt, prv, queue, freq, children, sen_m, counts):  # type: ignore[no-untyped-def]
+def _from_main(node, sen_m, counts):  # type: ignore[no-untyped-def]
     """M's victim, or NONE: a block in use goes round; a block with count > 0 goes round with
     one less; the first other one leaves. Each block goes round at most 4 times a call."""
     passes = 4 * counts[1] + 1
-    while passes > 0 and nxt[sen_m] != sen_m:
+    while passes > 0 and node[sen_m, NEXT] != sen_m:
         passes -= 1
-        v = nxt[sen_m]
-        _unlink(nxt, prv, v)
-        if children[v] > 0 or freq[v] > 0:
-            if children[v] == 0:
-                freq[v] -= 1
-            _push_back(nxt, prv, sen_m, v)
+        v = node[sen_m, NEXT]
+        _node_unlink(node, v)
+        meta = node[v, META]
+        in_use = node[v, CHILDREN] > 0
+        if in_use or (meta >> 2) & 3 > 0:
+            if not in_use:
+                meta -= COUNT_ONE
+            node[v, META] = meta
+            _node_push_back(node, sen_m, v)
             continue
-        queue[v] = 0
+        node[v, META] = meta & ~QUEUE_BITS
         counts[1] -= 1
         return v
     return NONE
 
 
 @numba.njit(cache=True, nogil=True)
-def s3fifo(offsets, blocks, tenants, parent, n_unique, capacity):  # type: ignore[no-untyped-def]
-    """S3-FIFO (SOSP'23), kept prefix-closed: a block with cached children is in use by them and
-    is never evicted; at the head of its queue it moves to M's tail."""
+def _s3fifo_loop(offsets, blocks, tenants, parent, n_unique, capacity, node, hits, cross):  # type: ignore[no-untyped-def]
     small_cap = max(1, capacity // 10)
     ghost_cap = max(1, capacity - small_cap)
     sen_s, sen_m, sen_g = n_unique, n_unique + 1, n_unique + 2
-    nxt = np.empty(n_unique + 3, np.int32)
-    prv = np.empty(n_unique + 3, np.int32)
-    for q in (sen_s, sen_m, sen_g):
-        nxt[q] = q
-        prv[q] = q
-    queue = np.zeros(n_unique, np.int8)
-    freq = np.zeros(n_unique, np.int8)
-    children = np.zeros(n_unique, np.int32)
-    owner = np.zeros(n_unique, np.int32)
-    cached = np.zeros(n_unique, np.bool_)
     counts = np.zeros(3, np.int64)  # blocks in S, M and G
     n = offsets.size - 1
-    hits = np.zeros(n, np.int32)
-    cross = np.zeros(blocks.size, np.bool_)
     size = 0
     filled_at = NONE
     for r in range(n):
         start, end = offsets[r], offsets[r + 1]
-        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        tenant = tenants[r]
+        k = 0
+        while start + k < end:
+            meta = node[blocks[start + k], META]
+            if not 0 < meta & QUEUE_BITS < G_QUEUE:  # cached: in S or M
+                break
+            cross[start + k] = (meta >> OWNER_SHIFT) != tenant
+            k += 1
+        hits[r] = k
         for p in range(end - 1, start - 1, -1):
             b = blocks[p]
-            if cached[b]:
-                if freq[b] < 3:
-                    freq[b] += 1
+            meta = node[b, META]
+            queue = meta & QUEUE_BITS
+            if 0 < queue < G_QUEUE:  # cached: in S or M
+                if (meta >> 2) & 3 < 3:
+                    node[b, META] = meta + COUNT_ONE
                 continue
-            cached[b] = True
-            owner[b] = tenants[r]
-            freq[b] = 0
             size += 1
             if parent[b] != NONE:
-                children[parent[b]] += 1
-            if queue[b] == G_QUEUE:  # remembered: straight to M
-                _unlink(nxt, prv, b)
+                node[parent[b], CHILDREN] += 1
+            fresh = tenant << OWNER_SHIFT  # count 0
+            if queue == G_QUEUE:  # remembered: straight to M
+                _node_unlink(node, b)
                 counts[2] -= 1
-                queue[b] = M_QUEUE
                 counts[1] += 1
-                _push_back(nxt, prv, sen_m, b)
+                _requeue(node, b, fresh, M_QUEUE, sen_m)
             else:
-                queue[b] = S_QUEUE
                 counts[0] += 1
-                _push_back(nxt, prv, sen_s, b)
+                _requeue(node, b, fresh, S_QUEUE, sen_s)
         while size > capacity:
             evicted = NONE
             if counts[0] >= small_cap:
-                evicted = _from_small(
-                    nxt, prv, queue, freq, children, sen_s, sen_m, sen_g, counts, ghost_cap
-                )
+                evicted = _from_small(node, sen_s, sen_m, sen_g, counts, ghost_cap)
             if evicted == NONE:
-                evicted = _from_main(nxt, prv, queue, freq, children, sen_m, counts)
+                evicted = _from_main(node, sen_m, counts)
             if evicted == NONE:  # M has only blocks in use: S gives one, whatever its share
-                evicted = _from_small(
-                    nxt, prv, queue, freq, children, sen_s, sen_m, sen_g, counts, ghost_cap
-                )
+                evicted = _from_small(node, sen_s, sen_m, sen_g, counts, ghost_cap)
             if evicted == NONE:
                 continue  # S handed its blocks to M: M gives a victim on the next round
-            cached[evicted] = False
             size -= 1
             if parent[evicted] != NONE:
-                children[parent[evicted]] -= 1
+                node[parent[evicted], CHILDREN] -= 1
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at
