@@ -245,16 +245,29 @@ def test_lfu_worked_examples(requests, capacity, hits) -> None:
     assert reference_hit_blocks("lfu", requests, capacity) == hits
 
 
+def sorted_next_uses(blocks: np.ndarray, request: np.ndarray, n_requests: int) -> np.ndarray:
+    """Next uses by a sort of every lookup (by block, then request): runs of equal (block,
+    request) are one use, and a run's next use is the request of the block's next run."""
+    order = np.lexsort((request, blocks))
+    b, r = blocks[order], request[order]
+    starts = np.r_[True, (b[1:] != b[:-1]) | (r[1:] != r[:-1])] if len(b) else np.zeros(0, bool)
+    run = np.cumsum(starts) - 1
+    run_b, run_r = b[starts], r[starts]
+    same_block_next = np.r_[run_b[1:] == run_b[:-1], False] if len(run_b) else run_b.astype(bool)
+    run_next = np.where(same_block_next, np.r_[run_r[1:], n_requests], n_requests)
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = run_next[run]
+    return out
+
+
 @settings(max_examples=150, deadline=None)
 @given(requests=st.one_of(prefix_chains(), arbitrary))
-def test_belady_next_uses_are_the_traces(requests) -> None:
-    """Belady scans its next uses itself; they are ``Trace.next_use``, repeats included."""
-    from prefixscope.analysis.policies._heaps import _next_uses
-
+def test_next_uses_of_the_backward_scan_are_those_of_a_sort(requests) -> None:
+    """``Trace.next_use`` (Belady's keys, one backward scan) against a sort of every lookup,
+    repeats within a request included."""
     trace = make_trace(requests)
-    later = np.full(trace.n_unique, trace.n_requests, np.int32)
-    got = _next_uses(trace.offsets, trace.blocks, later, np.empty(trace.n_lookups, np.int32))
-    assert got.tolist() == trace.next_use.tolist()
+    want = sorted_next_uses(trace.blocks, trace.request_of_lookup, trace.n_requests)
+    assert trace.next_use.tolist() == want.tolist()
 
 
 # S3-FIFO when M holds only blocks in use: [a0..a31] fills a cache of 32; [a0..a30 b31..b78]

@@ -104,6 +104,9 @@ def simulate_scenarios(
     wherever the replays ran. In this process the scenarios replay in one call, so options
     resolved against the trace (pins) are resolved once."""
     local = settings.dask_address is None and settings.workers == 1
+    belady = any(s.policy == "belady" for s in grid)
+    if belady and settings.dask_address is None:
+        trace.next_use  # noqa: B018 -- before a fork, so that every belady task shares one copy
     if local:
         replayed = replay_scenarios(trace, grid, measure)
     else:
@@ -115,6 +118,7 @@ def simulate_scenarios(
             dask_address=settings.dask_address,
             weights=[_TASK_WEIGHT.get(s.policy, 1.0) for s in grid],
         )
+    trace.forget("next_use")  # only belady reads it; the later stages keep the room
     return measure_replayed(trace, replayed, measure, settings.outcomes_for)
 
 

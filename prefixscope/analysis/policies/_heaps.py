@@ -77,23 +77,19 @@ def _push(heap, size, node, key, b):  # type: ignore[no-untyped-def]
     return size + 1
 
 
-def belady(offsets, blocks, tenants, parent, n_unique, capacity, track_owner):  # type: ignore[no-untyped-def]
+def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity, track_owner):  # type: ignore[no-untyped-def]
     """Belady (offline): among cached blocks with no cached child (the leaves), evict the one
     whose next use is furthest away (never: furthest of all), ties by least recent touch.
 
-    The next uses are derived here, int32, by one compiled backward scan: the values of
-    ``Trace.next_use`` in tens of milliseconds where its lexsort of every lookup takes seconds
-    on millions of lookups (longer than eight replays). Each block has one 16-byte row, [key,
-    cached children], so a touch reads and writes one cache line of its own. The arrays are
-    allocated by numpy, not in the compiled loop (huge pages, as for ``lru_plain``)."""
+    ``next_use``: ``Trace.next_use``, computed once per trace and shared by its replays (and by
+    forked workers). Each block has one 16-byte row, [key, cached children], so a touch reads
+    and writes one cache line of its own. The arrays are allocated by numpy, not in the
+    compiled loop (huge pages, as for ``lru_plain``)."""
     n = offsets.size - 1
     if blocks.size >= 2**32 - 1 or n >= 2**31 - 1:  # touch numbers and next uses: 32 bits
         raise ValueError("a trace of 2**32 block lookups or 2**31 requests or more: split it")
     longest = int(np.diff(offsets).max()) if n else 0
     leaves = min(n_unique, capacity + longest) + 1  # the leaves are cached blocks
-    next_use = _next_uses(
-        offsets, blocks, np.full(n_unique, n, np.int32), np.empty(blocks.size, np.int32)
-    )
     return _belady_loop(
         offsets,
         blocks,
@@ -108,21 +104,6 @@ def belady(offsets, blocks, tenants, parent, n_unique, capacity, track_owner):  
         np.zeros(n, np.int32),
         np.zeros(blocks.size if track_owner else 0, np.bool_),  # empty: no other tenant
     )
-
-
-@numba.njit(cache=True, nogil=True)
-def _next_uses(offsets, blocks, later, out):  # type: ignore[no-untyped-def]
-    """Per lookup, the next request after its own that looks up the block (``n_requests``:
-    none). Scanned from the last request back, ``later[b]`` the earliest request seen so far
-    that looks up b; a request reads every lookup before it writes any, so a block repeated
-    within one request is one use."""
-    for r in range(offsets.size - 2, -1, -1):
-        start, end = offsets[r], offsets[r + 1]
-        for p in range(start, end):
-            out[p] = later[blocks[p]]
-        for p in range(start, end):
-            later[blocks[p]] = r
-    return out
 
 
 @numba.njit(cache=True, nogil=True)

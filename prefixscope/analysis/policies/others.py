@@ -72,6 +72,7 @@ class Belady(BoundedPolicy):
             trace.blocks,
             trace.tenant_codes,
             trace.parent,
+            trace.next_use,
             trace.n_unique,
             capacity,
             len(trace.tenants) > 1,

@@ -79,8 +79,17 @@ class Trace:
     @cached_property
     def next_use(self) -> np.ndarray:
         """Per lookup, the next request (after this one) that looks up the same block;
-        ``n_requests`` when there is none (int64, n_lookups)."""
-        return _next_use(self.blocks, self.request_of_lookup, self.n_requests)
+        ``n_requests`` when there is none (n_lookups; int32 below 2**31 requests). One
+        compiled backward scan, shared by every ``belady`` replay of the trace."""
+        kind = np.int32 if self.n_requests < 2**31 else np.int64
+        later = np.full(self.n_unique, self.n_requests, kind)
+        return _next_uses(self.offsets, self.blocks, later, np.empty(self.n_lookups, kind))
+
+    def forget(self, *names: str) -> None:
+        """Drop derived arrays (cached properties) no longer needed here, to give their memory
+        back; asked for again, they are computed again."""
+        for name in names:
+            self.__dict__.pop(name, None)
 
     @cached_property
     def recomputes_last_block(self) -> np.ndarray:
@@ -191,18 +200,18 @@ def _served(offsets, servable, block_size, n_lookups):  # type: ignore[no-untype
     return out
 
 
-def _next_use(blocks: np.ndarray, request: np.ndarray, n_requests: int) -> np.ndarray:
-    order = np.lexsort((request, blocks))  # by block, then request
-    b, r = blocks[order], request[order]
-    # Runs of equal (block, request): a block repeated within a request is one use. The next
-    # use of a run is the request of the following run of the same block.
-    starts = np.r_[True, (b[1:] != b[:-1]) | (r[1:] != r[:-1])] if len(b) else np.zeros(0, bool)
-    run = np.cumsum(starts) - 1
-    run_b, run_r = b[starts], r[starts]
-    same_block_next = np.r_[run_b[1:] == run_b[:-1], False] if len(run_b) else run_b.astype(bool)
-    run_next = np.where(same_block_next, np.r_[run_r[1:], n_requests], n_requests)
-    out = np.empty(len(order), dtype=np.int64)
-    out[order] = run_next[run]
+@numba.njit(cache=True, nogil=True)
+def _next_uses(offsets, blocks, later, out):  # type: ignore[no-untyped-def]
+    """Per lookup, the next request after its own that looks up the block (``later``'s fill:
+    none). Scanned from the last request back, ``later[b]`` the earliest request seen so far
+    that looks up b; a request reads every lookup before it writes any, so a block repeated
+    within one request is one use."""
+    for r in range(offsets.size - 2, -1, -1):
+        start, end = offsets[r], offsets[r + 1]
+        for p in range(start, end):
+            out[p] = later[blocks[p]]
+        for p in range(start, end):
+            later[blocks[p]] = r
     return out
 
 
