@@ -1,10 +1,14 @@
 """Stage an ingest: read and parse every input file of a command, touching no warehouse.
 
-Each file's rows (hashes and counts, never text) go to a private DuckDB file in a temporary
-directory, already in the layout of ``requests``; :mod:`prefixscope.ingest.loader` publishes
-them in one transaction. Everything a command can be refused for without the warehouse --
-inputs that are not files, a chat template that does not compile, a file of another format --
-is raised here, before anything is written.
+Parsing runs on a private in-memory DuckDB. Each file's rows (hashes and counts, never text) go
+to an uncompressed Arrow IPC file in a private temporary directory, so a command of many files
+keeps only their narrow columns in memory; :mod:`prefixscope.ingest.loader` maps the files back
+(no copy) and publishes them in one transaction. Arrow IPC is a plain dump of the buffers, not a
+second database that encodes them: the rows are encoded once, into the warehouse.
+
+Everything a command can be refused for without the warehouse -- inputs that are not files, a
+chat template that does not compile, a file of another format -- is raised here, before anything
+is written.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prefixscope import sql
 from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
 from prefixscope.ingest.formats.base import (
     MAX_ARRIVAL_US,
@@ -49,37 +52,38 @@ class FormatMismatch(ValueError):
 
 @dataclass
 class StagedFile:
-    """One input file read and parsed. Its full rows (hashes and counts, never text) wait in
-    table ``table`` of the staging file; ``stage`` keeps the narrow columns publishing decides
-    on (line, reason, detail, log_request_id, arrival_ts), one row per line read."""
+    """One input file read and parsed. Its full rows (:data:`STAGE_SCHEMA`: hashes and counts,
+    never text) wait in the Arrow IPC file ``rows_file``; ``stage`` keeps the narrow columns
+    publishing decides on (line, reason, detail, log_request_id, arrival_ts), one row per line
+    read, in the same order."""
 
     path: Path
     resolved: str  # its resolved absolute path: half of its identity (the other: file_id)
     state: FileReadState
     stage: pa.Table
-    table: str = ""
+    rows_file: Path | None = None
 
     @property
     def file_id(self) -> str:
         return self.state.file_id
 
+    def rows(self) -> pa.Table:
+        """The full staged rows, memory-mapped from ``rows_file`` (no copy)."""
+        assert self.rows_file is not None, "not staged"
+        return pa.ipc.open_file(pa.memory_map(str(self.rows_file))).read_all()
+
 
 @dataclass
 class Staged:
-    """Every file of one command, parsed into a private staging DuckDB file (a temporary
-    directory, removed by :meth:`close`); nothing of it is in any warehouse yet. Use it as a
-    context manager, or call :meth:`close` after :func:`publish`."""
+    """Every file of one command, parsed into private Arrow files (a temporary directory,
+    removed by :meth:`close`); nothing of it is in any warehouse yet. Use it as a context
+    manager, or call :meth:`close` after :func:`publish`."""
 
     format_name: str
     options: IngestOptions
     files: list[StagedFile]
     skipped: tuple[str, ...] = ()  # inputs given again (same path, or same content): read once
     staging_dir: Path | None = None
-
-    @property
-    def staging_path(self) -> Path:
-        assert self.staging_dir is not None, "closed"
-        return self.staging_dir / "stage.duckdb"
 
     def close(self) -> None:
         if self.staging_dir is not None:
@@ -134,8 +138,8 @@ _KINDS = (
 
 def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOptions) -> Staged:
     """Read and parse every file of a command, touching no warehouse: parsing runs on a private
-    DuckDB file in a temporary directory, where each file's rows are kept as a table until
-    :func:`publish` copies them. An input given twice -- the same resolved path, or the same
+    in-memory DuckDB, and each file's rows are kept in an Arrow file in a temporary directory
+    until :func:`publish` copies them. An input given twice -- the same resolved path, or the same
     content under another path -- is read once. Raises before anything is written (and then
     leaves no staging file)."""
     check_inputs(paths, format_name)
@@ -148,10 +152,12 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
     seen_paths: set[str] = set()
     seen_ids: set[str] = set()
     try:
-        parser = duckdb.connect(str(result.staging_path))
+        parser = duckdb.connect()
         try:
             parser.execute("SET TimeZone = 'UTC'")
             parser.execute("SET enable_progress_bar = false")
+            # Whatever DuckDB spills while parsing stays in the private directory.
+            parser.execute("SET temp_directory = ?", [str(result.staging_dir)])
             for p in paths:
                 resolved = str(Path(p).resolve())
                 if resolved in seen_paths:
@@ -163,13 +169,8 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
                     skipped.append(str(p))
                     continue
                 seen_ids.add(staged.file_id)
-                staged.table = f"stage_{len(result.files)}"
-                parser.register("arrow_stage", staged.stage)
-                parser.execute(
-                    sql.load("ingest/stage_table").replace("stage_table", staged.table),
-                    {"file_id": staged.file_id, "path": str(staged.path), "format": format_name},
-                )
-                parser.unregister("arrow_stage")
+                staged.rows_file = result.staging_dir / f"stage_{len(result.files)}.arrow"
+                _write_rows(staged.stage, staged.rows_file)
                 staged.stage = staged.stage.select(list(_NARROW))
                 result.files.append(staged)
         finally:
@@ -183,6 +184,14 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
 
 #: The stage columns that publishing decides on; the rest wait in the staging file only.
 _NARROW = ("line", "reason", "detail", "log_request_id", "arrival_ts")
+#: Rows per record batch of a staging file: many batches let DuckDB copy them on every core.
+ROWS_PER_STAGED_BATCH = 16_384
+
+
+def _write_rows(stage: pa.Table, path: Path) -> None:
+    """``stage`` as an uncompressed Arrow IPC file, which :meth:`StagedFile.rows` maps back."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, stage.schema) as writer:
+        writer.write_table(stage, max_chunksize=ROWS_PER_STAGED_BATCH)
 
 
 def _stage_one(
