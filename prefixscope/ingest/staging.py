@@ -1,10 +1,12 @@
 """Stage an ingest: read and parse every input file of a command, touching no warehouse.
 
-Parsing runs on a private in-memory DuckDB. Each file's rows (hashes and counts, never text) go
-to an uncompressed Arrow IPC file in a private temporary directory, so a command of many files
-keeps only their narrow columns in memory; :mod:`prefixscope.ingest.loader` maps the files back
-(no copy) and publishes them in one transaction. Arrow IPC is a plain dump of the buffers, not a
-second database that encodes them: the rows are encoded once, into the warehouse.
+Parsing runs on a private in-memory DuckDB. A file's rows (hashes and counts, never text) are
+held in memory as Arrow until the next file is parsed; then they move to an uncompressed Arrow
+IPC file in a private temporary directory, so only one file's full rows are in memory at a time
+(the others keep their narrow columns). :mod:`prefixscope.ingest.loader` publishes them all in
+one transaction, reading the files back by memory map (no copy). Arrow IPC is a plain dump of
+the buffers, not a second database that encodes them: the rows are encoded once, into the
+warehouse.
 
 Everything a command can be refused for without the warehouse -- inputs that are not files, a
 chat template that does not compile, a file of another format -- is raised here, before anything
@@ -50,17 +52,22 @@ class FormatMismatch(ValueError):
     """The file is not the format asked for; nothing of it was written."""
 
 
+#: Rows per record batch of a spilled file: many batches let DuckDB copy them on every core.
+ROWS_PER_STAGED_BATCH = 16_384
+
+
 @dataclass
 class StagedFile:
     """One input file read and parsed. Its full rows (:data:`STAGE_SCHEMA`: hashes and counts,
-    never text) wait in the Arrow IPC file ``rows_file``; ``stage`` keeps the narrow columns
-    publishing decides on (line, reason, detail, log_request_id, arrival_ts), one row per line
-    read, in the same order."""
+    never text) wait in memory (``held``) or, once spilled, in the Arrow IPC file
+    ``rows_file``; ``stage`` keeps the narrow columns publishing decides on (line, reason,
+    detail, log_request_id, arrival_ts), one row per line read, in the same order."""
 
     path: Path
     resolved: str  # its resolved absolute path: half of its identity (the other: file_id)
     state: FileReadState
     stage: pa.Table
+    held: pa.Table | None = None
     rows_file: Path | None = None
 
     @property
@@ -68,9 +75,23 @@ class StagedFile:
         return self.state.file_id
 
     def rows(self) -> pa.Table:
-        """The full staged rows, memory-mapped from ``rows_file`` (no copy)."""
+        """The full staged rows in batches of ROWS_PER_STAGED_BATCH: sliced from those held, or
+        memory-mapped from ``rows_file`` (no copy either way)."""
+        if self.held is not None:
+            return pa.Table.from_batches(
+                self.held.to_batches(max_chunksize=ROWS_PER_STAGED_BATCH), self.held.schema
+            )
         assert self.rows_file is not None, "not staged"
         return pa.ipc.open_file(pa.memory_map(str(self.rows_file))).read_all()
+
+    def spill(self, path: Path) -> None:
+        """Move the full rows from memory to the Arrow IPC file ``path`` (once)."""
+        if self.held is None:
+            return
+        rows = self.rows()
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as out:
+            out.write_table(rows)
+        self.rows_file, self.held = path, None
 
 
 @dataclass
@@ -138,10 +159,10 @@ _KINDS = (
 
 def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOptions) -> Staged:
     """Read and parse every file of a command, touching no warehouse: parsing runs on a private
-    in-memory DuckDB, and each file's rows are kept in an Arrow file in a temporary directory
-    until :func:`publish` copies them. An input given twice -- the same resolved path, or the same
-    content under another path -- is read once. Raises before anything is written (and then
-    leaves no staging file)."""
+    in-memory DuckDB, and each file's rows wait, in memory or (once the next file is parsed) in
+    an Arrow file in a temporary directory, until :func:`publish` copies them. An input given
+    twice -- the same resolved path, or the same content under another path -- is read once.
+    Raises before anything is written (and then leaves no staging file)."""
     check_inputs(paths, format_name)
     if format_name == "openai":
         check_chat_template(options)
@@ -164,14 +185,15 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
                     skipped.append(str(p))
                     continue
                 seen_paths.add(resolved)
+                if result.files:  # only the file being parsed is held whole in memory
+                    last = len(result.files) - 1
+                    result.files[last].spill(result.staging_dir / f"stage_{last}.arrow")
                 staged = _stage_one(parser, Path(p), resolved, format_name, options)
                 if staged.file_id in seen_ids:
                     skipped.append(str(p))
                     continue
                 seen_ids.add(staged.file_id)
-                staged.rows_file = result.staging_dir / f"stage_{len(result.files)}.arrow"
-                _write_rows(staged.stage, staged.rows_file)
-                staged.stage = staged.stage.select(list(_NARROW))
+                staged.held, staged.stage = staged.stage, staged.stage.select(list(_NARROW))
                 result.files.append(staged)
         finally:
             parser.close()
@@ -182,16 +204,8 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
     return result
 
 
-#: The stage columns that publishing decides on; the rest wait in the staging file only.
+#: The stage columns that publishing decides on; the rest wait in the held or spilled rows only.
 _NARROW = ("line", "reason", "detail", "log_request_id", "arrival_ts")
-#: Rows per record batch of a staging file: many batches let DuckDB copy them on every core.
-ROWS_PER_STAGED_BATCH = 16_384
-
-
-def _write_rows(stage: pa.Table, path: Path) -> None:
-    """``stage`` as an uncompressed Arrow IPC file, which :meth:`StagedFile.rows` maps back."""
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, stage.schema) as writer:
-        writer.write_table(stage, max_chunksize=ROWS_PER_STAGED_BATCH)
 
 
 def _stage_one(

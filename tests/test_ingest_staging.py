@@ -1,0 +1,81 @@
+"""Staging: what a command holds between parsing and publishing.
+
+Rows are held in memory for the last file read and spilled to Arrow files for the others; the
+published rows are exactly the staged ones."""
+
+from __future__ import annotations
+
+import functools
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from prefixscope import warehouse
+from prefixscope.ingest import IngestOptions
+from prefixscope.ingest.formats import base
+from prefixscope.ingest.lines import read_line_batches
+from prefixscope.ingest.loader import publish, stage_files
+from tests.conftest import mooncake_line
+
+
+def messy(i: int) -> str:
+    """Line ``i`` of a log that takes both parse paths and rejects every few lines."""
+    if i % 11 == 0:
+        return "not json"
+    if i % 7 == 0:
+        return mooncake_line(timestamp=i, input_length=600, hash_ids=[1])  # wrong block count
+    if i % 5 == 0:
+        return '{"tenant": {"a": [1, "x"]}, ' + mooncake_line(timestamp=i)[1:]
+    return mooncake_line(timestamp=i, hash_ids=[i, i + 1])
+
+
+@pytest.fixture
+def small_batches(monkeypatch) -> None:
+    """Read in chunks of 2 KiB, so each file is many batches (many parses in flight)."""
+    monkeypatch.setattr(base, "read_line_batches", functools.partial(read_line_batches,
+                                                                     chunk_bytes=2048))  # fmt: skip
+
+
+def test_only_the_last_file_is_held_and_published_rows_are_the_staged_ones(
+    wh, write_lines, small_batches
+) -> None:
+    _, con = wh
+    paths = [write_lines([messy(i + 1000 * k) for i in range(300)]) for k in range(3)]
+    with stage_files(paths, "mooncake", IngestOptions()) as staged:
+        first, second, last = staged.files
+        assert first.held is None and second.held is None and last.held is not None
+        assert first.rows_file and first.rows_file.exists() and last.rows_file is None
+        expected = []
+        for f in staged.files:
+            rows = f.rows()
+            assert rows.schema == base.STAGE_SCHEMA and rows.num_rows == f.state.lines == 300
+            assert rows.select(["line", "reason", "detail"]).equals(
+                f.stage.select(["line", "reason", "detail"])
+            )
+            ok = rows.filter(pc.is_null(rows["reason"]))
+            expected += [
+                (f.file_id, r["line"], r["arrival_ts"], r["input_tokens"], r["block_hashes"])
+                for r in ok.to_pylist()
+            ]
+        with warehouse.recorded_run(con, "ingest", {}) as run_id:
+            result = publish(con, staged, run_id)
+    got = con.execute(
+        "SELECT file_id, source.line, arrival_ts, input_tokens, block_hashes FROM requests "
+        "ORDER BY file_id, source.line"
+    ).fetchall()
+    assert got == sorted(expected)
+    assert result.accepted == len(expected) and result.rejected == 900 - len(expected)
+    assert 0 < result.rejected < 300
+
+
+def test_a_staged_file_spills_once_and_reads_back_the_same_rows(write_lines, tmp_path) -> None:
+    path = write_lines([messy(i) for i in range(50)])
+    with stage_files([path], "mooncake", IngestOptions()) as staged:
+        f = staged.files[0]
+        held = f.rows()
+        f.spill(tmp_path / "rows.arrow")
+        f.spill(tmp_path / "again.arrow")  # already spilled: nothing to do
+        assert f.held is None and not (tmp_path / "again.arrow").exists()
+        assert f.rows().equals(held)
+        assert isinstance(f.rows()["block_hashes"], pa.ChunkedArray)
