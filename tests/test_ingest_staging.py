@@ -1,11 +1,13 @@
-"""Staging: what a command holds between parsing and publishing.
+"""Staging: what a command holds between parsing and publishing, and how it is parsed.
 
 Rows are held in memory for the last file read and spilled to Arrow files for the others; the
-published rows are exactly the staged ones."""
+published rows are exactly the staged ones; batches parsed two at a time come back in order."""
 
 from __future__ import annotations
 
 import functools
+import threading
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,6 +18,7 @@ from prefixscope.ingest import IngestOptions
 from prefixscope.ingest.formats import base
 from prefixscope.ingest.lines import read_line_batches
 from prefixscope.ingest.loader import publish, stage_files
+from prefixscope.ingest.parallel import ordered_map
 from tests.conftest import mooncake_line
 
 
@@ -67,6 +70,58 @@ def test_only_the_last_file_is_held_and_published_rows_are_the_staged_ones(
     assert got == sorted(expected)
     assert result.accepted == len(expected) and result.rejected == 900 - len(expected)
     assert 0 < result.rejected < 300
+
+
+def test_parsing_in_batches_two_at_a_time_stages_what_one_batch_does(
+    wh, write_lines, monkeypatch
+) -> None:
+    path = write_lines([messy(i) for i in range(500)])
+    with stage_files([path], "mooncake", IngestOptions()) as whole:
+        one = whole.files[0].rows()
+    monkeypatch.setattr(base, "read_line_batches", functools.partial(read_line_batches,
+                                                                     chunk_bytes=1024))  # fmt: skip
+    with stage_files([path], "mooncake", IngestOptions()) as batched:
+        many = batched.files[0].rows()
+    assert many.equals(one)
+
+
+def test_ordered_map_keeps_the_order_and_at_most_one_item_per_cursor() -> None:
+    running, most = 0, 0
+    lock = threading.Lock()
+
+    def slow(cursor: str, i: int) -> tuple[str, int]:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.001 * ((i * 7) % 5))
+        with lock:
+            running -= 1
+        return cursor, i
+
+    out = list(ordered_map(slow, iter(range(40)), ["a", "b"]))  # type: ignore[arg-type]
+    assert [i for _, i in out] == list(range(40))
+    assert {c for c, _ in out} == {"a", "b"} and most <= 2
+
+
+def test_ordered_map_raises_at_the_failing_item_and_stops_reading() -> None:
+    read: list[int] = []
+
+    def items():  # type: ignore[no-untyped-def]
+        for i in range(100):
+            read.append(i)
+            yield i
+
+    def parse(_: object, i: int) -> int:
+        if i == 3:
+            raise ValueError("bad batch")
+        return i
+
+    got: list[int] = []
+    with pytest.raises(ValueError, match="bad batch"):
+        for x in ordered_map(parse, items(), [object(), object()]):  # type: ignore[list-item]
+            got.append(x)
+    assert got == [0, 1, 2] and len(read) <= 6
 
 
 def test_a_staged_file_spills_once_and_reads_back_the_same_rows(write_lines, tmp_path) -> None:

@@ -41,6 +41,7 @@ from prefixscope.ingest.formats.base import (
 )
 from prefixscope.ingest.formats.openai import check_chat_template
 from prefixscope.ingest.lines import FileReadState, prefetch
+from prefixscope.ingest.parallel import ordered_map
 
 #: Reject reasons that say "this line is not of the format" rather than "this value is bad".
 _SHAPE_REASONS = {"invalid_utf8", "invalid_json", "not_an_object", "missing_field", "wrong_type"}
@@ -174,11 +175,10 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
     seen_ids: set[str] = set()
     try:
         parser = duckdb.connect()
+        # Whatever DuckDB spills while parsing stays in the private directory.
+        parser.execute("SET temp_directory = ?", [str(result.staging_dir)])
+        cursors = [_configured(parser.cursor()) for _ in range(PARSERS)]
         try:
-            parser.execute("SET TimeZone = 'UTC'")
-            parser.execute("SET enable_progress_bar = false")
-            # Whatever DuckDB spills while parsing stays in the private directory.
-            parser.execute("SET temp_directory = ?", [str(result.staging_dir)])
             for p in paths:
                 resolved = str(Path(p).resolve())
                 if resolved in seen_paths:
@@ -188,7 +188,7 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
                 if result.files:  # only the file being parsed is held whole in memory
                     last = len(result.files) - 1
                     result.files[last].spill(result.staging_dir / f"stage_{last}.arrow")
-                staged = _stage_one(parser, Path(p), resolved, format_name, options)
+                staged = _stage_one(cursors, Path(p), resolved, format_name, options)
                 if staged.file_id in seen_ids:
                     skipped.append(str(p))
                     continue
@@ -196,6 +196,8 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
                 staged.held, staged.stage = staged.stage, staged.stage.select(list(_NARROW))
                 result.files.append(staged)
         finally:
+            for cursor in cursors:
+                cursor.close()
             parser.close()
     except BaseException:
         result.close()
@@ -208,8 +210,19 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
 _NARROW = ("line", "reason", "detail", "log_request_id", "arrival_ts")
 
 
+#: Batches parsed at a time (:func:`ordered_map`): two keep two cores busy.
+PARSERS = 2
+
+
+def _configured(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A parsing cursor: times in UTC, whatever the machine's zone; no progress bar."""
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 def _stage_one(
-    con: duckdb.DuckDBPyConnection,
+    cursors: list[duckdb.DuckDBPyConnection],
     path: Path,
     resolved: str,
     format_name: str,
@@ -218,9 +231,12 @@ def _stage_one(
     fmt = FORMATS[format_name]
     state = FileReadState()
     staged: list[pa.Table] = []
-    for batch in prefetch(fmt.batches(path, state)):
-        rows = fmt.parse(con, batch, options)
-        assert rows.num_rows == batch.num_rows, "a format must return one row per input row"
+
+    def parse(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> tuple[int, pa.Table]:
+        return batch.num_rows, fmt.parse(con, batch, options)
+
+    for n, rows in ordered_map(parse, prefetch(fmt.batches(path, state)), cursors):
+        assert rows.num_rows == n, "a format must return one row per input row"
         if not staged:
             _sniff(rows, path, format_name)
         if options.pseudonymize_key:
