@@ -6,6 +6,7 @@ published rows are exactly the staged ones; batches parsed two at a time come ba
 from __future__ import annotations
 
 import functools
+import tempfile
 import threading
 import time
 
@@ -17,7 +18,7 @@ from prefixscope import warehouse
 from prefixscope.ingest import IngestOptions
 from prefixscope.ingest.formats import base
 from prefixscope.ingest.lines import read_line_batches
-from prefixscope.ingest.loader import publish, stage_files
+from prefixscope.ingest.loader import FormatMismatch, publish, stage_files
 from prefixscope.ingest.parallel import ordered_map
 from tests.conftest import mooncake_line
 
@@ -134,3 +135,18 @@ def test_a_staged_file_spills_once_and_reads_back_the_same_rows(write_lines, tmp
         assert f.held is None and not (tmp_path / "again.arrow").exists()
         assert f.rows().equals(held)
         assert isinstance(f.rows()["block_hashes"], pa.ChunkedArray)
+
+
+def test_a_file_of_another_format_stops_with_its_later_batches_in_flight(
+    write_lines, small_batches, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None  # read TMPDIR again
+    try:
+        path = write_lines(['{"user": "a", "text": "not a mooncake line"}'] * 2000)
+        with pytest.raises(FormatMismatch, match="does not look like mooncake"):
+            stage_files([path], "mooncake", IngestOptions())
+        assert not list(tmp_path.glob("prefixscope-*"))  # the staging directory is gone
+        assert not [t for t in threading.enumerate() if t.name.startswith("prefixscope-")]
+    finally:
+        tempfile.tempdir = None

@@ -15,6 +15,7 @@ is written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -175,10 +176,11 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
     seen_ids: set[str] = set()
     try:
         parser = duckdb.connect()
-        # Whatever DuckDB spills while parsing stays in the private directory.
-        parser.execute("SET temp_directory = ?", [str(result.staging_dir)])
-        cursors = [_configured(parser.cursor()) for _ in range(PARSERS)]
+        cursors: list[duckdb.DuckDBPyConnection] = []
         try:
+            # Whatever DuckDB spills while parsing stays in the private directory.
+            parser.execute("SET temp_directory = ?", [str(result.staging_dir)])
+            cursors += [_configured(parser.cursor()) for _ in range(PARSERS)]
             for p in paths:
                 resolved = str(Path(p).resolve())
                 if resolved in seen_paths:
@@ -235,13 +237,15 @@ def _stage_one(
     def parse(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> tuple[int, pa.Table]:
         return batch.num_rows, fmt.parse(con, batch, options)
 
-    for n, rows in ordered_map(parse, prefetch(fmt.batches(path, state)), cursors):
-        assert rows.num_rows == n, "a format must return one row per input row"
-        if not staged:
-            _sniff(rows, path, format_name)
-        if options.pseudonymize_key:
-            rows = pseudonymize(rows, options.pseudonymize_key)
-        staged.append(rows)
+    # Closed on the way out, even on an error: no parse is left running on a cursor.
+    with contextlib.closing(ordered_map(parse, prefetch(fmt.batches(path, state)), cursors)) as rs:
+        for n, rows in rs:
+            assert rows.num_rows == n, "a format must return one row per input row"
+            if not staged:
+                _sniff(rows, path, format_name)
+            if options.pseudonymize_key:
+                rows = pseudonymize(rows, options.pseudonymize_key)
+            staged.append(rows)
     if state.truncated is not None:
         staged = _mark_truncated(staged, *state.truncated)
     stage = pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table()
