@@ -10,43 +10,60 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 import duckdb
-import jinja2
 
 from prefixscope import __version__, warehouse
-from prefixscope.cli import (
-    cost,
-    curve,
-    explain,
-    flags,
-    fleet,
-    flows,
-    ingest,
-    plan,
-    report,
-    simulate,
-    structure,
-    validate,
-)
+from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 
-COMMANDS: tuple[Command, ...] = (
-    ingest.COMMAND,
-    simulate.COMMAND,
-    fleet.COMMAND,
-    plan.COMMAND,
-    curve.COMMAND,
-    structure.COMMAND,
-    explain.COMMAND,
-    validate.COMMAND,
-    report.COMMAND,
-    *flows.COMMANDS,
-    *cost.COMMANDS,
+#: Each module of this package that defines commands, with their names, in the order
+#: ``prefixscope --help`` lists them (tests/test_cli.py checks the names against the modules).
+#: A run imports only its command's module: the others pull in polars and the simulators,
+#: which an ingest would only wait for.
+MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ingest", ("ingest",)),
+    ("simulate", ("simulate",)),
+    ("fleet", ("fleet",)),
+    ("plan", ("plan",)),
+    ("curve", ("curve",)),
+    ("structure", ("structure",)),
+    ("explain", ("explain",)),
+    ("validate", ("validate",)),
+    ("report", ("report",)),
+    ("flows", ("fleet-report", "schedule")),
+    ("cost", ("roofline", "replay", "savings")),
 )
+
+
+def commands(name: str | None = None) -> tuple[Command, ...]:
+    """Every command, or (when ``name`` is one) only those of the module that defines it."""
+    found: list[Command] = []
+    for module_name, names in MODULES:
+        if name is None or name in names:
+            module = importlib.import_module(f"{__name__}.{module_name}")
+            found += getattr(module, "COMMANDS", None) or (module.COMMAND,)
+    return tuple(found)
+
+
+def named_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word after the global options, when that is a
+    command's name; None when there is none, or when help is asked before it (which lists
+    every command)."""
+    words = iter(argv)
+    for word in words:
+        if word in ("-h", "--help", "--version"):
+            return None
+        if word == "--lock-timeout":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if any(word in names for _, names in MODULES) else None
+    return None
+
 
 #: Exit statuses: a user's error, an interrupt (128 + SIGINT), a bug.
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 130, 1
@@ -75,12 +92,13 @@ def _lock_timeout(p: argparse.ArgumentParser, default: object) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(available: Sequence[Command] | None = None) -> argparse.ArgumentParser:
+    """The parser of ``available`` commands (default: all of them)."""
     parser = Parser(prog="prefixscope", description="What a prefix (KV) cache is really worth.")
     parser.add_argument("--version", action="version", version=f"prefixscope {__version__}")
     _lock_timeout(parser, warehouse.LOCK_TIMEOUT_S)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
+    for command in commands() if available is None else available:
         p = sub.add_parser(command.name, help=command.help)
         command.arguments(p)
         _lock_timeout(p, argparse.SUPPRESS)  # also accepted after the command's name
@@ -117,19 +135,21 @@ def _with_hint(message: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    available = commands(named_command(argv))
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(available).parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     warehouse.LOCK_TIMEOUT_S = args.lock_timeout
-    handler = {c.name: c.run for c in COMMANDS}[args.command]
+    handler = {c.name: c.run for c in available}[args.command]
     prog = f"prefixscope {args.command}"
     try:
         return handler(args)
     except (KeyboardInterrupt, duckdb.InterruptException):
         print(f"{prog}: interrupted — nothing more was written; run it again", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except jinja2.TemplateError as exc:
+    except _template_errors() as exc:
         print(f"{prog}: error: chat template: {one_line(exc)} — fix the template", file=sys.stderr)
         return EXIT_USAGE
     except (duckdb.Error, OSError, ValueError) as exc:
@@ -142,6 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         return _internal(prog, exc)
+
+
+def _template_errors() -> tuple[type[Exception], ...]:
+    """Jinja's error class when a chat template loaded jinja2, else none: a command that never
+    imported it (an ingest of hashes) raised none, and need not wait for it to load."""
+    jinja2 = sys.modules.get("jinja2")
+    return () if jinja2 is None else (jinja2.TemplateError,)
 
 
 def _internal(prog: str, exc: BaseException) -> int:

@@ -156,7 +156,7 @@ def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
                 worker.join(0.01)
 
 
-def _split(buf: bytes, first_line: int) -> LineBatch:
+def _split(buf: bytes | memoryview, first_line: int) -> LineBatch:
     """Split ``buf`` (whole lines, each ending in b'\\n' except maybe the last) into a batch."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     ends = np.flatnonzero(arr == 0x0A) + 1
@@ -209,7 +209,7 @@ def read_line_batches(
             cut = data.rfind(b"\n") + 1
             carry = data[cut:]
             if cut:
-                batch = _split(data[:cut], next_line)
+                batch = _split(memoryview(data)[:cut], next_line)  # a view: no copy
                 next_line += batch.num_lines
                 state.lines += batch.num_lines
                 yield batch

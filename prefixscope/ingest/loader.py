@@ -1,8 +1,8 @@
 """Write parsed lines into the warehouse: accepted ones to ``requests``, the rest to ``rejects``.
 
-Two steps. :func:`stage_files` reads and parses every file of the command into memory (Arrow
-tables of hashes and counts, never text) and touches no warehouse. :func:`publish` then writes
-them all in ONE transaction: all files or none. A file is the same file as an earlier source
+Two steps. :func:`stage_files` reads and parses every file of the command into private Arrow
+files (hashes and counts, never text) and touches no warehouse. :func:`publish` then copies them
+all into it in ONE transaction: all files or none. A file is the same file as an earlier source
 when it has the same resolved path (a log that grew) or the same content (the SHA-256 of its
 decompressed bytes, under any path); publishing deletes every such earlier source's rows first,
 so re-ingesting replaces, never duplicates.
@@ -32,9 +32,6 @@ from prefixscope.ingest.staging import (
     pseudonymize,
     stage_files,
 )
-
-#: The name the staging file is attached under while publishing.
-_STAGING = "prefixscope_staging"
 
 __all__ = [
     "SNIFF_LINES",
@@ -118,7 +115,6 @@ def publish(
     replace = staged.options.replace if replace is None else replace
     format_name = staged.format_name
     results: list[FileResult] = []
-    con.execute(f"ATTACH '{_quote(staged.staging_path)}' AS {_STAGING} (READ_ONLY)")
     con.begin()
     try:
         matched = [_matching_sources(con, f) for f in staged.files]
@@ -146,16 +142,10 @@ def publish(
         con.rollback()
         raise
     finally:
-        for view in ("gone", "dups", "ids", "command_ids", "new_rejects", "old"):
+        for view in ("gone", "dups", "ids", "command_ids", "new_rejects", "old", "ingest_stage"):
             with contextlib.suppress(duckdb.Error):
                 con.unregister(view)
-        with contextlib.suppress(duckdb.Error):
-            con.execute(f"DETACH {_STAGING}")
     return IngestResult(run_id, tuple(results), staged.skipped)
-
-
-def _quote(path: Path) -> str:
-    return str(path).replace("'", "''")
 
 
 def _matching_sources(con: duckdb.DuckDBPyConnection, f: StagedFile) -> list[str]:
@@ -216,15 +206,14 @@ def _insert(
         sorted(((r["values"], r["counts"]) for r in reasons), key=lambda rc: (-rc[1], rc[0]))
     )
     params = {"file_id": f.file_id, "path": str(f.path), "format": format_name, "run_id": run_id}
-    # The full rows come from the staging file; the lines publishing found to be duplicates
-    # (the only reasons decided here) come as the small view `dups`.
+    # The full rows come from the file's staging file; the lines publishing found to be
+    # duplicates (the only reasons decided here) come as the small view `dups`.
     dups = stage.filter(pc.equal(pc.fill_null(stage["reason"], ""), "duplicate_request_id"))
     con.register("dups", dups.select(["line", "detail"]))
-    source = f"{_STAGING}.{f.table}"
-    con.execute(
-        sql.load("ingest/swap_in_requests").replace("ingest_stage", source), {"run_id": run_id}
-    )
-    con.execute(sql.load("ingest/swap_in_rejects").replace("ingest_stage", source), params)
+    con.register("ingest_stage", f.rows())
+    con.execute(sql.load("ingest/swap_in_requests"), params)
+    con.execute(sql.load("ingest/swap_in_rejects"), params)
+    con.unregister("ingest_stage")
     con.unregister("dups")
     con.execute(
         """INSERT INTO sources (file_id, path, format, bytes, lines, accepted, rejected,

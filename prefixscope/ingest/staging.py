@@ -1,14 +1,21 @@
 """Stage an ingest: read and parse every input file of a command, touching no warehouse.
 
-Each file's rows (hashes and counts, never text) go to a private DuckDB file in a temporary
-directory, already in the layout of ``requests``; :mod:`prefixscope.ingest.loader` publishes
-them in one transaction. Everything a command can be refused for without the warehouse --
-inputs that are not files, a chat template that does not compile, a file of another format --
-is raised here, before anything is written.
+Parsing runs on a private in-memory DuckDB. A file's rows (hashes and counts, never text) are
+held in memory as Arrow until the next file is parsed; then they move to an uncompressed Arrow
+IPC file in a private temporary directory, so only one file's full rows are in memory at a time
+(the others keep their narrow columns). :mod:`prefixscope.ingest.loader` publishes them all in
+one transaction, reading the files back by memory map (no copy). Arrow IPC is a plain dump of
+the buffers, not a second database that encodes them: the rows are encoded once, into the
+warehouse.
+
+Everything a command can be refused for without the warehouse -- inputs that are not files, a
+chat template that does not compile, a file of another format -- is raised here, before anything
+is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -25,7 +32,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prefixscope import sql
 from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
 from prefixscope.ingest.formats.base import (
     MAX_ARRIVAL_US,
@@ -36,6 +42,7 @@ from prefixscope.ingest.formats.base import (
 )
 from prefixscope.ingest.formats.openai import check_chat_template
 from prefixscope.ingest.lines import FileReadState, prefetch
+from prefixscope.ingest.parallel import ordered_map
 
 #: Reject reasons that say "this line is not of the format" rather than "this value is bad".
 _SHAPE_REASONS = {"invalid_utf8", "invalid_json", "not_an_object", "missing_field", "wrong_type"}
@@ -47,39 +54,59 @@ class FormatMismatch(ValueError):
     """The file is not the format asked for; nothing of it was written."""
 
 
+#: Rows per record batch of a spilled file: many batches let DuckDB copy them on every core.
+ROWS_PER_STAGED_BATCH = 16_384
+
+
 @dataclass
 class StagedFile:
-    """One input file read and parsed. Its full rows (hashes and counts, never text) wait in
-    table ``table`` of the staging file; ``stage`` keeps the narrow columns publishing decides
-    on (line, reason, detail, log_request_id, arrival_ts), one row per line read."""
+    """One input file read and parsed. Its full rows (:data:`STAGE_SCHEMA`: hashes and counts,
+    never text) wait in memory (``held``) or, once spilled, in the Arrow IPC file
+    ``rows_file``; ``stage`` keeps the narrow columns publishing decides on (line, reason,
+    detail, log_request_id, arrival_ts), one row per line read, in the same order."""
 
     path: Path
     resolved: str  # its resolved absolute path: half of its identity (the other: file_id)
     state: FileReadState
     stage: pa.Table
-    table: str = ""
+    held: pa.Table | None = None
+    rows_file: Path | None = None
 
     @property
     def file_id(self) -> str:
         return self.state.file_id
 
+    def rows(self) -> pa.Table:
+        """The full staged rows in batches of ROWS_PER_STAGED_BATCH: sliced from those held, or
+        memory-mapped from ``rows_file`` (no copy either way)."""
+        if self.held is not None:
+            return pa.Table.from_batches(
+                self.held.to_batches(max_chunksize=ROWS_PER_STAGED_BATCH), self.held.schema
+            )
+        assert self.rows_file is not None, "not staged"
+        return pa.ipc.open_file(pa.memory_map(str(self.rows_file))).read_all()
+
+    def spill(self, path: Path) -> None:
+        """Move the full rows from memory to the Arrow IPC file ``path`` (once)."""
+        if self.held is None:
+            return
+        rows = self.rows()
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as out:
+            out.write_table(rows)
+        self.rows_file, self.held = path, None
+
 
 @dataclass
 class Staged:
-    """Every file of one command, parsed into a private staging DuckDB file (a temporary
-    directory, removed by :meth:`close`); nothing of it is in any warehouse yet. Use it as a
-    context manager, or call :meth:`close` after :func:`publish`."""
+    """Every file of one command, parsed into private Arrow files (a temporary directory,
+    removed by :meth:`close`); nothing of it is in any warehouse yet. Use it as a context
+    manager, or call :meth:`close` after :func:`publish`."""
 
     format_name: str
     options: IngestOptions
     files: list[StagedFile]
     skipped: tuple[str, ...] = ()  # inputs given again (same path, or same content): read once
     staging_dir: Path | None = None
-
-    @property
-    def staging_path(self) -> Path:
-        assert self.staging_dir is not None, "closed"
-        return self.staging_dir / "stage.duckdb"
 
     def close(self) -> None:
         if self.staging_dir is not None:
@@ -134,10 +161,10 @@ _KINDS = (
 
 def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOptions) -> Staged:
     """Read and parse every file of a command, touching no warehouse: parsing runs on a private
-    DuckDB file in a temporary directory, where each file's rows are kept as a table until
-    :func:`publish` copies them. An input given twice -- the same resolved path, or the same
-    content under another path -- is read once. Raises before anything is written (and then
-    leaves no staging file)."""
+    in-memory DuckDB, and each file's rows wait, in memory or (once the next file is parsed) in
+    an Arrow file in a temporary directory, until :func:`publish` copies them. An input given
+    twice -- the same resolved path, or the same content under another path -- is read once.
+    Raises before anything is written (and then leaves no staging file)."""
     check_inputs(paths, format_name)
     if format_name == "openai":
         check_chat_template(options)
@@ -148,31 +175,31 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
     seen_paths: set[str] = set()
     seen_ids: set[str] = set()
     try:
-        parser = duckdb.connect(str(result.staging_path))
+        parser = duckdb.connect()
+        cursors: list[duckdb.DuckDBPyConnection] = []
         try:
-            parser.execute("SET TimeZone = 'UTC'")
-            parser.execute("SET enable_progress_bar = false")
+            # Whatever DuckDB spills while parsing stays in the private directory.
+            parser.execute("SET temp_directory = ?", [str(result.staging_dir)])
+            cursors += [_configured(parser.cursor()) for _ in range(PARSERS)]
             for p in paths:
                 resolved = str(Path(p).resolve())
                 if resolved in seen_paths:
                     skipped.append(str(p))
                     continue
                 seen_paths.add(resolved)
-                staged = _stage_one(parser, Path(p), resolved, format_name, options)
+                if result.files:  # only the file being parsed is held whole in memory
+                    last = len(result.files) - 1
+                    result.files[last].spill(result.staging_dir / f"stage_{last}.arrow")
+                staged = _stage_one(cursors, Path(p), resolved, format_name, options)
                 if staged.file_id in seen_ids:
                     skipped.append(str(p))
                     continue
                 seen_ids.add(staged.file_id)
-                staged.table = f"stage_{len(result.files)}"
-                parser.register("arrow_stage", staged.stage)
-                parser.execute(
-                    sql.load("ingest/stage_table").replace("stage_table", staged.table),
-                    {"file_id": staged.file_id, "path": str(staged.path), "format": format_name},
-                )
-                parser.unregister("arrow_stage")
-                staged.stage = staged.stage.select(list(_NARROW))
+                staged.held, staged.stage = staged.stage, staged.stage.select(list(_NARROW))
                 result.files.append(staged)
         finally:
+            for cursor in cursors:
+                cursor.close()
             parser.close()
     except BaseException:
         result.close()
@@ -181,12 +208,23 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
     return result
 
 
-#: The stage columns that publishing decides on; the rest wait in the staging file only.
+#: The stage columns that publishing decides on; the rest wait in the held or spilled rows only.
 _NARROW = ("line", "reason", "detail", "log_request_id", "arrival_ts")
 
 
+#: Batches parsed at a time (:func:`ordered_map`): two keep two cores busy.
+PARSERS = 2
+
+
+def _configured(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A parsing cursor: times in UTC, whatever the machine's zone; no progress bar."""
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 def _stage_one(
-    con: duckdb.DuckDBPyConnection,
+    cursors: list[duckdb.DuckDBPyConnection],
     path: Path,
     resolved: str,
     format_name: str,
@@ -195,14 +233,19 @@ def _stage_one(
     fmt = FORMATS[format_name]
     state = FileReadState()
     staged: list[pa.Table] = []
-    for batch in prefetch(fmt.batches(path, state)):
-        rows = fmt.parse(con, batch, options)
-        assert rows.num_rows == batch.num_rows, "a format must return one row per input row"
-        if not staged:
-            _sniff(rows, path, format_name)
-        if options.pseudonymize_key:
-            rows = pseudonymize(rows, options.pseudonymize_key)
-        staged.append(rows)
+
+    def parse(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> tuple[int, pa.Table]:
+        return batch.num_rows, fmt.parse(con, batch, options)
+
+    # Closed on the way out, even on an error: no parse is left running on a cursor.
+    with contextlib.closing(ordered_map(parse, prefetch(fmt.batches(path, state)), cursors)) as rs:
+        for n, rows in rs:
+            assert rows.num_rows == n, "a format must return one row per input row"
+            if not staged:
+                _sniff(rows, path, format_name)
+            if options.pseudonymize_key:
+                rows = pseudonymize(rows, options.pseudonymize_key)
+            staged.append(rows)
     if state.truncated is not None:
         staged = _mark_truncated(staged, *state.truncated)
     stage = pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table()
