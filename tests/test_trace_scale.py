@@ -96,3 +96,30 @@ def test_the_trace_is_loaded_once_while_the_requests_stay_the_same(
     with warehouse.connect(wh, read_only=True) as con:
         grown = load.load_trace(con)
     assert grown is not first and grown.n_requests == first.n_requests + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 400), max_size=300), st.integers(0, 2**40))
+def test_small_integer_ids_are_ranked_by_counting_as_numpy_would(values, shift) -> None:
+    """Ids within a few times their count of 0 (remapped hash-id logs) take the counting path;
+    shifted far away, the same ids take polars' rank: both are numpy's unique and inverse."""
+    for array in (np.array(values, np.uint64), np.array(values, np.uint64) + np.uint64(shift)):
+        unique, dense = dense_ids(array)
+        expected_unique, expected_dense = np.unique(array, return_inverse=True)
+        assert np.array_equal(unique, expected_unique)
+        assert np.array_equal(dense, expected_dense.ravel())
+        assert dense.dtype == np.int32 and unique.dtype == np.uint64
+
+
+def test_a_trace_from_chunks_is_the_trace_from_one_array() -> None:
+    """A query's hash lists arrive in chunks (sliced ones too); they are flattened chunk by
+    chunk, with the same offsets and ids as from the combined array."""
+    import pyarrow as pa
+
+    lists = pa.array([[5, 6], [], [5, 7, 8], [9], [5, 6, 10]], pa.list_(pa.uint64()))
+    chunked = pa.chunked_array([lists.slice(0, 2), lists.slice(2, 1), lists.slice(3)])
+    args = ([8, 1, 12, 4, 12], ["a"] * 5, 4)
+    one, parts = build_trace(lists, *args), build_trace(chunked, *args)
+    assert parts.offsets.tolist() == one.offsets.tolist() == [0, 2, 2, 5, 6, 9]
+    assert parts.blocks.tolist() == one.blocks.tolist()
+    assert parts.hashes.tolist() == one.hashes.tolist() == [5, 6, 7, 8, 9, 10]
