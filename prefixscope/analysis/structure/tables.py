@@ -4,6 +4,7 @@ in, Arrow tables out). Semantics: docs/structure.md."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -255,18 +256,24 @@ def shared_prefixes(
 
 
 def pinned_hit_tokens(
-    trace: Trace, ends: np.ndarray, capacity: int | None, parent: np.ndarray
+    trace: Trace, ends: np.ndarray, capacity: int | None, parent: np.ndarray, threads: int = 2
 ) -> list[int | None]:
     """Per prefix end, the hit tokens of ``pinned`` with that prefix pinned (None where its
     blocks do not fit): every prefix in one pass over the trace (``pinned_hit_blocks_many``),
-    whose only per-block state is one int32, so it adds little to the analysis's peak."""
+    the prefixes split between ``threads`` passes at once (the compiled loop releases the
+    GIL); a pass's only per-block state is one int32, so each adds little to the peak."""
     chains = [pins.chain(parent, int(e)) for e in ends]
     fit = [i for i, c in enumerate(chains) if capacity is not None and len(c) <= capacity]
     out: list[int | None] = [None] * len(chains)
-    if fit:
-        hits = pinned_hit_blocks_many(trace, int(capacity or 0), [chains[i] for i in fit])
-        for i, row in zip(fit, hits, strict=True):
-            out[i] = int(hit_tokens(trace, row).sum())
+    parts = [p for p in np.array_split(np.array(fit, np.int64), max(1, threads)) if len(p)]
+
+    def one(part: np.ndarray) -> np.ndarray:
+        return pinned_hit_blocks_many(trace, int(capacity or 0), [chains[i] for i in part])
+
+    with ThreadPoolExecutor(max_workers=max(1, len(parts))) as pool:
+        for part, hits in zip(parts, pool.map(one, parts), strict=True):
+            for i, row in zip(part, hits, strict=True):
+                out[int(i)] = int(hit_tokens(trace, row).sum())
     return out
 
 
