@@ -19,10 +19,9 @@ from prefixscope.analysis.structure.turns import build_turns
 from prefixscope.analysis.trace.csr import Trace
 
 
-def with_ancestors(trace: Trace, ends: np.ndarray, parent: np.ndarray | None = None) -> np.ndarray:
-    """A pin mask (bool per dense id) for the prefixes ending at ``ends``; ``parent``:
-    ``trace.parent``, where already at hand."""
-    parent = trace.parent if parent is None else parent
+def with_ancestors(trace: Trace, ends: np.ndarray) -> np.ndarray:
+    """A pin mask (bool per dense id) for the prefixes ending at ``ends``."""
+    parent = trace.parent
     mask = np.zeros(trace.n_unique, dtype=bool)
     frontier = np.unique(ends)
     while len(frontier):
