@@ -106,7 +106,7 @@ def simulate_scenarios(
     local = settings.dask_address is None and settings.workers == 1
     belady = any(s.policy == "belady" for s in grid)
     if belady and settings.dask_address is None:
-        trace.next_use  # noqa: B018 -- before a fork, so that every belady task shares one copy
+        trace.next_use  # noqa: B018 -- here, so that forked workers share this one copy
     if local:
         replayed = replay_scenarios(trace, grid, measure)
     else:

@@ -44,8 +44,7 @@ def _linked_lru(trace: Trace, capacity: int, ttl: float, pins: np.ndarray):  # t
 def _plain_lru(trace: Trace, capacity: int, options: PolicyOptions, pins: np.ndarray | None = None):  # type: ignore[no-untyped-def]
     """The touch-log LRU kernel (the fast one): plain, or with pins; owners are tracked only
     when the trace has several tenants and the caller wants cross-tenant lookups."""
-    if trace.n_lookups >= 2**30:  # log positions are int32, compaction copies included
-        raise ValueError("a trace of 2**30 block lookups or more: split it")
+    _check_touch_log(trace)
     return _kernel().lru_plain(
         trace.offsets,
         trace.blocks,
@@ -55,6 +54,16 @@ def _plain_lru(trace: Trace, capacity: int, options: PolicyOptions, pins: np.nda
         options.cross and len(trace.tenants) > 1,
         pins,
     )
+
+
+def _check_touch_log(trace: Trace) -> None:
+    if trace.n_lookups >= 2**30:  # log positions are int32, compaction copies included
+        raise ValueError("a trace of 2**30 block lookups or more: split it")
+
+
+def _check_pins_fit(n_pinned: int, capacity: int) -> None:
+    if n_pinned > capacity:
+        raise ValueError(f"{n_pinned} pinned blocks do not fit in {capacity} blocks")
 
 
 def _no_pins(trace: Trace) -> np.ndarray:
@@ -87,8 +96,7 @@ class Pinned(BoundedPolicy):
         if options.pinned is None:
             raise ValueError("pinned needs --pin FILE or --pin-top K")
         pins = np.asarray(options.pinned, dtype=np.bool_)
-        if int(pins.sum()) > capacity:
-            raise ValueError(f"{int(pins.sum())} pinned blocks do not fit in {capacity} blocks")
+        _check_pins_fit(int(pins.sum()), capacity)
         return _plain_lru(trace, capacity, options, pins)
 
 
@@ -102,10 +110,8 @@ def pinned_hit_blocks_many(
     if capacity < 1:
         raise ValueError(f"pinned needs a capacity of at least 1 block, got {capacity}")
     for ids in pin_sets:
-        if len(np.unique(ids)) > capacity:
-            raise ValueError(f"{len(np.unique(ids))} pinned blocks do not fit in {capacity} blocks")
-    if trace.n_lookups >= 2**30:  # log positions are int32, compaction copies included
-        raise ValueError("a trace of 2**30 block lookups or more: split it")
+        _check_pins_fit(len(np.unique(ids)), capacity)
+    _check_touch_log(trace)
     run = _kernel().pinned_sets
     hits = [
         run(trace.offsets, trace.blocks, trace.n_unique, capacity, pin_sets[i : i + 64])
