@@ -9,9 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from prefixscope.analysis.trace.csr import Trace
-
-#: The ``tenant`` value of rows that cover the whole fleet (all tenants together).
-FLEET = "*"
+from prefixscope.tenants import FLEET  # the tenant of fleet-wide rows (all tenants together)
 
 
 def served_blocks(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
