@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.tenants import check_tenant
 
 DEFAULT_WAREHOUSE = "prefixscope.duckdb"
 
@@ -125,6 +126,25 @@ def duration(text: str) -> float:
 
 def name_list(text: str) -> list[str]:
     return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def tenant_name(text: str) -> str:
+    """A tenant's name, by the rule of ``prefixscope.tenants`` (never the fleet's marker)."""
+    try:
+        return check_tenant(text, "the name")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def tenant_list(text: str) -> list[str]:
+    """Comma-separated tenant names, each by the rule, none twice."""
+    names = [v.strip() for v in text.split(",")]
+    for name in names:
+        tenant_name(name)
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise argparse.ArgumentTypeError(f"a tenant is named twice: {', '.join(twice)}")
+    return names
 
 
 def timestamp(text: str) -> datetime:
