@@ -42,6 +42,7 @@ class PagedKVCache:
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.block_size = block_size
+        self.device = torch.device(device)  # also for a zero-layer cache (the head alone)
         self.refcount = [0] * num_blocks
         # Free blocks, lowest id handed out first (a stack popped from the end).
         self._free = list(range(num_blocks - 1, -1, -1))
@@ -104,9 +105,8 @@ class PagedKVCache:
 
     def slots(self, table: BlockTable, start: int, end: int) -> torch.Tensor:
         """Flat slot indices of positions ``start … end-1`` of the table."""
-        device = self.k[0].device
-        pos = torch.arange(start, end, device=device)
-        blocks = torch.tensor(table.blocks, dtype=torch.long, device=device)
+        pos = torch.arange(start, end, device=self.device)
+        blocks = torch.tensor(table.blocks, dtype=torch.long, device=self.device)
         return blocks[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def _copy_on_write(self, table: BlockTable) -> None:

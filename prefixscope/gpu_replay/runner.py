@@ -35,6 +35,7 @@ class ShapeResult:
     hit_flops: float
     miss_roofline_s: float
     hit_roofline_s: float
+    hit_eager_s: float | None = None  # the same hit without its CUDA graph (``eager_hit``)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class RunnerOptions:
     block_size: int = 16
     chunk: int | None = None  # prefill at most this many tokens per forward
     cuda_graphs: bool = True  # for the hit path, on CUDA only
+    eager_hit: bool = False  # with a graphed hit, also time the same hit without the graph
     warmup: int = 1
     repeats: int = 5
     seed: int = 0
@@ -74,6 +76,7 @@ class Runner:
         cached = input_tokens - new
         o = self.options
         tokens = torch.randint(self.shape.vocab_size, (input_tokens,), generator=self._gen)
+        hit_eager_s: float | None = None
         miss_table = BlockTable()
         try:
             miss_parts = plan(self.model, self.cache, miss_table, tokens, o.chunk)
@@ -86,10 +89,12 @@ class Runner:
             hit_table = self.cache.fork(miss_table, cached)
             try:
                 hit_parts = plan(self.model, self.cache, hit_table, tokens[cached:], o.chunk)
-                step: Callable[[], object] = lambda: run_all(self.model, self.cache, hit_parts)  # noqa: E731
-                if o.cuda_graphs and self.device.type == "cuda":
-                    step = graphed(step, self.device)
+                eager: Callable[[], object] = lambda: run_all(self.model, self.cache, hit_parts)  # noqa: E731
+                graphs = o.cuda_graphs and self.device.type == "cuda"
+                step = graphed(eager, self.device) if graphs else eager
                 hit = measure(step, self.device, o.warmup, o.repeats)
+                if graphs and o.eager_hit:
+                    hit_eager_s = measure(eager, self.device, o.warmup, o.repeats).median_s
             finally:
                 self.cache.release(hit_table)
         finally:
@@ -105,6 +110,7 @@ class Runner:
             float(h.flops),
             float(m.seconds),
             float(h.seconds),
+            hit_eager_s,
         )
 
 

@@ -1,0 +1,102 @@
+"""The GPU check's one results file: every part's benchmark file, with its exit status and wall
+time, and per model the figures that matter (``benchmarks/gpu_check.sh`` runs the parts).
+
+    python3 -m prefixscope.gpu_replay.check --out check.json --status status.tsv
+
+``status.tsv`` holds one line per part, ``NAME<TAB>EXIT<TAB>SECONDS<TAB>FILE``. A part cut from
+outside (its time guard) leaves the shapes it finished in its file, without a fit: they are
+fitted here, and the model says so. numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from prefixscope.gpu_replay import summary
+from prefixscope.gpu_replay.runner import ShapeResult
+
+SCHEMA = "prefixscope-gpu-check/1"
+
+
+def read_part(path: Path) -> dict | None:
+    try:
+        part = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(part, dict) or not isinstance(part.get("results"), list):
+        return None
+    results = [ShapeResult(**r) for r in part["results"]]
+    if "cost_model" not in part and len(results) >= 2:  # cut before its own fit
+        part.update(cost_model=summary.fitted(results), summary=summary.figures(results))
+        part["fitted_after_cut"] = True
+    return part
+
+
+def model_figures(name: str, part: dict) -> dict[str, object]:
+    cost = part.get("cost_model") or {}
+    return {
+        "part": name,
+        "model": part["model"]["name"],
+        "gpu": part["gpu"]["name"],
+        "dtype": part["dtype"],
+        "measured_layers": part.get("measured_layers"),
+        "scaling": part.get("scaling"),
+        "shapes_fitted": [
+            {"cached": r["cached_tokens"], "new": r["new_tokens"]} for r in part["results"]
+        ],
+        "shapes_skipped": part.get("skipped", []),
+        "complete": part.get("complete", False),
+        "holdout_median_pct_err": cost.get("holdout_median_pct_err"),
+        "holdout_p90_pct_err": cost.get("holdout_p90_pct_err"),
+        "knees": cost.get("knees"),
+        "coefficients": cost.get("coefficients"),
+        **(part.get("summary") or {}),
+    }
+
+
+def merge(status_lines: Sequence[str]) -> dict[str, object]:
+    parts: dict[str, dict] = {}
+    for line in status_lines:
+        if not line.strip():
+            continue
+        name, rc, wall, file = line.rstrip("\n").split("\t")
+        bench = read_part(Path(file))
+        parts[name] = {"exit": int(rc), "wall_s": float(wall), "bench": bench}
+    benches = [p["bench"] for p in parts.values() if p["bench"]]
+    return {
+        "schema": SCHEMA,
+        "provenance": benches[0]["provenance"] if benches else None,
+        "seconds": sum(p["wall_s"] for p in parts.values()),
+        "models": [
+            model_figures(n, p["bench"])
+            for n, p in parts.items()
+            if p["bench"] and p["bench"]["results"]
+        ],
+        "parts": parts,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m prefixscope.gpu_replay.check")
+    p.add_argument("--status", required=True, help="NAME, EXIT, SECONDS, FILE per line (tabs)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    merged = merge(Path(args.status).read_text().splitlines())
+    Path(args.out).write_text(json.dumps(merged, indent=2))
+    for m in merged["models"]:  # type: ignore[attr-defined]
+        errors = (m["holdout_median_pct_err"], m["holdout_p90_pct_err"])
+        held = "nothing held out" if None in errors else "held-out median {:.1f}%, p90 {:.1f}%"
+        print(
+            f"{m['model']} ({m['part']}): {len(m['shapes_fitted'])} shapes, "
+            f"{len(m['shapes_skipped'])} skipped; {held.format(*errors)}"
+        )
+    print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
