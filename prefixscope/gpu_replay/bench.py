@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from prefixscope.analysis.cost import costmodel
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.roofline import miss_and_hit
 from prefixscope.gpu_replay import depth, summary
@@ -35,8 +36,6 @@ from prefixscope.gpu_replay.provenance import provenance
 from prefixscope.gpu_replay.runner import DTYPES, Runner, RunnerOptions, ShapeResult
 from prefixscope.gpu_replay.timing import device_spec
 
-#: What ``prefixscope calibrate`` reads: this file's layout, by name and version.
-SCHEMA = "prefixscope-bench/1"
 FULL_GRID = ((0, 512, 2048, 8192, 16384, 32768), (16, 64, 256, 1024, 4096))
 SMALL_GRID = ((0, 64, 256), (16, 64))
 
@@ -137,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = Bench(shape, args.layers, max(c + n for c, n in shapes), options, args.gpu)
     facts = provenance(device)
     out: dict[str, object] = {
-        "schema": SCHEMA,
+        "schema": costmodel.BENCH_SCHEMA,
         "provenance": facts,
         "model": asdict(shape),
         "measured_layers": args.layers,

@@ -16,10 +16,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from prefixscope.analysis.cost import costmodel
 from prefixscope.gpu_replay import summary
 from prefixscope.gpu_replay.runner import ShapeResult
-
-SCHEMA = "prefixscope-gpu-check/1"
 
 
 def read_part(path: Path) -> dict | None:
@@ -68,7 +67,7 @@ def merge(status_lines: Sequence[str]) -> dict[str, object]:
         parts[name] = {"exit": int(rc), "wall_s": float(wall), "bench": bench}
     benches = [p["bench"] for p in parts.values() if p["bench"]]
     return {
-        "schema": SCHEMA,
+        "schema": costmodel.CHECK_SCHEMA,
         "provenance": benches[0]["provenance"] if benches else None,
         "seconds": sum(p["wall_s"] for p in parts.values()),
         "models": [

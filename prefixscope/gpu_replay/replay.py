@@ -20,6 +20,7 @@ import pyarrow as pa
 import torch
 
 from prefixscope.analysis.cost import costmodel
+from prefixscope.analysis.cost.calibration import COST_MODEL_SCHEMA
 from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.gpu_replay.runner import Runner, RunnerOptions, ShapeResult
@@ -223,19 +224,3 @@ def cost_model_row(
         [dict(zip(COST_MODEL_SCHEMA.names, values, strict=True))], schema=COST_MODEL_SCHEMA
     )
 
-
-COST_MODEL_SCHEMA = pa.schema(
-    [
-        *((n, pa.string()) for n in ("model", "device", "gpu", "dtype", "formula")),
-        *((n, pa.float64()) for n in ("coef_a", "coef_new", "coef_cached", "coef_new_cached")),
-        ("coef_new_sq", pa.float64()),
-        ("knee_linear_tokens", pa.float64()),
-        ("knee_attention_tokens", pa.float64()),
-        ("fit_points", pa.int32()),
-        ("holdout_points", pa.int32()),
-        ("holdout_median_abs_pct_err", pa.float64()),
-        ("holdout_p90_abs_pct_err", pa.float64()),
-        ("roofline_share", pa.float64()),
-        ("max_input_tokens", pa.int64()),
-    ]
-)

@@ -7,6 +7,7 @@ import duckdb
 import polars as pl
 
 from prefixscope import sql
+from prefixscope.analysis.cost import shipped
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import Configuration, gpu_key
 
@@ -66,18 +67,23 @@ def load_outcomes(
 def calibrated(
     con: duckdb.DuckDBPyConnection, model: str, gpu: str
 ) -> tuple[str, tuple[float, ...], tuple[float, float]] | None:
-    """The newest cost model fitted for (model, gpu) by a succeeded replay run: its run id,
-    coefficients and knees; None when there is none."""
+    """The newest cost model fitted for (model, gpu) by a succeeded replay or calibrate run: its
+    run id, coefficients and knees; else the shipped one (``analysis/cost/shipped.py``), its
+    source ``shipped:FILE`` in the run id's place; None when there is neither."""
+    name, key = resolve_model(model).name, gpu_key(gpu)
     found = con.execute(
         "SELECT m.run_id, coef_a, coef_new, coef_cached, coef_new_cached, coef_new_sq, "
         "knee_linear_tokens, knee_attention_tokens "
         "FROM miss_cost_models m JOIN runs r USING (run_id) "
         "WHERE r.status = 'succeeded' AND m.model = ? AND m.gpu = ? "
         "ORDER BY r.finished_at DESC LIMIT 1",
-        [resolve_model(model).name, gpu_key(gpu)],
+        [name, key],
     ).fetchall()
     if not found:
-        return None
+        ship = shipped.find(name, key)
+        if ship is None:
+            return None
+        return ship.source, ship.calibration.coefficients, ship.calibration.knees
     row = found[0]
     return row[0], tuple(float(c) for c in row[1:6]), (row[6], row[7])
 

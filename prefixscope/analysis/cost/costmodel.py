@@ -26,6 +26,10 @@ import numpy as np
 
 TERMS = ("a", "new", "cached", "new_cached", "new_sq")
 FORMULA = "a + b*max(new,k1) + c*cached + e*max(new,k2)*cached + f*new^2"
+#: The layouts of the files the GPU benchmark writes (``gpu_replay/bench.py``, one model) and
+#: the GPU check merges (``gpu_replay/check.py``, several): what ``calibrate`` reads.
+BENCH_SCHEMA = "prefixscope-bench/1"
+CHECK_SCHEMA = "prefixscope-gpu-check/1"
 #: Knees the fit tries (tokens); 1 means no knee.
 KNEES = (1, 16, 32, 64, 128, 256, 512, 1024, 2048)
 

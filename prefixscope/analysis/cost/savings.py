@@ -21,6 +21,7 @@ from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.roofline import prefill_cost
+from prefixscope.analysis.cost.shipped import kind_of
 from prefixscope.analysis.trace.measure import named_groups
 
 #: What a roofline saving is computed for unless the user says otherwise.
@@ -70,11 +71,11 @@ class Configuration:
 class MissCost:
     """A prefill cost model ready to price requests: seconds(new, cached)."""
 
-    kind: str  # 'calibrated' or 'roofline'
+    kind: str  # 'calibrated', 'shipped:FILE' or 'roofline'
     model: str
     gpu: str
     seconds: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    run_id: str | None = None  # the replay run that fitted it
+    run_id: str | None = None  # the replay or calibrate run that fitted it
 
 
 def savings_rows(outcomes: pl.DataFrame, traffic_s: float | None, cost: MissCost) -> list[dict]:
@@ -124,17 +125,18 @@ def cost_model(
     kind: str = "auto",
     calibrated: tuple[str, tuple[float, ...], tuple[float, float]] | None = None,
 ) -> MissCost:
-    """The cost model that prices (model, gpu): ``calibrated`` (replay run id, coefficients,
-    knees: the newest fitted one the warehouse holds) for ``auto`` and ``calibrated``; the
+    """The cost model that prices (model, gpu): ``calibrated`` (the run id that fitted it, or
+    ``shipped:FILE``; coefficients; knees) for ``auto`` and ``calibrated``; the
     roofline for ``roofline``, or for ``auto`` when none was calibrated."""
     if kind not in COST_MODEL_KINDS:
         raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODEL_KINDS)}")
     shape = resolve_model(model)
     key = gpu_key(gpu)
     if kind != "roofline" and calibrated is not None:
-        run_id, coefficients, knees = calibrated
+        source, coefficients, knees = calibrated
         fitted = CostModel(tuple(float(c) for c in coefficients), knees)
-        return MissCost("calibrated", shape.name, key, fitted.seconds, run_id)
+        cost_kind, run_id = kind_of(source)
+        return MissCost(cost_kind, shape.name, key, fitted.seconds, run_id)
     if kind == "calibrated":
         raise ValueError(f"no calibrated cost model of {shape.name} on {key}: run replay")
     if key == "cpu":

@@ -29,6 +29,7 @@ from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import DTYPE_BYTES, ModelShape
 from prefixscope.analysis.cost.roofline import linear_params_per_layer
+from prefixscope.analysis.cost.shipped import kind_of
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,10 @@ class StepCost:
 
 
 def from_cost_model(model: CostModel, run_id: str | None = None) -> StepCost:
+    """``run_id``: the run that fitted it, or ``shipped:FILE`` for a shipped one."""
     a, b, c, e, f = (float(x) for x in model.coefficients)
-    return StepCost(
-        a, b, c, e, f, float(model.knees[0]), float(model.knees[1]), "calibrated", run_id
-    )
+    source, run = kind_of(run_id)
+    return StepCost(a, b, c, e, f, float(model.knees[0]), float(model.knees[1]), source, run)
 
 
 def from_roofline(shape: ModelShape, gpu: GpuSpec, dtype: str = "bf16") -> StepCost:

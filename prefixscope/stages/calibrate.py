@@ -1,0 +1,28 @@
+"""Stage ``calibrate``: a cost model measured on some GPU, from the file the benchmark wrote →
+``miss_cost_models``, where every later ``savings``, ``fleet`` and ``plan`` of that model and
+GPU finds it (``analysis/cost/calibration.py`` reads and checks the file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefixscope import warehouse
+from prefixscope.analysis.cost import calibration
+
+
+@dataclass(frozen=True)
+class CalibrateSettings:
+    """``source``: a benchmark or GPU-check JSON file; ``gpu``: store its models under this GPU
+    name instead of the one the file gives (a GPU the spec table does not know)."""
+
+    source: str
+    gpu: str | None = None
+
+
+def run(wh: str | Path, settings: CalibrateSettings) -> tuple[str, list[calibration.Calibration]]:
+    """The run id and the models loaded; the file is read and checked before the run starts."""
+    found = calibration.read(settings.source, settings.gpu)
+    with warehouse.StageRun(wh, "calibrate", settings) as run, run.publishing() as con:
+        warehouse.append(con, "miss_cost_models", calibration.table(found), run.run_id)
+    return run.run_id, found
