@@ -223,4 +223,3 @@ def cost_model_row(
     return pa.Table.from_pylist(
         [dict(zip(COST_MODEL_SCHEMA.names, values, strict=True))], schema=COST_MODEL_SCHEMA
     )
-
