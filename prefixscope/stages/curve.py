@@ -29,8 +29,8 @@ class CurveStageSettings:
 
 
 #: Below this many sampled blocks (the fleet's) a sampled curve's error may be large: its
-#: interval's coverage of the exact curve fell from 0.99 at 18,000 sampled blocks to 0.95 at
-#: 1,600 and 0.87 at 130 (docs/simulation.md), and every depth is read among few blocks.
+#: interval's coverage of the exact curve fell from 0.99 at 18,000 sampled blocks to 0.93 at
+#: 1,600 and 0.84 at 130 (docs/simulation.md), and every depth is read among few blocks.
 SAMPLED_BLOCKS_FLOOR = 1_000
 
 

@@ -120,9 +120,11 @@ def validate(
     resamples: int = 200,
     seed: int = 0,
     sizing: Sizing | None = None,
+    min_reports: int = MIN_FIT_REPORTS,
 ) -> Validation:
     """Fit the effective capacity of ``policy`` to the reports, then compare request by request
-    at it. ``engine_blocks``: the engines' block size (None: inferred from the reports)."""
+    at it; with fewer than ``min_reports`` usable reports, name none. ``engine_blocks``: the
+    engines' block size (None: inferred from the reports)."""
     if policy not in FIT_POLICIES:
         raise ValueError(f"validate fits one of {', '.join(FIT_POLICIES)}, not {policy!r}")
     compared = reported.present
@@ -151,7 +153,7 @@ def validate(
 
     n_usable = int(usable.sum())
     est = comparison = depth = None
-    if n_usable >= MIN_FIT_REPORTS:
+    if n_usable >= max(min_reports, 1):
         depth = hit_capacities(trace) if policy == "lru" else None
         if depth is not None:
             profile: fit.Profile = fit.exact_profile(trace, depth, rep, usable, unit)
@@ -173,7 +175,9 @@ def validate(
             "model": sizing.model,
             "beyond_prompt": int((mask & beyond).sum()),
             "ceiling_hit_tokens": int(ceiling[mask & usable].sum()),
-            "note": _note(est, mask, reported.present, beyond, n_usable) if fleet else None,
+            "note": _note(est, mask, reported.present, beyond, n_usable, min_reports)
+            if fleet
+            else None,
         }
         if est is not None and comparison is not None:
             row |= _fitted(est, trace.block_size, sizing, fleet)
@@ -214,6 +218,7 @@ def _note(
     present: np.ndarray,
     beyond: np.ndarray,
     n_usable: int,
+    min_reports: int,
 ) -> str | None:
     """What the fleet's figures cannot say, in words."""
     parts = []
@@ -228,7 +233,7 @@ def _note(
         )
     if est is None:
         parts.append(
-            f"too few usable reports ({n_usable:,}; a fit needs {MIN_FIT_REPORTS:,}): "
+            f"too few usable reports ({n_usable:,}; a fit needs {min_reports:,}): "
             "no capacity is fitted"
         )
     elif est.best_high is None:
