@@ -288,3 +288,13 @@ def test_an_older_warehouse_opens_and_its_curve_renders(tmp_path) -> None:
         }
     )
     assert len(curve_figures(old)) == 1  # no interval columns: the line alone
+
+
+def test_the_page_shades_a_sampled_curves_interval(bundled_warehouse, tmp_path) -> None:
+    wh = bundled_warehouse.copy_to(tmp_path)
+    assert main(["curve", "--warehouse", str(wh), "--sample-rate", "0.1", "--points", "16"]) == 0
+    page = report.run(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
+    assert "(95% interval)" in page and "sampled blocks)" in page
+    assert main(["curve", "--warehouse", str(wh), "--points", "16"]) == 0  # exact: no band
+    rows = mrc_rows(wh).filter(pl.col("exact"))
+    assert curve_figures(rows) and rows["ci_low"].null_count() == rows.height
