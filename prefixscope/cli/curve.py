@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from prefixscope.analysis.curves.settings import DEFAULT_SAMPLE_BY, SAMPLE_BY
 from prefixscope.cli import flags
@@ -72,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     result = curve.run(
         args.warehouse, curve.CurveStageSettings(settings, flags.capacities_of(args))
     )
+    for line in result.warnings:
+        print(f"prefixscope curve: warning: {line}", file=sys.stderr)
     print(format_curve(result.table))
     return 0
 

@@ -118,10 +118,17 @@ def curve_figures(curves: pl.DataFrame) -> list[Markup]:
             name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
                 "" if rate == 1 else f", sampled{' by ' + by if by else ''} {rate:g}"
             )
+            drawn = line["sampled_blocks"][0] if "sampled_blocks" in line.columns else None
+            if drawn is not None:
+                name += f" ({drawn:,} sampled blocks)"
             label = plotly_text(f"{name} — {who}")
+            x = line["capacity_gib" if in_gib else "capacity_tokens"].to_list()
+            band = _interval_band(line, x, PALETTE[i % len(PALETTE)], label)
+            if band is not None:
+                fig.add_trace(band)
             fig.add_trace(
                 go.Scatter(
-                    x=line["capacity_gib" if in_gib else "capacity_tokens"].to_list(),
+                    x=x,
                     y=line["token_hit_rate"].to_list(),
                     customdata=line["capacity_blocks"].to_list(),
                     mode="lines",
@@ -145,6 +152,26 @@ def curve_figures(curves: pl.DataFrame) -> list[Markup]:
         )
         parts.append(figure_markup(fig))
     return parts
+
+
+def _interval_band(line: pl.DataFrame, x: list, color: str, label: str) -> go.Scatter | None:
+    """A sampled curve's 95% interval as a shaded band behind its line; None for an exact
+    curve, or one from a warehouse written before ``mrc`` had the interval."""
+    if "ci_low" not in line.columns or line["ci_low"].null_count() == line.height:
+        return None
+    keep = line["ci_low"].is_not_null().to_list()
+    xs = [v for v, k in zip(x, keep, strict=True) if k]
+    return go.Scatter(
+        x=xs + xs[::-1],
+        y=line["ci_high"].drop_nulls().to_list() + line["ci_low"].drop_nulls().to_list()[::-1],
+        fill="toself",
+        fillcolor=color,
+        opacity=0.2,
+        line={"width": 0},
+        hoverinfo="skip",
+        showlegend=False,
+        name=f"{label} (95% interval)",
+    )
 
 
 def timeseries_figure(series: pl.DataFrame) -> Markup | None:

@@ -75,6 +75,8 @@ def format_curve(table: pa.Table) -> str:
         first = rows.row(0, named=True)
         by = f" by {first['sample_by']}" if first.get("sample_by") else ""
         kind = "exact" if first["exact"] else f"sampled{by} at {first['sample_rate']:g}"
+        if first.get("sampled_blocks") is not None:
+            kind += f", {first['sampled_blocks']:,} sampled blocks"
         lines.append(
             f"{first['policy']} ({first['isolation']}, {first['method']}, {kind}), window "
             f"{window}: {rows.height} capacities, fleet and {tenants} tenant(s)"
@@ -85,7 +87,10 @@ def format_curve(table: pa.Table) -> str:
         for r in shown.iter_rows(named=True):
             gib = "" if r["capacity_gib"] is None else f"  {r['capacity_gib']:10.2f} GiB"
             rate = "—" if r["token_hit_rate"] is None else f"{r['token_hit_rate']:.2%}"
-            lines.append(f"  {r['capacity_blocks']:>12,} blocks{gib}  {rate:>8}")
+            band = ""
+            if r.get("ci_low") is not None:  # a block sample's 95% interval
+                band = f"  (95% {r['ci_low']:.2%}–{r['ci_high']:.2%})"
+            lines.append(f"  {r['capacity_blocks']:>12,} blocks{gib}  {rate:>8}{band}")
     return "\n".join(lines)
 
 

@@ -23,8 +23,14 @@ CAUSES = {
 
 
 def capacity_sentence(fleet: dict[str, Any]) -> str:
-    """The fleet's effective capacity and its range, in one sentence."""
+    """The fleet's effective capacity and its range, in one sentence; none named when too few
+    usable reports were there to fit one."""
     cap, bs = fleet["capacity_blocks"], fleet["block_size"]
+    if cap is None:
+        return (
+            f"No effective capacity ({fleet['policy']}): too few usable reports "
+            f"({fleet['compared']:,}) to fit one."
+        )
     gib = "" if fleet["capacity_gib"] is None else (
         f", {fleet['capacity_gib']:,.2f} GiB of {fleet['model']} KV"
     )  # fmt: skip
@@ -51,6 +57,8 @@ def capacity_sentence(fleet: dict[str, Any]) -> str:
 def agreement_cells(row: dict[str, Any]) -> dict[str, Any]:
     """One agreement row as text."""
     share, mae, corr = row["exact_match_share"], row["mean_abs_error_tokens"], row["correlation"]
+    beyond = row.get("beyond_prompt")  # None: written before reports were checked
+    simulated, more = row["simulated_hit_tokens"], row["reported_more"]
     return {
         "fleet": row["tenant"] == FLEET,
         "tenant": "fleet" if row["tenant"] == FLEET else row["tenant"],
@@ -59,8 +67,9 @@ def agreement_cells(row: dict[str, Any]) -> dict[str, Any]:
         "mae": "—" if mae is None else f"{mae:,.1f}",
         "correlation": "—" if corr is None else f"{corr:.4f}",
         "reported": f"{row['reported_hit_tokens']:,}",
-        "simulated": f"{row['simulated_hit_tokens']:,}",
-        "more_fewer": f"{row['reported_more']:,} / {row['reported_fewer']:,}",
+        "simulated": "—" if simulated is None else f"{simulated:,}",
+        "more_fewer": "—" if more is None else f"{more:,} / {row['reported_fewer']:,}",
+        "beyond": "—" if beyond is None else f"{beyond:,}",
     }
 
 
@@ -86,7 +95,8 @@ def summary_text(agreement: Sequence[dict[str, Any]], disagreements: Sequence[di
     fleet = next(r for r in agreement if r["tenant"] == FLEET)
     lines = [
         f"compared {fleet['compared']:,} of {fleet['requests']:,} requests with the engines' "
-        f"reported cached tokens ({fleet['requests'] - fleet['compared']:,} carry no count); "
+        f"reported cached tokens ({fleet['requests'] - fleet['compared']:,} not compared: "
+        f"{fleet.get('beyond_prompt') or 0:,} beyond their prompt, the rest carry no count); "
         f"blocks of {fleet['block_size']} tokens, engine blocks of "
         f"{fleet['engine_block_size']}, compared in units of {fleet['compare_unit_tokens']}",
         capacity_sentence(fleet),
@@ -95,13 +105,14 @@ def summary_text(agreement: Sequence[dict[str, Any]], disagreements: Sequence[di
         lines.append(f"note: {fleet['note']}")
     lines.append(
         f"{'tenant':<14} {'compared':>17} {'exact':>7} {'MAE tok':>9} {'corr':>7} "
-        f"{'reported':>12} {'simulated':>12} {'more/fewer':>13}"
+        f"{'reported':>12} {'simulated':>12} {'more/fewer':>13} {'beyond':>7}"
     )
     for row in agreement:
         c = agreement_cells(row)
         lines.append(
             f"{c['tenant'][:14]:<14} {c['compared']:>17} {c['exact']:>7} {c['mae']:>9} "
-            f"{c['correlation']:>7} {c['reported']:>12} {c['simulated']:>12} {c['more_fewer']:>13}"
+            f"{c['correlation']:>7} {c['reported']:>12} {c['simulated']:>12} "
+            f"{c['more_fewer']:>13} {c['beyond']:>7}"
         )
     if disagreements:
         lines.append("requests that disagree most (simulated − reported tokens):")
@@ -116,7 +127,9 @@ def summary_text(agreement: Sequence[dict[str, Any]], disagreements: Sequence[di
                 f"{c['reported']:>9} {c['simulated']:>9} {c['error']:>8} {c['block']:>5} "
                 f"{c['hit_capacity']:>9}  {c['cause']}"
             )
-    elif fleet["reported_more"] + fleet["reported_fewer"] == 0:
+    elif (
+        fleet["reported_more"] is not None and fleet["reported_more"] + fleet["reported_fewer"] == 0
+    ):
         lines.append("every compared request agrees")
     return "\n".join(lines)
 
@@ -134,6 +147,7 @@ def validation_section(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]] |
         out.append(
             {
                 "sentence": capacity_sentence(fleet),
+                "fitted": fleet["capacity_blocks"] is not None,
                 "note": fleet["note"] or "",
                 "agreement": [agreement_cells(r) for r in agreement if r["policy"] == policy],
                 "disagreements": [

@@ -11,6 +11,7 @@ from prefixscope.analysis.curves.curve import (
     capacity_points,
     curve_table,
     sampled_capacities,
+    with_drawn_blocks,
 )
 from prefixscope.analysis.curves.exact import lru_curve, partitioned_lru_curve
 from prefixscope.analysis.curves.grid import grid_curve
@@ -47,4 +48,6 @@ def compute_curves(trace: Trace, settings: CurveSettings) -> pa.Table:
         curves = [lru_curve(keyed, points, settings.windows)]
     else:
         curves = [grid_curve(trace, points, settings)]
+    if settings.sample_rate < 1:  # a family sample: no interval, the blocks it rests on
+        curves = [with_drawn_blocks(c, keyed) for c in curves]
     return curve_table(trace.block_size, curves, settings)

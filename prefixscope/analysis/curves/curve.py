@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.cost.models import GIB, resolve_model
 from prefixscope.analysis.curves.settings import CurveSettings
+from prefixscope.analysis.trace.csr import Trace
 
 MRC_SCHEMA = pa.schema(
     [
@@ -41,19 +42,27 @@ MRC_SCHEMA = pa.schema(
         ("exact", pa.bool_()),
         ("sample_rate", pa.float64()),
         ("sample_by", pa.string()),
+        ("sampled_blocks", pa.int64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
     ]
 )
 
 
 @dataclass(frozen=True)
 class Measured:
-    """Sums over one group's measured requests at each listed capacity (arrays by point)."""
+    """Sums over one group's measured requests at each listed capacity (arrays by point). A
+    sampled group also says how many blocks its estimate rests on (``sampled_blocks``) and,
+    when it has one, the 95% interval of its hit tokens (``low`` .. ``high``)."""
 
     tenant: str
     window: str
     requests: np.ndarray
     input_tokens: np.ndarray
     hit_tokens: np.ndarray
+    sampled_blocks: int | None = None
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,30 @@ def capacity_points(working_set: int, n: int, asked: Sequence[int] = ()) -> np.n
             break
         k += max(1, want - len(grid))
     return np.unique(np.concatenate([grid, np.asarray(asked, dtype=np.int64)]))
+
+
+def drawn_blocks(trace: Trace, drawn: np.ndarray | None = None) -> np.ndarray:
+    """Per tenant code, the distinct blocks of a sampled trace its requests look up (at
+    ``[n_tenants]``, the fleet's): what a sampled curve's estimate rests on. ``drawn``: the
+    lookups that count (a block sample's blocks sampled at the rate, not those kept whole)."""
+    n = len(trace.tenants)
+    drawn = np.ones(trace.n_lookups, np.bool_) if drawn is None else drawn
+    code = trace.tenant_codes[trace.request_of_lookup][drawn].astype(np.int64)
+    blocks = trace.blocks[drawn].astype(np.int64)
+    per = np.bincount(np.unique(code << 32 | blocks) >> 32, minlength=n + 1)
+    per[n] = len(np.unique(blocks))
+    return per
+
+
+def with_drawn_blocks(curve: Curve, trace: Trace) -> Curve:
+    """``curve`` of a family sample (``trace``), each group with the blocks it rests on."""
+    per = drawn_blocks(trace)
+    code = {name: i for i, name in enumerate(trace.tenants)}
+    groups = [
+        replace(g, sampled_blocks=int(per[code.get(g.tenant, len(trace.tenants))]))
+        for g in curve.groups
+    ]
+    return Curve(curve.capacity_blocks, groups)
 
 
 def sampled_capacities(settings: CurveSettings) -> list[int]:
@@ -110,10 +143,10 @@ def _table(block_size, curves, settings, shape, asked) -> pa.Table:  # type: ign
             cols["requests"] += g.requests.tolist()
             cols["input_tokens"] += g.input_tokens.tolist()
             cols["hit_tokens"] += g.hit_tokens.tolist()
-            cols["token_hit_rate"] += [
-                h / i if i else None
-                for h, i in zip(g.hit_tokens.tolist(), g.input_tokens.tolist(), strict=True)
-            ]
+            cols["token_hit_rate"] += _rates(g.hit_tokens, g.input_tokens)
+            cols["sampled_blocks"] += [g.sampled_blocks] * k
+            cols["ci_low"] += _rates(g.low, g.input_tokens) if g.low is not None else [None] * k
+            cols["ci_high"] += _rates(g.high, g.input_tokens) if g.high is not None else [None] * k
     n = len(cols["tenant"])
     cols["policy"] = [settings.policy] * n
     cols["isolation"] = [settings.isolation] * n
@@ -130,3 +163,12 @@ def _table(block_size, curves, settings, shape, asked) -> pa.Table:  # type: ign
     cols["sample_rate"] = [rate] * n
     cols["sample_by"] = [settings.sample_by if rate < 1 else None] * n
     return pa.table(cols, schema=MRC_SCHEMA)
+
+
+def _rates(tokens: np.ndarray, input_tokens: np.ndarray) -> list[float | None]:
+    """Hit tokens over input tokens, capped at 1 (an interval's end may estimate more tokens
+    than were sent); None where nothing was measured."""
+    return [
+        min(h / i, 1.0) if i else None
+        for h, i in zip(np.asarray(tokens).tolist(), input_tokens.tolist(), strict=True)
+    ]

@@ -31,13 +31,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from prefixscope.analysis.curves import stack
+from prefixscope.analysis.curves import interval, stack
 from prefixscope.analysis.curves.block_sampling import BlockSample
 from prefixscope.analysis.curves.curve import (
     Curve,
     Measured,
     capacity_points,
     curve_table,
+    drawn_blocks,
     sampled_capacities,
 )
 from prefixscope.analysis.curves.exact import window_groups
@@ -62,6 +63,7 @@ class SampledSums:
     sampled_hits: np.ndarray
     head_tokens: int = 0  # of the sampled ones, what the blocks kept whole hold
     head_hits: np.ndarray | None = None  # their hit tokens by sampled capacity (exact)
+    sampled_blocks: int = 0  # distinct blocks sampled at the rate its tenant looks up
 
 
 def keyed(sample: BlockSample, isolation: str) -> BlockSample:
@@ -72,16 +74,39 @@ def keyed(sample: BlockSample, isolation: str) -> BlockSample:
 
 
 def sampled_sums(
-    sample: BlockSample, points: np.ndarray, windows: Sequence[str]
+    sample: BlockSample,
+    points: np.ndarray,
+    windows: Sequence[str],
+    weights: np.ndarray | None = None,
 ) -> list[SampledSums]:
-    """Per group, the sums of one pass over the sample at sampled capacities ``points``."""
+    """Per group, the sums of one pass over the sample at sampled capacities ``points``;
+    with ``weights`` (one per sampled block, ``interval.py``), of one jackknife replicate:
+    a block sampled at the rate stands for that many blocks (one kept whole for one)."""
 
     trace = sample.trace
     points = np.asarray(points, dtype=np.int64)
     n_tenants = len(trace.tenants)
     plain, groups = window_groups(trace, windows)
     whole = sample.kept_whole
-    if whole is None:
+    lookup_weight = None
+    if weights is not None:
+        whole = np.zeros(trace.n_lookups, np.bool_) if whole is None else whole
+        is_whole = np.zeros(trace.n_unique, np.bool_)
+        is_whole[trace.blocks[whole]] = True
+        weight = np.where(is_whole, sample.rate, weights)
+        lookup_weight = np.where(whole, 1.0, weight[trace.blocks])
+        hist = interval.weighted_depth_curve(
+            trace.offsets,
+            trace.blocks,
+            trace.n_unique,
+            points,
+            groups,
+            n_tenants,
+            sample.lookup_tokens,
+            whole,
+            weight,
+        )
+    elif whole is None:
         hist, _ = stack.trace_stack_curve(trace, points, groups, False, sample.lookup_tokens)
         whole = np.zeros(trace.n_lookups, np.bool_)
         hist = np.concatenate([hist, np.zeros_like(hist)], axis=1)
@@ -102,11 +127,18 @@ def sampled_sums(
     cum = np.cumsum(hist, axis=2)[:, :, : len(points)]
     hits, head_hits = cum[:, :n_tenants], cum[:, n_tenants:]
     head_weights = np.where(whole, sample.lookup_tokens, 0).astype(float)
+    sampled_weights = sample.lookup_tokens.astype(float)
+    if lookup_weight is not None:
+        sampled_weights = sampled_weights * lookup_weight
+    drawn = np.zeros(n_tenants + 1, np.int64)
+    if weights is None:  # a replicate's counts are the sample's own
+        drawn = drawn_blocks(trace, ~whole)
     out = []
     for row, w in enumerate(plain):
         g = groups[row]
         measured = g >= 0
         code = np.where(measured, g, n_tenants)  # the unmeasured go to a spare slot
+        lookup_code = code[trace.request_of_lookup]
 
         def per_tenant(weights: np.ndarray | None, at: np.ndarray = code) -> np.ndarray:
             return np.bincount(at, weights=weights, minlength=n_tenants + 1)[:n_tenants]
@@ -114,8 +146,8 @@ def sampled_sums(
         requests = per_tenant(None)
         inp = per_tenant(trace.input_tokens.astype(float))
         covered = per_tenant(sample.covered_tokens.astype(float))
-        sampled = per_tenant(sample.lookup_tokens.astype(float), code[trace.request_of_lookup])
-        heads = per_tenant(head_weights, code[trace.request_of_lookup])
+        sampled = per_tenant(sampled_weights, lookup_code)
+        heads = per_tenant(head_weights, lookup_code)
         present = np.flatnonzero(requests > 0)
         out.append(
             SampledSums(
@@ -124,10 +156,11 @@ def sampled_sums(
                 int(requests.sum()),
                 int(inp.sum()),
                 int(covered.sum()),
-                int(sampled.sum()),
+                int(round(sampled.sum())),
                 hits[row].sum(axis=0),
                 int(heads.sum()),
                 head_hits[row].sum(axis=0),
+                drawn[n_tenants],
             )
         )
         out.extend(
@@ -137,10 +170,11 @@ def sampled_sums(
                 int(requests[c]),
                 int(inp[c]),
                 int(covered[c]),
-                int(sampled[c]),
+                int(round(sampled[c])),
                 hits[row, c],
                 int(heads[c]),
                 head_hits[row, c],
+                int(drawn[c]),
             )
             for c in present
         )
@@ -164,15 +198,32 @@ def estimates(s: SampledSums, rate: float, estimator: str = "ratio") -> np.ndarr
     return np.rint(exact + s.sampled_hits / rate).astype(np.int64)
 
 
-def sampled_lru_curve(sample: BlockSample, points: np.ndarray, windows: Sequence[str]) -> Curve:
-    """The estimated curve at sampled capacities ``points``; a group with blocks none of which
-    is sampled has no rows."""
+def sampled_lru_curve(
+    sample: BlockSample,
+    points: np.ndarray,
+    windows: Sequence[str],
+    replicates: int = interval.GROUPS,
+) -> Curve:
+    """The estimated curve at sampled capacities ``points``, each group with the blocks its
+    estimate rests on and its 95% interval, a jackknife of ``replicates`` groups
+    (``interval.py``; 0: none); a group with blocks none of which is sampled has no rows."""
     curve = Curve(np.asarray(points, dtype=np.int64))
     k = len(curve.capacity_blocks)
-    for s in sampled_sums(sample, points, windows):
+    sums = sampled_sums(sample, points, windows)
+    drawn = np.full((replicates, len(sums), k), np.nan)
+    for i in range(replicates):
+        weights = interval.group_weights(sample.trace.n_unique, i)
+        for j, s in enumerate(sampled_sums(sample, points, windows, weights)):
+            hits = estimates(s, sample.rate)
+            if hits is not None:
+                drawn[i, j] = hits
+    for j, s in enumerate(sums):
         hits = estimates(s, sample.rate)
         if hits is None:
             continue
+        low = high = None
+        if replicates:
+            low, high = interval.jackknife_band(drawn[:, j], hits)
         curve.groups.append(
             Measured(
                 s.tenant,
@@ -180,6 +231,9 @@ def sampled_lru_curve(sample: BlockSample, points: np.ndarray, windows: Sequence
                 np.full(k, s.requests, np.int64),
                 np.full(k, s.input_tokens, np.int64),
                 hits,
+                s.sampled_blocks,
+                low,
+                high,
             )
         )
     return curve

@@ -47,10 +47,25 @@ def mix(values: np.ndarray) -> np.ndarray:
     return z
 
 
+#: The most a drawn rate (``threshold / 2**24``) may differ from the rate asked for: capacities
+#: are scaled by the rate asked for, so a coarser draw would misplace every point.
+RATE_TOLERANCE = 0.01
+#: The smallest rate drawn to within that tolerance (about 3e-6).
+MIN_RATE = 1 / (2 * RATE_TOLERANCE) / (1 << SCALE_BITS)
+
+
 def threshold(rate: float) -> int:
+    """The sample's threshold on the top 24 bits of a mixed hash: a key is kept with
+    probability ``threshold / 2**24``, within :data:`RATE_TOLERANCE` of ``rate``."""
     if not 0 < rate <= 1:
         raise ValueError(f"a sample rate is in (0, 1], got {rate}")
-    return max(1, round(rate * (1 << SCALE_BITS)))
+    if rate < MIN_RATE:
+        raise ValueError(
+            f"a sample rate of {rate:g} cannot be drawn: hashes are sampled in steps of 2**-24, "
+            f"so rates below {MIN_RATE:.1e} are off by more than {RATE_TOLERANCE:.0%} — give "
+            f"--sample-rate {MIN_RATE:.0e} or more"
+        )
+    return round(rate * (1 << SCALE_BITS))
 
 
 def keep(first_hashes: np.ndarray, rate: float) -> np.ndarray:

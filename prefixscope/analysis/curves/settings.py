@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prefixscope.analysis.curves.sampling import threshold
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.isolation import ISOLATIONS
 from prefixscope.analysis.trace.windows import STEADY, check_windows
@@ -65,7 +66,9 @@ class CurveSettings:
         check_windows(self.windows)
         if STEADY in self.windows and self.isolation == "partitioned":
             raise ValueError("a steady window per capacity is not defined for partitioned curves")
-        if not 0 < self.sample_rate <= 1:
+        if self.sample_rate < 1:
+            threshold(self.sample_rate)  # in (0, 1] and drawable: before the trace is read
+        elif self.sample_rate != 1:
             raise ValueError(f"a sample rate is in (0, 1], got {self.sample_rate}")
         if self.sample_by not in SAMPLE_BY:
             raise ValueError(f"sample_by is one of {SAMPLE_BY}, got {self.sample_by!r}")

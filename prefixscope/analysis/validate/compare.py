@@ -60,6 +60,18 @@ def agreement(trace: Trace, comparison: Comparison, rows: np.ndarray) -> dict[st
     return out
 
 
+def reported_only(trace: Trace, reported: np.ndarray, rows: np.ndarray) -> dict[str, object]:
+    """What ``agreement`` says of ``rows`` without a fitted capacity: the reports alone
+    (``reported``: per request in the comparison unit, -1 where not compared)."""
+    sel = rows & (reported >= 0)
+    return {
+        "requests": int(rows.sum()),
+        "compared": int(sel.sum()),
+        "input_tokens": int(trace.input_tokens[sel].sum()),
+        "reported_hit_tokens": int(reported[sel].sum()),
+    }
+
+
 def disagreements(
     trace: Trace, comparison: Comparison, top: int, depth: np.ndarray | None = None
 ) -> list[dict[str, object]]:

@@ -28,6 +28,16 @@ class Reported:
     def present(self) -> np.ndarray:
         return self.tokens != MISSING
 
+    def beyond_prompt(self, input_tokens: np.ndarray) -> np.ndarray:
+        """Reports of more cached tokens than the prompt has (``input_tokens``, not its
+        block-rounded size): no cache could have served them, so they say nothing of one."""
+        return self.tokens > input_tokens
+
+    def usable(self, input_tokens: np.ndarray) -> np.ndarray:
+        """Reports a cache could have given: 0 up to the prompt's tokens. Only these are
+        compared and fitted; a count outside that is not a report of a cache."""
+        return (self.tokens >= 0) & (self.tokens <= input_tokens)
+
 
 def load_reported(con: duckdb.DuckDBPyConnection, trace: Trace) -> Reported:
     """``reported_cached_tokens`` in the replay order of ``load_trace`` (checked by request

@@ -8,6 +8,12 @@
 -- bootstrap over requests; high NULL: unbounded), the capacities that fit all requests best
 -- (best_low/high_blocks) and where the curve's total meets the reported total
 -- (curve_capacity_blocks). Tenant rows: agreement at the fleet's capacity (the cache is shared).
+-- Only usable reports are compared and fitted: 0 up to the prompt's input tokens. beyond_prompt
+-- counts the reports above the prompt's tokens (left out of every other figure);
+-- ceiling_hit_tokens is what the unbounded cache serves the compared requests (in the unit), so
+-- simulated_hit_tokens <= ceiling_hit_tokens and reported_hit_tokens <= input_tokens. With fewer
+-- than 100 usable reports no capacity is fitted: the capacity, agreement and simulated columns
+-- are NULL and note says so.
 CREATE TABLE IF NOT EXISTS validation (
     run_id                  VARCHAR NOT NULL,
     tenant                  VARCHAR NOT NULL,
@@ -18,8 +24,8 @@ CREATE TABLE IF NOT EXISTS validation (
     block_size              INTEGER NOT NULL,
     engine_block_size       INTEGER NOT NULL,
     compare_unit_tokens     INTEGER NOT NULL,
-    capacity_blocks         BIGINT NOT NULL,
-    capacity_tokens         BIGINT NOT NULL,
+    capacity_blocks         BIGINT,
+    capacity_tokens         BIGINT,
     capacity_low_blocks     BIGINT,
     capacity_high_blocks    BIGINT,
     best_low_blocks         BIGINT,
@@ -32,11 +38,22 @@ CREATE TABLE IF NOT EXISTS validation (
     capacity_high_gib       DOUBLE,
     input_tokens            BIGINT NOT NULL,
     reported_hit_tokens     BIGINT NOT NULL,
-    simulated_hit_tokens    BIGINT NOT NULL,
+    simulated_hit_tokens    BIGINT,
     exact_match_share       DOUBLE,
     mean_abs_error_tokens   DOUBLE,
     correlation             DOUBLE,
-    reported_more           BIGINT NOT NULL,
-    reported_fewer          BIGINT NOT NULL,
-    note                    VARCHAR
+    reported_more           BIGINT,
+    reported_fewer          BIGINT,
+    note                    VARCHAR,
+    beyond_prompt           BIGINT,
+    ceiling_hit_tokens      BIGINT
 );
+-- Warehouses written before reports were checked against the prompt, and before a fit could
+-- be refused: their rows say NULL for the new columns (not counted).
+ALTER TABLE validation ADD COLUMN IF NOT EXISTS beyond_prompt BIGINT;
+ALTER TABLE validation ADD COLUMN IF NOT EXISTS ceiling_hit_tokens BIGINT;
+ALTER TABLE validation ALTER COLUMN capacity_blocks DROP NOT NULL;
+ALTER TABLE validation ALTER COLUMN capacity_tokens DROP NOT NULL;
+ALTER TABLE validation ALTER COLUMN simulated_hit_tokens DROP NOT NULL;
+ALTER TABLE validation ALTER COLUMN reported_more DROP NOT NULL;
+ALTER TABLE validation ALTER COLUMN reported_fewer DROP NOT NULL;
