@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         fields=tuple(
             (name, getattr(args, f"{name}_field"))
             for name in FIELD_FLAGS
-            if getattr(args, f"{name}_field")
+            if getattr(args, f"{name}_field") is not None  # an empty path is refused, not dropped
         ),
         chat_template=args.chat_template,
         tokenizer=args.tokenizer,
