@@ -157,7 +157,8 @@ def test_layouts_are_told_apart_line_by_line(tmp_path, wh) -> None:
         # a path a flag names is never second-guessed
         (litellm(), {"request": "request"}, "missing_field", "missing or null: request"),
         # the line itself, but it holds no prompt
-        ({"timestamp": START, "usage": USAGE}, {"request": "."}, "template_error", None),
+        ({"timestamp": START, "usage": USAGE}, {"request": "."}, "missing_field",
+         "missing or null: messages (or prompt)"),
         # no timestamp and no startTime
         ({"messages": MESSAGES}, {}, "missing_field", "missing or null: timestamp (or startTime)"),
         ({**litellm(), "startTime": "soon"}, {}, "wrong_type",
@@ -200,7 +201,7 @@ def test_the_command_reads_a_litellm_log_and_keeps_no_text(tmp_path, capsys) -> 
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT tenant FROM requests").fetchall() == [("team-a",)]
         rejects = con.execute("SELECT reason, detail FROM rejects").fetchall()
-    assert rejects[0][0] == "template_error"
+    assert rejects[0] == ("missing_field", "missing or null: messages (or prompt)")
     raw = db.read_bytes()
     for text in (b"SECRET-GAMMA", b"Umbrella", b"Refunded"):
         assert text not in raw and text.decode() not in out.out + out.err + json.dumps(rejects)

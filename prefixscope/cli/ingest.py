@@ -27,7 +27,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", required=True, choices=sorted(FORMATS))
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain or .gz")
     flags.warehouse(p)
-    p.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant of every request (%(default)s)")
+    p.add_argument(
+        "--tenant",
+        type=flags.tenant_name,
+        default=DEFAULT_TENANT,
+        help="tenant of every request (%(default)s)",
+    )
     p.add_argument(
         "--block-size", type=flags.block_size, help="tokens per block (mooncake 512, others 16)"
     )
@@ -67,7 +72,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
             f"--{name.replace('_', '-')}-field",
             dest=f"{name}_field",
             metavar="PATH",
-            help=f"{formats}: where the {name.replace('_', ' ')} is",
+            help=f'{formats}: where the {name.replace("_", " ")} is (a field path: a.b, a["b.c"])',
         )
 
 
@@ -108,9 +113,13 @@ def check_files(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from prefixscope.ingest import IngestOptions
+    from prefixscope.ingest.staging import check_inputs
     from prefixscope.stages import ingest
 
     check_files(args)
+    # Before the warehouse is created or opened: a missing or unreadable input leaves no file
+    # and no failed run behind.
+    check_inputs(args.input, args.format)
 
     options = IngestOptions(
         tenant=args.tenant,
@@ -122,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         fields=tuple(
             (name, getattr(args, f"{name}_field"))
             for name in FIELD_FLAGS
-            if getattr(args, f"{name}_field")
+            if getattr(args, f"{name}_field") is not None  # an empty path is refused, not dropped
         ),
         chat_template=args.chat_template,
         tokenizer=args.tokenizer,

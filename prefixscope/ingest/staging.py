@@ -38,21 +38,21 @@ from prefixscope.ingest.formats.base import (
     MIN_ARRIVAL_US,
     TIMESTAMP_OUT_OF_RANGE,
     conform,
+    judge_tenants,
     mark_rejected,
 )
 from prefixscope.ingest.formats.openai import check_chat_template
+from prefixscope.ingest.formats.paths import parse_path, show_path
 from prefixscope.ingest.lines import FileReadState, prefetch
 from prefixscope.ingest.parallel import ordered_map
+from prefixscope.ingest.refusals import (
+    SNIFF_LINES,
+    FormatMismatch,
+    refuse_if_none_accepted,
+    sniff,
+)
 
-#: Reject reasons that say "this line is not of the format" rather than "this value is bad".
-_SHAPE_REASONS = {"invalid_utf8", "invalid_json", "not_an_object", "missing_field", "wrong_type"}
-#: A file whose first this-many non-blank lines all fail on shape is not the format asked for.
-SNIFF_LINES = 100
-
-
-class FormatMismatch(ValueError):
-    """The file is not the format asked for; nothing of it was written."""
-
+__all__ = ["SNIFF_LINES", "FormatMismatch", "Staged", "StagedFile", "check_inputs", "stage_files"]
 
 #: Rows per record batch of a spilled file: many batches let DuckDB copy them on every core.
 ROWS_PER_STAGED_BATCH = 16_384
@@ -130,7 +130,9 @@ def check_inputs(paths: Sequence[str | Path], format_name: str) -> None:
         raise ValueError("no input file given")
     missing = [str(p) for p in paths if not os.path.lexists(p) or not Path(p).exists()]
     if missing:
-        raise FileNotFoundError(f"no such input file: {', '.join(missing)}")
+        raise FileNotFoundError(
+            f"no such input file: {', '.join(missing)} — check the path; nothing was written"
+        )
     for p in paths:
         try:
             mode = os.stat(p).st_mode
@@ -223,6 +225,14 @@ def _configured(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def tenant_source(options: IngestOptions) -> str:
+    """How reject messages name where the tenant came from."""
+    path = options.field("tenant")
+    if path:
+        return show_path(parse_path(path))
+    return options.tenant_from or "--tenant"
+
+
 def _stage_one(
     cursors: list[duckdb.DuckDBPyConnection],
     path: Path,
@@ -241,8 +251,10 @@ def _stage_one(
     with contextlib.closing(ordered_map(parse, prefetch(fmt.batches(path, state)), cursors)) as rs:
         for n, rows in rs:
             assert rows.num_rows == n, "a format must return one row per input row"
+            # The rule on names applies to the name itself, before any pseudonym hides it.
+            rows = judge_tenants(rows, tenant_source(options))
             if not staged:
-                _sniff(rows, path, format_name)
+                sniff(rows, path, format_name, options)
             if options.pseudonymize_key:
                 rows = pseudonymize(rows, options.pseudonymize_key)
             staged.append(rows)
@@ -250,6 +262,7 @@ def _stage_one(
         staged = _mark_truncated(staged, *state.truncated)
     stage = pa.concat_tables(staged) if staged else STAGE_SCHEMA.empty_table()
     stage = judge_timestamps(stage)
+    refuse_if_none_accepted(stage, path, format_name, options)
     # Every line read is staged exactly once: the identity that means "nothing vanishes".
     assert stage.num_rows == state.lines, (stage.num_rows, state.lines)
     return StagedFile(path, resolved, state, stage)
@@ -289,23 +302,6 @@ def judge_timestamps(stage: pa.Table) -> pa.Table:
                 "file's median arrival (check --timestamp-unit / --start)",
             )
     return stage
-
-
-def _sniff(rows: pa.Table, path: Path, format_name: str) -> None:
-    """Fail fast, before anything is written, on a file that is not ``format_name``."""
-    head = rows.filter(pc.not_equal(pc.fill_null(rows["reason"], ""), "blank_line"))
-    head = head.slice(0, SNIFF_LINES)
-    reasons = head["reason"].to_pylist()
-    if not reasons or any(r is None or r not in _SHAPE_REASONS for r in reasons):
-        return
-    counts: dict[tuple[str, str], int] = {}
-    for r, d in zip(reasons, head["detail"].to_pylist(), strict=True):
-        counts[(r, d)] = counts.get((r, d), 0) + 1
-    (reason, detail), _ = max(counts.items(), key=lambda kv: kv[1])
-    raise FormatMismatch(
-        f"{path} does not look like {format_name}: none of its first {len(reasons)} lines "
-        f"parsed (most often: {reason}, {detail}); pick the right --format or field flags"
-    )
 
 
 def pseudonymize(rows: pa.Table, key: str) -> pa.Table:

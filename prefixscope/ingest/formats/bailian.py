@@ -48,9 +48,7 @@ class Bailian(JsonLines):
             raise ValueError(
                 f"bailian takes the tenant from 'type' only, not {options.tenant_from!r}"
             )
-        tenant_path = options.field("tenant")
-        if tenant_path and options.tenant_from:
-            raise ValueError("give --tenant-field or --tenant-from, not both")
+        tenant_path = options.field("tenant")  # never with tenant_from: IngestOptions refuses
         bs = options.block_size or self.default_block_size
         needed = f"(input_tokens + {bs} - 1) // {bs}"
         checks = [

@@ -13,7 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prefixscope.ingest.formats.paths import parse_path
 from prefixscope.ingest.lines import FileReadState, read_line_batches
+from prefixscope.tenants import check_tenant, tenant_problem
 
 #: Relative timestamps are placed after this instant unless ``--start`` says otherwise. The Unix
 #: epoch means a log whose timestamps are already absolute epoch times keeps its real times.
@@ -90,10 +92,20 @@ class IngestOptions:
             raise ValueError(f"block size must be positive, got {self.block_size}")
         if self.start.tzinfo is None:
             raise ValueError("start must carry a time zone (e.g. 2026-01-01T00:00:00Z)")
-        if not self.tenant:
-            raise ValueError("tenant must not be empty")
+        check_tenant(self.tenant, "--tenant")
+        for name, path in self.fields:  # a path that does not parse stops before any work
+            parse_path(path, field_flag(name))
+        if self.field("tenant") and self.tenant_from:
+            raise ValueError(
+                "give --tenant-field or --tenant-from, not both — they both name the tenant"
+            )
         if self.timestamp_unit not in ("s", "ms", "us"):
             raise ValueError(f"timestamp unit must be s, ms or us, got {self.timestamp_unit!r}")
+
+
+def field_flag(name: str) -> str:
+    """The flag that maps the field ``name`` of :attr:`IngestOptions.fields`."""
+    return f"--{name.replace('_', '-')}-field"
 
 
 class LogFormat(Protocol):
@@ -174,4 +186,27 @@ def mark_rejected(rows: pa.Table, where: np.ndarray, reason: str, detail: str) -
     for name, value in (("reason", reason), ("detail", detail)):
         column = pc.if_else(mask, pa.scalar(value, pa.string()), rows[name])
         rows = rows.set_column(rows.schema.get_field_index(name), name, column)
+    return rows
+
+
+#: The reject reason of a line whose tenant breaks the rule on names (docs/ingest.md#tenant-names).
+INVALID_TENANT = "invalid_tenant"
+
+
+def judge_tenants(rows: pa.Table, source: str) -> pa.Table:
+    """``rows`` with each accepted row whose tenant name breaks the rule of
+    :mod:`prefixscope.tenants` (empty, blank, non-printable, too long, the fleet's ``*``)
+    rejected as ``invalid_tenant``; the message names ``source`` (the field) and the rule
+    broken, never the name. Judged once per distinct name."""
+    ok = pc.is_null(rows["reason"])
+    names = pc.unique(pc.drop_null(pc.filter(rows["tenant"], ok))).to_pylist()
+    problems: dict[str, list[str]] = {}
+    for name in names:
+        problem = tenant_problem(name)
+        if problem is not None:
+            problems.setdefault(problem, []).append(name)
+    for problem, bad in problems.items():
+        where = pc.and_(ok, pc.is_in(rows["tenant"], pa.array(bad, pa.string())))
+        detail = f"the tenant ({source}) is not a valid tenant name: {problem}"
+        rows = mark_rejected(rows, np.asarray(where), INVALID_TENANT, detail)
     return rows

@@ -7,6 +7,10 @@ blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_fi
 wrong_type, out_of_range, timestamp_out_of_range (a ``time`` field: not finite, or outside
 1970-01-01..2100-01-01), then the format's own checks, in the order given. Messages name the
 fields, never their values.
+
+The SQL text is made of this module's and the formats' own words only: every path and every
+field's name in a message (which come from flags) is a bound parameter (``$p0``, ``$p1``, …),
+the path as its JSON Pointer (:mod:`prefixscope.ingest.formats.paths`).
 """
 
 from __future__ import annotations
@@ -19,11 +23,16 @@ import duckdb
 import pyarrow as pa
 
 from prefixscope.ingest.formats.base import MAX_ARRIVAL_US, MIN_ARRIVAL_US
+from prefixscope.ingest.formats.paths import ROOT, json_pointer, parse_path, show_path
 
-Kind = Literal["integer", "number", "string", "id", "integer_array", "json", "time"]
+Kind = Literal["integer", "number", "string", "id", "integer_array", "json", "object", "time"]
 
 _INTEGER = r"-?[0-9]{1,18}"
 _ARRAY = r"\[([0-9]{1,20}(,[0-9]{1,20})*)?\]"
+#: An integer field holds at most 18 digits (BIGINT, with room): a number of this size or more
+#: is out_of_range (naming the field), not a type the user never wrote.
+_INTEGER_LIMIT = "1e18"
+_LONG_ID = "an integer of at most 18 digits; write a longer one as a string"
 _EXPECTED = {
     "integer": "an integer",
     "number": "a number",
@@ -31,23 +40,18 @@ _EXPECTED = {
     "id": "a string or an integer",
     "integer_array": "an array of non-negative integers",
     "json": "a JSON value",
+    "object": "an object",
     "time": "a number or an ISO 8601 time",
 }
 
-
-#: The path of the line itself (``--request-field .``: the line is the request body).
-ROOT = "."
-
-
-def json_path(path: str) -> str:
-    """The JSON path of a dotted path; :data:`ROOT` is the whole line."""
-    return "$" if path == ROOT else "$." + ".".join(f'"{p}"' for p in path.split("."))
+__all__ = ["ROOT", "Check", "Field", "parse_fields"]
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field: output column ``name``, read at ``path`` (dotted: ``usage.prompt_tokens``;
-    :data:`ROOT`, ``.``: the line itself)."""
+    """One field: output column ``name`` (this code's word), read at ``path`` (a field path,
+    docs/ingest.md#field-paths: ``usage.prompt_tokens``; :data:`ROOT`, ``.``: the line
+    itself)."""
 
     name: str
     path: str
@@ -65,8 +69,8 @@ class Field:
     root_if: str | None = None
 
     @property
-    def json_path(self) -> str:
-        return json_path(self.path)
+    def keys(self) -> tuple[str, ...]:
+        return parse_path(self.path)
 
     @property
     def label(self) -> str:
@@ -74,11 +78,11 @@ class Field:
 
         def name(path: str) -> str:
             if path != ROOT:
-                return path
+                return show_path(parse_path(path))
             return f"top-level {self.root_if}" if self.root_if else "the line"
 
         also = f" (or {' or '.join(map(name, self.fallbacks))})" if self.fallbacks else ""
-        return (name(self.path) + also).replace("'", "''")  # it goes into SQL text
+        return name(self.path) + also
 
 
 @dataclass(frozen=True)
@@ -98,11 +102,24 @@ def parse_fields(
     max_line_bytes: int = 16 << 20,
 ) -> pa.Table:
     """``line, reason, detail`` and one column per field, for each row of ``batch(line, raw)``."""
+    query, params = _query(fields, checks)
     con.register("batch", batch)
     try:
-        return con.sql(_query(fields, checks), params={"max": max_line_bytes}).to_arrow_table()
+        return con.sql(query, params={"max": max_line_bytes, **params}).to_arrow_table()
     finally:
         con.unregister("batch")
+
+
+class _Params:
+    """The parameters of one query: :meth:`bind` a value, put the name it returns in the SQL."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+
+    def bind(self, value: object) -> str:
+        name = f"p{len(self.values)}"
+        self.values[name] = value
+        return f"${name}"
 
 
 def _value(f: Field, v: str) -> str:
@@ -119,6 +136,7 @@ def _value(f: Field, v: str) -> str:
         "integer_array": f"CASE WHEN regexp_full_match({v}::VARCHAR, '{_ARRAY}') "
         f"THEN TRY_CAST({v}::VARCHAR AS UBIGINT[]) END",
         "json": f"{v}",
+        "object": f"CASE WHEN {t} = 'OBJECT' THEN {v} END",
         # DOUBLE epoch µs here (never an overflowing cast): the range rule rejects what does
         # not fit, and the output casts the rest to BIGINT. An ISO string that parses to an
         # infinite time ('infinity') is +inf, so it is out of range too.
@@ -134,16 +152,29 @@ def _present(v: str) -> str:
     return f"({v} IS NOT NULL AND json_type({v}) <> 'NULL')"
 
 
-def _raw_columns(fields: Sequence[Field]) -> tuple[list[str], list[str]]:
-    """The JSON paths to extract in one call (``v``), and each field's raw JSON value: its
-    path, else the first of its fallbacks present on the line."""
-    paths: list[str] = []
+def _huge(f: Field) -> str:
+    """SQL: the field is an integer kind holding a number too large for it (an integer of 19
+    digits or more, ``1e30``, ``1e400``): out_of_range, whatever JSON type it parsed as."""
+    if f.kind not in ("integer", "id"):
+        return "false"
+    v = f"raw_{f.name}"
+    return (
+        f"coalesce(json_type({v}) IN ('UBIGINT', 'BIGINT', 'DOUBLE') "
+        f"AND NOT (abs(TRY_CAST({v}::VARCHAR AS DOUBLE)) < {_INTEGER_LIMIT}), false)"
+    )
+
+
+def _raw_columns(fields: Sequence[Field], p: _Params) -> tuple[str, list[str]]:
+    """The JSON pointers to extract in one call (``v``, bound as one list), and each field's
+    raw JSON value: its path, else the first of its fallbacks present on the line."""
+    pointers: list[str] = []
 
     def slot(path: str) -> str:
-        if path == ROOT:
+        keys = parse_path(path)
+        if not keys:
             return "j"
-        paths.append(f"'{json_path(path)}'")
-        return f"v[{len(paths)}]"
+        pointers.append(json_pointer(keys))
+        return f"v[{len(pointers)}]"
 
     columns = []
     for f in fields:
@@ -151,7 +182,8 @@ def _raw_columns(fields: Sequence[Field]) -> tuple[list[str], list[str]]:
         whens = []
         for alt in f.fallbacks:
             if alt == ROOT and f.root_if:
-                whens.append((_present(f"json_extract(j, '{json_path(f.root_if)}')"), "j"))
+                where = p.bind(json_pointer(parse_path(f.root_if)))
+                whens.append((_present(f"json_extract(j, {where})"), "j"))
             else:
                 v = slot(alt)
                 whens.append((_present(v), v))
@@ -159,12 +191,15 @@ def _raw_columns(fields: Sequence[Field]) -> tuple[list[str], list[str]]:
             cases = " ".join(f"WHEN {c} THEN {v}" for c, v in [(_present(main), main), *whens])
             main = f"CASE {cases} ELSE {main} END"
         columns.append(f"{main} AS raw_{f.name}")
-    return paths, columns
+    values = f"json_extract(j, {p.bind(pointers)}::VARCHAR[])" if pointers else "NULL"
+    return values, columns
 
 
-def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
-    extract, raw = _raw_columns(fields)
-    values = f"json_extract(j, [{', '.join(extract)}])" if extract else "NULL"
+def _query(fields: Sequence[Field], checks: Sequence[Check]) -> tuple[str, dict[str, object]]:
+    """The SQL of :func:`parse_fields` and its parameters (every path and label among them)."""
+    p = _Params()
+    values, raw = _raw_columns(fields, p)
+    labels = {f.name: p.bind(f.label) for f in fields}
     raw_cols = ",\n           ".join(raw)
     typed = ",\n           ".join(f"{_value(f, f'raw_{f.name}')} AS {f.name}" for f in fields)
 
@@ -172,16 +207,17 @@ def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
         return f"(raw_{f.name} IS NULL OR json_type(raw_{f.name}) = 'NULL')"
 
     def mistyped(f: Field) -> str:
-        bad = f"({f.name} IS NULL)"
+        bad = f"({f.name} IS NULL AND NOT {_huge(f)})"
         if f.kind == "integer_array":  # an element past 2**64 casts to NULL
             bad = f"({f.name} IS NULL OR list_count({f.name}) < len({f.name}))"
         return f"(NOT {absent(f)} AND {bad})"
 
     def low(f: Field) -> str:
-        return f"({f.name} < {f.minimum})" if f.minimum is not None else "false"
+        below = f"({f.name} < {f.minimum})" if f.minimum is not None else "false"
+        return f"({below} OR (NOT {absent(f)} AND {_huge(f)}))"
 
     def names(cond, fs: Sequence[Field]) -> str:  # type: ignore[no-untyped-def]
-        parts = ", ".join(f"CASE WHEN {cond(f)} THEN '{f.label}' END" for f in fs)
+        parts = ", ".join(f"CASE WHEN {cond(f)} THEN {labels[f.name]} END" for f in fs)
         return f"array_to_string(list_filter([{parts}], lambda x: x IS NOT NULL), ', ')"
 
     times = [f for f in fields if f.kind == "time"]
@@ -194,7 +230,7 @@ def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
 
     time_range = " OR ".join(unplausible(f) for f in times) or "false"
     required = [f for f in fields if f.required]
-    bounded = [f for f in fields if f.minimum is not None]
+    bounded = [f for f in fields if f.minimum is not None or f.kind in ("integer", "id")]
     missing = " OR ".join(absent(f) for f in required) or "false"
     wrong = " OR ".join(mistyped(f) for f in fields) or "false"
     out_of_range = " OR ".join(low(f) for f in bounded) or "false"
@@ -203,19 +239,32 @@ def _query(fields: Sequence[Field], checks: Sequence[Check]) -> str:
         f"        WHEN reason = '{c.reason}' AND ({c.bad}) THEN {c.detail}" for c in checks
     )
     wrong_detail = " || '; ' || ".join(
-        f"CASE WHEN {mistyped(f)} THEN '{f.label} is ' || coalesce(json_type(raw_{f.name}), '?') "
-        f"|| ', expected {_EXPECTED[f.kind]}' ELSE '' END"
+        f"CASE WHEN {mistyped(f)} THEN {labels[f.name]} || ' is ' "
+        f"|| coalesce(json_type(raw_{f.name}), '?') || ', expected {_EXPECTED[f.kind]}' ELSE '' END"
         for f in fields
     )
-    range_detail = names(lambda f: low(f), bounded) if bounded else "''"
-    minimums = ", ".join(f"{f.label} >= {f.minimum}" for f in bounded)
+
+    def limit(f: Field) -> str:
+        rules = [f"at least {f.minimum}"] if f.minimum is not None else []
+        rules += {"integer": ["at most 18 digits"], "id": [_LONG_ID]}.get(f.kind, [])
+        why = f"' is out of range ({', '.join(rules)})'"
+        return f"CASE WHEN {low(f)} THEN {labels[f.name]} || {why} END"
+
+    range_detail = (
+        f"array_to_string(list_filter([{', '.join(map(limit, bounded))}], "
+        "lambda x: x IS NOT NULL), '; ')"
+        if bounded
+        else "''"
+    )
     columns = ", ".join(
         f"CASE WHEN reason IS NULL THEN CAST(round({f.name}) AS BIGINT) END AS {f.name}"
         if f.kind == "time"
         else f.name
         for f in fields
     )
-    return f"""
+    time_names = names(unplausible, times) if times else "''"
+    return (
+        f"""
 WITH decoded AS (
     SELECT line, octet_length(raw) AS nbytes,
            CASE WHEN octet_length(raw) <= $max THEN try(decode(raw)) END AS text
@@ -262,12 +311,13 @@ SELECT line, reason,
         WHEN reason = 'missing_field' THEN 'missing or null: ' || {names(absent, required)}
         WHEN reason = 'wrong_type'
             THEN trim(regexp_replace({wrong_detail}, '(; )+', '; ', 'g'), '; ')
-        WHEN reason = 'out_of_range' AND ({out_of_range})
-            THEN {range_detail} || ' out of range ({minimums})'
-        WHEN reason = 'timestamp_out_of_range' THEN {names(unplausible, times) if times else "''"}
+        WHEN reason = 'out_of_range' AND ({out_of_range}) THEN {range_detail}
+        WHEN reason = 'timestamp_out_of_range' THEN {time_names}
             || ' is not finite or lands outside 1970-01-01..2100-01-01 after its unit and --start'
 {format_details}
     END AS detail,
     {columns}
 FROM judged
-"""
+""",
+        p.values,
+    )

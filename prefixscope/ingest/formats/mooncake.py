@@ -21,7 +21,8 @@ from prefixscope.ingest.formats.base import (
     JsonLines,
     conform,
 )
-from prefixscope.ingest.formats.jsonfields import Field, json_path
+from prefixscope.ingest.formats.jsonfields import Field
+from prefixscope.ingest.formats.paths import json_pointer, parse_path
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ class Mooncake(JsonLines):
             "tenant": options.tenant,
             "min_us": MIN_ARRIVAL_US,
             "max_us": MAX_ARRIVAL_US,
-            "tenant_path": json_path(tenant_path) if tenant_path else None,
-            "tenant_label": Field("tenant", tenant_path or "", "id").label,
+            "tenant_path": json_pointer(parse_path(tenant_path)) if tenant_path else None,
+            "tenant_label": Field("tenant", tenant_path, "id").label if tenant_path else "",
         }
         rest = batch.filter(pc.invert(pc.is_in(batch["line"], parsed["line"])))
         con.register("batch", rest)

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 
 from prefixscope.ingest.formats.base import IngestOptions, JsonLines
 from prefixscope.ingest.formats.jsonfields import ROOT, Field, parse_fields
+from prefixscope.ingest.formats.paths import join_path
 from prefixscope.ingest.formats.tokensource import arrival_field, finish_token_rows
 
 #: The layout used without ``--chat-template``: ChatML, as Qwen and many open models use it.
@@ -170,7 +171,43 @@ def _response_text(response: Any) -> str | None:
 
 
 def _under(base: str, path: str) -> str:
-    return path if base == ROOT else f"{base}.{path}"
+    """The dotted ``path`` (this module's own, e.g. ``usage.completion_tokens``) under the
+    field path ``base`` (a flag's)."""
+    return join_path(base, *path.split("."))
+
+
+def body_problem(body: Any, where: str) -> tuple[str, str] | None:
+    """Why the request ``body`` (found at the path ``where``) holds no prompt, as a reject
+    reason and its message naming the field; None when it has one to render."""
+    messages, prompt = join_path(where, "messages"), join_path(where, "prompt")
+    has_messages = body.get("messages") is not None
+    if not has_messages and body.get("prompt") is None:
+        return "missing_field", f"missing or null: {messages} (or {prompt})"
+    if not has_messages:
+        if not isinstance(body["prompt"], str):
+            return "wrong_type", f"{prompt} is {_kind(body['prompt'])}, expected a string"
+        return None
+    if not isinstance(body["messages"], list):
+        if isinstance(body.get("prompt"), str):
+            return None
+        return "wrong_type", f"{messages} is {_kind(body['messages'])}, expected an array"
+    for i, m in enumerate(body["messages"]):
+        if not isinstance(m, dict):
+            return "wrong_type", f"{join_path(messages, str(i))} is {_kind(m)}, expected an object"
+        if m.get("role") is None:
+            return "missing_field", f"missing or null: {join_path(messages, str(i), 'role')}"
+    return None
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of a parsed value, in the words of DuckDB's ``json_type`` (as every other
+    wrong_type message names types)."""
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    if isinstance(value, int):
+        return "BIGINT"
+    names = {float: "DOUBLE", str: "VARCHAR", list: "ARRAY", dict: "OBJECT"}
+    return next((n for t, n in names.items() if isinstance(value, t)), "NULL")
 
 
 def layout_fields(options: IngestOptions) -> tuple[Field, ...]:
@@ -198,7 +235,7 @@ def layout_fields(options: IngestOptions) -> tuple[Field, ...]:
         Field(
             "body",
             request or "request",
-            "json",
+            "object",
             fallbacks=() if request else (ROOT,),
             root_if="messages",
         ),
@@ -240,6 +277,9 @@ class OpenAI(JsonLines):
         self, con: duckdb.DuckDBPyConnection, batch: pa.Table, options: IngestOptions
     ) -> pa.Table:
         fields = list(layout_fields(options))
+        request = options.field("request")
+        if request is None:  # where the body was found, for messages that name its fields
+            fields.append(Field("request_given", "request", "json", required=False))
         for name, flag in (("tenant", "tenant"), ("session_id", "session")):
             path = options.field(flag)
             if path:  # a mapped field is required: a row without it is rejected, not guessed
@@ -258,13 +298,20 @@ class OpenAI(JsonLines):
         prompts: list[str] = []
         replies: list[tuple[int, str]] = []
         where: list[int] = []
+        given = rows["request_given"].to_pylist() if request is None else [True] * rows.num_rows
         for i, (reason, body, resp) in enumerate(
             zip(reasons, rows["body"].to_pylist(), rows["response"].to_pylist(), strict=True)
         ):
             if reason is not None:
                 continue
+            request_body = json.loads(body)
+            at = request or ("request" if given[i] not in (None, "null") else ROOT)
+            problem = body_problem(request_body, at)
+            if problem is not None:  # named as the log has it, before any template runs
+                reasons[i], details[i] = problem
+                continue
             try:
-                prompts.append(render(json.loads(body), template))
+                prompts.append(render(request_body, template))
                 where.append(i)
             except Exception as exc:  # noqa: BLE001 -- any template failure is this row's reject
                 reasons[i] = "template_error"
@@ -283,7 +330,10 @@ class OpenAI(JsonLines):
             outputs[i] = len(ids)
         del prompts, replies  # the text goes no further than this function
         rows = (
-            rows.drop_columns(["body", "response", "reason", "detail", "output_tokens"])
+            rows.drop_columns(
+                ["body", "response", "reason", "detail", "output_tokens"]
+                + (["request_given"] if request is None else [])
+            )
             .append_column("reason", pa.array(reasons, pa.string()))
             .append_column("detail", pa.array(details, pa.string()))
             .append_column("output_tokens", pa.array(outputs, pa.int64()))

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from prefixscope import sql
 from prefixscope.ingest.formats.base import MAX_ARRIVAL_US, MIN_ARRIVAL_US, IngestOptions
-from prefixscope.ingest.formats.jsonfields import ROOT
+from prefixscope.ingest.formats.paths import json_pointer, parse_path
 
 #: The fields every Mooncake line has, read as their raw JSON by the fast path.
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -32,24 +32,26 @@ _LENGTH_DIGITS = 15
 _ID_DIGITS = 19
 
 
-def fast_query(tenant_path: str | None) -> tuple[str, str] | None:
-    """The fast path's SQL and its ``json_transform`` structure: the four fields and, when one
-    is mapped, the tenant at its dotted path, each read as raw JSON. None when the tenant path
-    is the line itself or lies inside one of the four fields: then every line takes the full
-    rule chain."""
+def fast_query(tenant_path: str | None) -> tuple[str, dict[str, object]] | None:
+    """The fast path's SQL and its parameters: the ``json_transform`` structure (the four
+    fields and, when a tenant is mapped, the top-level key of its path, each read as raw JSON)
+    and where the tenant lies under that key (a JSON Pointer, ``$``: the key itself). None when
+    the tenant path is the line itself, or its first key is one of the four fields (compared
+    without case: the structure's names must differ so): then every line takes the full rule
+    chain. The path's keys are parameters, never SQL text."""
     structure: dict[str, object] = dict.fromkeys(FIELDS, "JSON")
-    access = "NULL::JSON"
-    if tenant_path:
-        parts = tenant_path.split(".")
-        if tenant_path == ROOT or parts[0] in FIELDS or "" in parts:
-            return None
-        node = structure
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})  # type: ignore[assignment]
-        node[parts[-1]] = "JSON"
-        access = "f." + ".".join('"' + p.replace('"', '""') + '"' for p in parts)
-    query = sql.load("ingest/mooncake_fast").replace("f.tenant_path", access)
-    return query, json.dumps(structure)
+    if not tenant_path:
+        return sql.load("ingest/mooncake_fast"), {"structure": json.dumps(structure)}
+    keys = parse_path(tenant_path)
+    if not keys or keys[0].lower() in FIELDS:
+        return None
+    structure[keys[0]] = "JSON"
+    params = {
+        "structure": json.dumps(structure),
+        "tenant_key": keys[0],
+        "tenant_rest": json_pointer(keys[1:]),
+    }
+    return sql.load("ingest/mooncake_fast_tenant"), params
 
 
 def plain_rows(
@@ -57,16 +59,16 @@ def plain_rows(
     batch: pa.Table,
     options: IngestOptions,
     block_size: int,
-    query: tuple[str, str],
+    query: tuple[str, dict[str, object]],
 ) -> pa.Table:
     """The accepted rows of the lines of ``batch`` (view-free: registers ``batch`` itself) that
     have plain values: columns line, arrival_ts, tenant, input_tokens, output_tokens,
     block_size, block_hashes. Lines not among them are for ``mooncake.sql`` to judge."""
-    text, structure = query
+    text, params = query
     con.register("batch", batch)
     try:
         raw = con.sql(
-            text, params={"structure": structure, "max_line_bytes": options.max_line_bytes}
+            text, params={**params, "max_line_bytes": options.max_line_bytes}
         ).to_arrow_table()
     finally:
         con.unregister("batch")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from prefixscope.ingest.formats.base import MAX_ARRIVAL_US, MIN_ARRIVAL_US, IngestOptions
@@ -103,18 +104,14 @@ def _parse_parquet(
 ) -> pa.Table:
     """Validate typed Parquet columns with the same reasons as JSON lines: a column that is not
     there fails the file; a NULL is missing_field; a value of the wrong type is wrong_type."""
-    missing = [f.path for f in fields if f.path not in batch.column_names]
-    if missing:
-        raise ValueError(
-            f"the Parquet file has no column {', '.join(missing)}: "
-            f"map columns with --token-field, --timestamp-field, ..."
-        )
+    batch = _columns(batch, fields)
+    labels = {f"label_{f.name}": f.label for f in fields}  # bound: a path is never SQL text
     con.register("batch", batch)
     try:
         exprs, absent, wrong = [], [], []
         for f in fields:
-            col = f'"{f.path}"'
-            typ = batch.schema.field(f.path).type
+            col = f"c_{f.name}"
+            typ = batch.schema.field(col).type
             if f.kind == "integer_array":
                 ok = pa.types.is_list(typ) or pa.types.is_large_list(typ)
                 ok = ok and pa.types.is_integer(typ.value_type)
@@ -142,8 +139,8 @@ def _parse_parquet(
                 value = f"CAST({col} AS VARCHAR)"
                 bad = "false"
             exprs.append(f"{value} AS {f.name}")
-            absent.append(f"CASE WHEN {col} IS NULL THEN '{f.path}' END")
-            wrong.append(f"CASE WHEN {bad} THEN '{f.path}' END")
+            absent.append(f"CASE WHEN {col} IS NULL THEN $label_{f.name} END")
+            wrong.append(f"CASE WHEN {bad} THEN $label_{f.name} END")
         time_range = " OR ".join(
             f"({f.name} IS NOT NULL AND (NOT isfinite({f.name}::DOUBLE) "
             f"OR {f.name} < {MIN_ARRIVAL_US} OR {f.name} >= {MAX_ARRIVAL_US}))"
@@ -185,6 +182,41 @@ def _parse_parquet(
             END AS detail, {outputs}
         FROM judged ORDER BY line
         """
-        return con.sql(query).to_arrow_table()
+        return con.sql(query, params=labels).to_arrow_table()
     finally:
         con.unregister("batch")
+
+
+def _columns(batch: pa.Table, fields: list[Field]) -> pa.Table:
+    """``line`` and, per field, the column at its path as ``c_NAME`` (NAME: this code's word,
+    never the file's): the path's first key is a column, each further key a field of a struct.
+    A path that leads to no column fails the file, naming it."""
+    columns = {"line": batch["line"]}
+    missing = []
+    for f in fields:
+        column = _at(batch, f.keys)
+        if column is None:
+            missing.append(f.label)
+        else:
+            columns[f"c_{f.name}"] = column
+    if missing:
+        raise ValueError(
+            f"the Parquet file has no column {', '.join(missing)} — map columns with "
+            "--token-field, --timestamp-field, ... (docs/ingest.md#field-paths)"
+        )
+    return pa.table(columns)
+
+
+def _at(batch: pa.Table, keys: tuple[str, ...]) -> pa.ChunkedArray | None:
+    """The column at ``keys`` (the first of equal names), or None when there is none."""
+    found = batch.schema.get_all_field_indices(keys[0]) if keys else []
+    if not found:
+        return None
+    column = batch.column(found[0])
+    for key in keys[1:]:
+        typ = column.type
+        index = typ.get_field_index(key) if pa.types.is_struct(typ) else -1
+        if index < 0:
+            return None
+        column = pc.struct_field(column, [index])
+    return column

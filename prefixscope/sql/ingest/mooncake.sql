@@ -1,9 +1,10 @@
 -- Parse one batch of Mooncake JSONL lines.
 -- In:  view `batch(line BIGINT, raw BLOB)`; parameters $block_size, $max_line_bytes, $start,
 --      $tenant, $min_us, $max_us (the plausible arrival range, epoch microseconds),
---      $tenant_path (the JSON path of --tenant-field, NULL: every row gets $tenant) and
---      $tenant_label (that field as messages name it). A mapped tenant field is required, a
---      string or an integer, as in every format that maps one.
+--      $tenant_path (the JSON Pointer of --tenant-field, bound like every value from outside;
+--      NULL: every row gets $tenant) and $tenant_label (that field as messages name it). A
+--      mapped tenant field is required, a string or an integer of at most 18 digits, as in
+--      every format that maps one (a longer number is out_of_range, not a type).
 -- Out: one row per input line: `reason` is NULL for an accepted line, else the first rule it
 --      breaks (`detail` says how, without quoting the line). Rules, in order:
 --      blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
@@ -41,7 +42,10 @@ valued AS (
            len(t_id_items)                                                           AS n_ids,
            CASE WHEN t_tenant = 'VARCHAR' THEN j ->> $tenant_path
                 WHEN regexp_full_match(json_extract(j, $tenant_path)::VARCHAR, '-?[0-9]{1,18}')
-                THEN json_extract(j, $tenant_path)::VARCHAR END                      AS tenant_value
+                THEN json_extract(j, $tenant_path)::VARCHAR END                      AS tenant_value,
+           coalesce(t_tenant IN ('UBIGINT', 'BIGINT', 'DOUBLE') AND NOT
+               (abs(TRY_CAST(json_extract(j, $tenant_path)::VARCHAR AS DOUBLE)) < 1e18), false)
+                                                                             AS tenant_huge
     FROM typed
 ),
 judged AS (
@@ -61,8 +65,10 @@ judged AS (
                   AND coalesce(t_tenant, 'NULL') = 'NULL')       THEN 'missing_field'
             WHEN ts_ms IS NULL OR input_tokens IS NULL OR output_tokens IS NULL
               OR t_ids <> 'ARRAY' OR NOT coalesce(ids_ok, true)
-              OR ($tenant_path IS NOT NULL AND tenant_value IS NULL) THEN 'wrong_type'
-            WHEN ts_ms < 0 OR input_tokens <= 0 OR output_tokens < 0 THEN 'out_of_range'
+              OR ($tenant_path IS NOT NULL AND tenant_value IS NULL AND NOT tenant_huge)
+                                                                 THEN 'wrong_type'
+            WHEN ts_ms < 0 OR input_tokens <= 0 OR output_tokens < 0
+              OR ($tenant_path IS NOT NULL AND tenant_huge)      THEN 'out_of_range'
             WHEN NOT isfinite(ts_ms)
               OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 < $min_us
               OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 >= $max_us
@@ -94,13 +100,15 @@ SELECT
              CASE WHEN output_tokens IS NULL THEN format('output_length is {}, expected an integer', t_out) END,
              CASE WHEN t_ids <> 'ARRAY' THEN format('hash_ids is {}, expected an array', t_ids)
                   WHEN NOT coalesce(ids_ok, true) THEN 'hash_ids holds an item that is not a non-negative integer' END,
-             CASE WHEN $tenant_path IS NOT NULL AND tenant_value IS NULL
+             CASE WHEN $tenant_path IS NOT NULL AND tenant_value IS NULL AND NOT tenant_huge
                   THEN format('{} is {}, expected a string or an integer', $tenant_label, t_tenant) END],
             lambda x: x IS NOT NULL), '; ')
         WHEN 'out_of_range' THEN array_to_string(list_filter(
             [CASE WHEN ts_ms < 0 THEN 'timestamp < 0' END,
              CASE WHEN input_tokens <= 0 THEN format('input_length = {} <= 0', input_tokens) END,
-             CASE WHEN output_tokens < 0 THEN format('output_length = {} < 0', output_tokens) END],
+             CASE WHEN output_tokens < 0 THEN format('output_length = {} < 0', output_tokens) END,
+             CASE WHEN $tenant_path IS NOT NULL AND tenant_huge THEN $tenant_label
+                  || ' is out of range (an integer of at most 18 digits; write a longer one as a string)' END],
             lambda x: x IS NOT NULL), '; ')
         WHEN 'timestamp_out_of_range' THEN
             'timestamp (milliseconds after --start) is not finite or lands outside 1970-01-01..2100-01-01'
