@@ -243,6 +243,20 @@ def test_an_exact_curve_has_no_interval(bundled_warehouse, tmp_path) -> None:
     )
 
 
+@pytest.mark.parametrize("sample_by", ["block", "block-head"])
+def test_a_sample_whose_interval_would_not_hold_carries_none(
+    bundled_warehouse, tmp_path, sample_by
+) -> None:
+    """Only block-hot's jackknife was shown to cover the exact curve; other block samples get
+    their sampled blocks and no band."""
+    wh = bundled_warehouse.copy_to(tmp_path)
+    args = ["curve", "--warehouse", str(wh), "--sample-rate", "0.1", "--sample-by", sample_by]
+    assert main(args) == 0
+    rows = mrc_rows(wh)
+    assert rows.height and rows["sampled_blocks"].null_count() == 0
+    assert rows["ci_low"].null_count() == rows["ci_high"].null_count() == rows.height
+
+
 def test_replicate_weights_of_one_are_the_sampled_curve(bundled_trace) -> None:
     s = CurveSettings(sample_rate=0.05)
     sample = sample_blocks(bundled_trace, 0.05, s.head, s.hot)
