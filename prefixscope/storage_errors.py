@@ -58,12 +58,13 @@ def chain(exc: BaseException) -> Iterator[BaseException]:
 
 def storage_cause(exc: BaseException) -> StorageCause | None:
     """The first disk problem along ``exc``'s chain: a full disk, a read-only file system or a
-    permission refused, from an ``OSError``'s errno or a DuckDB error's text."""
+    permission refused, from an ``OSError``'s errno, else from the text (DuckDB's errors, and
+    Arrow's, which carry no errno, quote the C library's)."""
     for link in chain(exc):
         for number, text, kind in _CAUSES:
             if isinstance(link, OSError) and link.errno == number:
                 return StorageCause(kind, str(link.filename) if link.filename else None)
-            if isinstance(link, duckdb.Error) and text in str(link):
+            if text in str(link):
                 found = _QUOTED_FILE.search(str(link))
                 return StorageCause(kind, found.group(1) if found else None)
     return None
