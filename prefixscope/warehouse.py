@@ -1,8 +1,8 @@
 """The DuckDB warehouse: one file that every stage reads from and writes to.
 
 Every command that writes records itself in the ``runs`` table (:class:`StageRun`, or
-:func:`recorded_run` on an open connection), so each written row can be traced back to the
-command, parameters and package version that produced it.
+:func:`recorded_run` on an open connection; ``prefixscope/runs.py``), so each written row can be
+traced back to the command, parameters and package version that produced it.
 
 Readers are not locked out for long: a stage records its run in one tiny transaction, loads its
 inputs from a read-only connection (DuckDB lets many processes read at once), computes with the
@@ -13,33 +13,32 @@ here waits for it, up to :data:`LOCK_TIMEOUT_S` seconds, then fails with one lin
 
 from __future__ import annotations
 
-import errno
-import json
 import os
-import socket
 import sys
 import time
-import traceback
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, is_dataclass
-from datetime import UTC, datetime
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from prefixscope import __version__, sql
+# The runs table's functions, used here and re-exported: ``warehouse.start_run`` and the rest.
+from prefixscope.runs import ABANDONED as ABANDONED
+from prefixscope.runs import finish_run as finish_run
+from prefixscope.runs import mark_abandoned as mark_abandoned
+from prefixscope.runs import new_run_id as new_run_id
+from prefixscope.runs import parameters_of as parameters_of
+from prefixscope.runs import recorded_run as recorded_run
+from prefixscope.runs import start_run as start_run
+from prefixscope.schema import apply_schema
+from prefixscope.storage_errors import StorageCause, storage_cause
 
 #: How long an open waits for another process's lock before it fails (``--lock-timeout``).
 LOCK_TIMEOUT_S = 60.0
 #: The one notice printed (to stderr, once per process) when an open has to wait.
 WAIT_NOTICE = "prefixscope: waiting for the warehouse: another process is writing it"
 _noticed = False
-
-ABANDONED = "abandoned: the process that ran it ended before it finished"
 
 
 class WarehouseError(ValueError):
@@ -51,8 +50,11 @@ def _locked(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and "Could not set lock" in str(exc)
 
 
-def _open(path: Path, read_only: bool, lock_timeout: float | None) -> duckdb.DuckDBPyConnection:
-    """``duckdb.connect``, waiting with backoff while another process holds the file's lock."""
+def _open(
+    path: Path, read_only: bool, lock_timeout: float | None, *, fresh: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect``, waiting with backoff while another process holds the file's lock.
+    ``fresh``: the file did not exist, so what a failed create left of it is removed."""
     global _noticed
     timeout = LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
     deadline = time.monotonic() + timeout
@@ -65,6 +67,8 @@ def _open(path: Path, read_only: bool, lock_timeout: float | None) -> duckdb.Duc
                 # This process holds it open to write: read through the same database.
                 return duckdb.connect(str(path))
             if not _locked(exc):
+                if fresh:
+                    _remove_unfinished(path)
                 raise _open_error(path, exc) from None
             if time.monotonic() >= deadline:
                 raise WarehouseError(
@@ -92,17 +96,29 @@ def _open_error(path: Path, exc: duckdb.Error) -> Exception:
         return WarehouseError(
             f"{path} is not a DuckDB file — give --warehouse a new path or a prefixscope warehouse"
         )
-    if "Permission denied" in text:
-        return WarehouseError(
-            f"cannot open the warehouse {path}: permission denied — "
-            "give --warehouse a file you may write, or fix its permissions"
-        )
-    if "No space left" in text:
-        return WarehouseError(
-            f"no space left on the device of the warehouse {path} — free some space or give "
+    cause = storage_cause(exc)
+    if cause is not None:
+        return WarehouseError(storage_message(path, cause))
+    return WarehouseError(f"cannot open the warehouse {path}: {_one_line(text)} — check the file")
+
+
+def storage_message(path: Path, cause: StorageCause) -> str:
+    """The one line for a warehouse that a disk problem keeps from being written."""
+    if cause.kind == "full":
+        return (
+            f"no space left on the device of the warehouse {path} — free some space, or give "
             "--warehouse a path on another disk"
         )
-    return WarehouseError(f"cannot open the warehouse {path}: {_one_line(text)} — check the file")
+    if cause.kind == "read-only":
+        return (
+            f"cannot write the warehouse {path}: its file system is read-only — remount it "
+            "read-write, or give --warehouse a path on a writable disk"
+        )
+    return (
+        f"cannot write the warehouse {path}"
+        + (f" ({cause.file})" if cause.file and cause.file != str(path) else "")
+        + ": permission denied — give --warehouse a file you may write, or fix its permissions"
+    )
 
 
 def _one_line(text: str) -> str:
@@ -150,7 +166,7 @@ def connect(
             f"{path} is not a DuckDB file (it is SQLite) — give --warehouse a new path or a "
             "prefixscope warehouse"
         )
-    con = _open(path, read_only, lock_timeout)
+    con = _open(path, read_only, lock_timeout, fresh=not existed)
     try:
         con.execute("SET TimeZone = 'UTC'")
         # Progress is the command's to report: DuckDB's own bar would break its one-line output.
@@ -158,12 +174,64 @@ def connect(
         if not read_only:
             if existed:
                 _check_ours(con, path)
-            apply_schema(con)
-            mark_abandoned(con)
+            with transaction(con):
+                apply_schema(con)
+                mark_abandoned(con)
     except BaseException:
         con.close()
+        if not existed:
+            _remove_unfinished(path)
+        else:
+            tidy(path)
         raise
     return con
+
+
+def tidy(path: Path) -> None:
+    """Let DuckDB remove the empty WAL that a commit which could not write (a full disk) leaves
+    beside the file: an open to write and a close do it, under DuckDB's own lock, so a WAL
+    another process is using is never touched (its lock makes the open fail, and nothing is
+    done). A WAL that holds anything is the database's and is kept."""
+    wal = path.with_name(path.name + ".wal")
+    try:
+        if wal.stat().st_size:
+            return
+    except OSError:
+        return
+    with suppress(duckdb.Error):
+        duckdb.connect(str(path)).close()
+
+
+#: DuckDB's file starts with three 4 KiB headers, and every table lives in blocks after them:
+#: a file no longer holds no table, only what a failed create (a full disk) wrote.
+_HEADER_BYTES = 3 * 4096
+
+
+def _remove_unfinished(path: Path) -> None:
+    """Remove what a create that failed left at ``path`` (a file of headers alone, a WAL of
+    no more), so the next command finds no warehouse rather than an empty or broken one."""
+    for leftover in (path, path.with_name(path.name + ".wal")):
+        try:
+            if leftover.stat().st_size <= _HEADER_BYTES and leftover.is_file():
+                leftover.unlink()
+        except OSError:
+            pass
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One transaction around the block: committed after it, rolled back on an error. The
+    error that ended the block is the one that propagates: a failed write (a full disk) has
+    often ended the transaction already, and the rollback's own complaint (``no transaction
+    is active``) would hide the cause."""
+    con.begin()
+    try:
+        yield
+        con.commit()
+    except BaseException:
+        with suppress(duckdb.Error):
+            con.rollback()
+        raise
 
 
 def _check_ours(con: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -181,50 +249,6 @@ def _check_ours(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         )
 
 
-def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every table that is missing, then (re)create every view: tables are data and
-    are never replaced; views are code and always match this version's ``.sql`` files."""
-    for name in sql.schema_files():
-        con.execute(sql.load(name))
-    for name in sql.view_files():
-        # views/00_fresh_runs -> fresh_runs: a leading NN_ only orders the files
-        view = name.rsplit("/", 1)[-1].lstrip("0123456789").removeprefix("_")
-        con.execute(f"CREATE OR REPLACE VIEW {view} AS\n{sql.load(name)}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, OSError) as exc:
-        return getattr(exc, "errno", None) != errno.ESRCH
-    return True
-
-
-def mark_abandoned(con: duckdb.DuckDBPyConnection) -> int:
-    """Close as 'abandoned' every 'running' run whose process has ended: on this host, a pid
-    that is no longer alive; elsewhere (or unrecorded), one started more than a day ago."""
-    host = socket.gethostname()
-    rows = con.execute(
-        "SELECT run_id, pid, host, started_at < now() - INTERVAL 1 DAY FROM runs "
-        "WHERE status = 'running'"
-    ).fetchall()
-    gone = [
-        run_id
-        for run_id, pid, run_host, old in rows
-        if (run_host == host and pid is not None and not _alive(int(pid)))
-        or ((run_host != host or pid is None) and old)
-    ]
-    for run_id in gone:
-        con.execute(
-            "UPDATE runs SET finished_at = now(), status = 'abandoned', error = ? "
-            "WHERE run_id = ? AND status = 'running'",
-            [ABANDONED, run_id],
-        )
-    return len(gone)
-
-
 def append(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, run_id: str) -> int:
     """Append ``rows`` to ``table`` under ``run_id``, columns matched by name; returns the
     number of rows. The one way a stage writes its results."""
@@ -236,73 +260,6 @@ def append(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, run_id: s
     finally:
         con.unregister("new_rows")
     return rows.num_rows
-
-
-def new_run_id() -> str:
-    """A run id that sorts by time: UTC timestamp then random suffix."""
-    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    return "".join(traceback.format_exception_only(exc)).strip()[:2000]
-
-
-def start_run(con: duckdb.DuckDBPyConnection, command: str, parameters: dict[str, Any]) -> str:
-    """Insert ``command``'s 'running' row (with this process's pid and host); its run id."""
-    run_id = new_run_id()
-    con.execute(
-        "INSERT INTO runs (run_id, command, parameters, version, started_at, finished_at, "
-        "status, error, pid, host) VALUES (?, ?, ?, ?, now(), NULL, 'running', NULL, ?, ?)",
-        [
-            run_id,
-            command,
-            json.dumps(parameters, default=str, sort_keys=True),
-            __version__,
-            os.getpid(),
-            socket.gethostname(),
-        ],
-    )
-    return run_id
-
-
-def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, exc: BaseException | None) -> None:
-    """Close the run as 'succeeded', or as 'failed' with ``exc``."""
-    if exc is None:
-        con.execute(
-            "UPDATE runs SET finished_at = now(), status = 'succeeded' WHERE run_id = ?", [run_id]
-        )
-    else:
-        con.execute(
-            "UPDATE runs SET finished_at = now(), status = 'failed', error = ? WHERE run_id = ?",
-            [_error_text(exc), run_id],
-        )
-
-
-@contextmanager
-def recorded_run(
-    con: duckdb.DuckDBPyConnection, command: str, parameters: dict[str, Any]
-) -> Iterator[str]:
-    """Record ``command`` in ``runs`` around the block on an open connection; yields its run id.
-
-    The row is committed as 'running' first, so a crash leaves a visible trace; it is closed as
-    'succeeded', or as 'failed' with the error, and the exception propagates.
-    """
-    run_id = start_run(con, command, parameters)
-    try:
-        yield run_id
-    except BaseException as exc:
-        finish_run(con, run_id, exc)
-        raise
-    finish_run(con, run_id, None)
-
-
-def parameters_of(settings: object) -> dict[str, Any]:
-    """A stage's settings as the ``runs.parameters`` it is recorded with."""
-    if is_dataclass(settings) and not isinstance(settings, type):
-        return asdict(settings)
-    return dict(settings)  # type: ignore[call-overload]
 
 
 class StageRun:
@@ -317,9 +274,14 @@ class StageRun:
 
     Publishing appends and closes the run as 'succeeded' in one transaction, so a reader sees
     all of a run's rows or none. An error anywhere closes it as 'failed' (in a new short
-    transaction) and propagates; a process killed meanwhile leaves it 'running' until the next
-    open to write marks it 'abandoned'. ``create``: whether the warehouse may be created (only
-    ingest); every other stage needs an existing one.
+    transaction) and propagates; a process killed meanwhile, or a disk too full to take even
+    the 'failed', leaves it 'running' until the next open to write marks it 'abandoned'.
+    Whatever recording the failure meets, the error that propagates is the stage's own.
+
+    ``create``: whether the warehouse may be created (only ingest); every other stage needs an
+    existing one. A warehouse is created by the run's first write, not by its start: a run
+    that fails before it (a missing input, a file that does not parse) creates no file, and
+    its 'running' row goes in with that first write.
     """
 
     def __init__(
@@ -330,15 +292,35 @@ class StageRun:
         self.parameters = parameters_of(settings)
         self.create = create
         self.run_id = ""
+        self._recorded = False
         self._published = False
 
     def __enter__(self) -> StageRun:
+        self.run_id = new_run_id()
+        if self.create and not self.path.exists():
+            check_creatable(self.path)
+            return self  # recorded by the first write, which creates the file
         con = connect(self.path, create=self.create)
         try:
-            self.run_id = start_run(con, self.command, self.parameters)
+            start_run(con, self.command, self.parameters, self.run_id)
+            self._recorded = True
         finally:
             con.close()
+            if not self._recorded:
+                tidy(self.path)
         return self
+
+    def _open_to_write(self) -> duckdb.DuckDBPyConnection:
+        con = connect(self.path, create=self.create)
+        if not self._recorded:
+            try:
+                start_run(con, self.command, self.parameters, self.run_id)
+            except BaseException:
+                con.close()
+                tidy(self.path)
+                raise
+            self._recorded = True
+        return con
 
     @contextmanager
     def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -353,7 +335,7 @@ class StageRun:
     def writing(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The warehouse opened to write, outside any transaction (for a stage that manages its
         own, like ingest); the run is closed 'succeeded' on it after the block."""
-        con = connect(self.path)
+        con = self._open_to_write()
         try:
             yield con
             finish_run(con, self.run_id, None)
@@ -365,16 +347,11 @@ class StageRun:
     def publishing(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """The warehouse opened to write inside one transaction; the run is closed 'succeeded'
         in it, and it commits after the block (or rolls back on an error)."""
-        con = connect(self.path)
+        con = self._open_to_write()
         try:
-            con.begin()
-            try:
+            with transaction(con):
                 yield con
                 finish_run(con, self.run_id, None)
-            except BaseException:
-                con.rollback()
-                raise
-            con.commit()
             self._published = True
         finally:
             con.close()
@@ -383,15 +360,36 @@ class StageRun:
         if exc is None and not self._published:
             with self.publishing():
                 pass
-        elif exc is not None and not self._published:
-            try:
-                con = connect(self.path, lock_timeout=min(LOCK_TIMEOUT_S, 10.0))
-            except Exception:
-                return  # left 'running': the next open to write marks it 'abandoned'
-            try:
-                finish_run(con, self.run_id, exc)
-            finally:
-                con.close()
+        elif exc is not None and self._recorded and not self._published:
+            self._record_failure(exc)
+
+    def _record_failure(self, exc: BaseException) -> None:
+        """Close the run as 'failed' with ``exc``, if the warehouse lets it: never raises, so
+        that ``exc`` (the cause) is what propagates. Opening to write again also lets DuckDB
+        tidy what the failure left (an empty WAL) when it closes."""
+        try:
+            con = connect(self.path, lock_timeout=min(LOCK_TIMEOUT_S, 10.0))
+        except Exception:
+            return  # left 'running': the next open to write marks it 'abandoned'
+        try:
+            finish_run(con, self.run_id, exc)
+        except Exception:
+            pass  # the same: a full disk cannot take even this row
+        finally:
+            con.close()
+
+
+def check_creatable(path: Path) -> None:
+    """Refuse, before any work, a new warehouse whose folder cannot be made or written: the
+    nearest folder that exists must be a folder this process may write."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise WarehouseError(
+            f"cannot create the warehouse {path}: {folder} is not a folder you may write — "
+            "give --warehouse a path you may write"
+        )
 
 
 @contextmanager

@@ -9,7 +9,6 @@ one line; never a traceback (docs/operations.md).
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ import duckdb
 from prefixscope import __version__, warehouse
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
+from prefixscope.storage_errors import StorageCause, root_cause, storage_cause
 
 #: Each module of this package that defines commands, with their names, in the order
 #: ``prefixscope --help`` lists them (tests/test_cli.py checks the names against the modules).
@@ -107,32 +107,48 @@ def build_parser(available: Sequence[Command] | None = None) -> argparse.Argumen
 
 
 def describe(exc: BaseException) -> str:
-    """The one line for an error a user can cause: what is wrong — what to do."""
+    """The one line for an error a user can cause: what is wrong — what to do. A disk problem
+    (full, read-only, permission refused) is named wherever it lies along the error's chain,
+    and an error that only reports what an earlier failure left (a rollback with no
+    transaction) gives way to that failure."""
+    said = one_line(exc)
+    if not isinstance(exc, (duckdb.Error, OSError)) and " — " in said:
+        return said  # a message of ours, that already says what to do
+    cause = storage_cause(exc)
+    if cause is not None:
+        return _storage_line(cause)
+    exc = root_cause(exc)
     if isinstance(exc, UnicodeDecodeError):
         return (
             f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}) — re-encode it as UTF-8"
         )
     if isinstance(exc, duckdb.Error):
-        if "No space left" in str(exc):
-            return "no space left on the warehouse's device — free some space and run it again"
         return f"the warehouse refused it: {one_line(exc)[:300]} — check the warehouse and inputs"
     if isinstance(exc, OSError):
         name = f" {exc.filename}" if exc.filename else ""
-        if exc.errno == errno.ENOSPC:
-            where = f" of{name}" if name else ""
-            return f"no space left on the device{where} — free some space and run it again"
         if isinstance(exc, IsADirectoryError):
             return f"{exc.filename} is a directory — give a file path"
-        if isinstance(exc, PermissionError):
-            return f"permission denied:{name} — give a path you may write, or fix its permissions"
         if isinstance(exc, FileNotFoundError) and not exc.filename:
             return _with_hint(one_line(exc))
         return f"{exc.strerror or one_line(exc)}:{name} — check the path"
     return _with_hint(one_line(exc))
 
 
+def _storage_line(cause: StorageCause) -> str:
+    where = f" of {cause.file}" if cause.file else ""
+    if cause.kind == "full":
+        return f"no space left on the device{where} — free some space and run it again"
+    if cause.kind == "read-only":
+        return (
+            f"the file system{where} is read-only — remount it read-write, or give a path on a "
+            "writable disk"
+        )
+    name = f" {cause.file}" if cause.file else ""
+    return f"permission denied:{name} — give a path you may write, or fix its permissions"
+
+
 def _with_hint(message: str) -> str:
-    return message if " — " in message or "run `" in message else f"{message} — see --help"
+    return message if " — " in message else f"{message} — see --help"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

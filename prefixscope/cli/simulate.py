@@ -39,9 +39,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--block-size",
         type=flags.int_list,
         metavar="N[,N...]",
-        help="also simulate at these block sizes, whole multiples of the warehouse's (token "
-        "sources: 16 -> 32, 64, 128; hash-id traces: 512 -> 1024 ...); capacities keep their "
-        "tokens",
+        help="also simulate at these block sizes, whole multiples of the warehouse's (16 -> 32, "
+        "64; 512 -> 1024); capacities keep their tokens. A finer size: ingest a token source "
+        "again with --block-size; a hash-id trace (mooncake, bailian) cannot be made finer",
     )
     p.add_argument(
         "--outcomes",

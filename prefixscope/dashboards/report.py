@@ -243,9 +243,7 @@ def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
     unbounded = rows.filter(
         pl.col("capacity_blocks").is_null() & pl.col("token_hit_rate").is_not_null()
     )
-    lines = unbounded.group_by(pl.col("token_hit_rate").round(4), maintain_order=True).agg(
-        "label"
-    )
+    lines = unbounded.group_by(pl.col("token_hit_rate").round(4), maintain_order=True).agg("label")
     for k, (rate, labels) in enumerate(lines.sort("token_hit_rate").iter_rows()):
         fig.add_hline(
             y=rate,

@@ -260,9 +260,12 @@ def engine_for(
         run_id, coefficients, knees = fitted
         cost = from_cost_model(CostModel(coefficients, knees), run_id)
     elif settings.cost_model == "calibrated":
-        raise ValueError(f"no calibrated cost model of {shape.name} on {key}: run replay")
+        raise ValueError(
+            f"no calibrated cost model of {shape.name} on {key} — run replay on that GPU first "
+            f"(`prefixscope replay --model {shape.name}`), or price with --cost-model roofline"
+        )
     elif key == "cpu":
-        raise ValueError("the roofline needs a GPU spec (--gpu h100, or NAME:TFLOPS:TBPS)")
+        raise ValueError("the roofline needs a GPU spec — give --gpu h100, or NAME:TFLOPS:TBPS")
     else:
         cost = from_roofline(shape, resolve_gpu(settings.gpu))
     engine = Engine(

@@ -26,7 +26,7 @@ def choose_configuration(
         for r, p, i, c, _ in con.execute(sql.load("views/outcome_configurations")).fetchall()
     ]
     if not rows:
-        raise ValueError("no request_outcomes yet: run `prefixscope simulate --outcomes` first")
+        raise ValueError("no request_outcomes yet — run `prefixscope simulate --outcomes` first")
     match = [
         c
         for c in rows
@@ -43,7 +43,9 @@ def choose_configuration(
             for c in (match or rows)[:12]
         )
         what = "several configurations match" if match else "no configuration matches"
-        raise ValueError(f"{what}; choose with --policy/--capacity-blocks/--outcomes-run: {known}")
+        raise ValueError(
+            f"{what} — choose one with --policy/--capacity-blocks/--outcomes-run: {known}"
+        )
     return match[0]
 
 

@@ -17,7 +17,9 @@ def run(wh: str | Path, settings: Any) -> Any:
     try:
         from prefixscope.gpu_replay.replay import replay_requests
     except ImportError as exc:
-        raise ValueError(f"replay needs torch: pip install 'prefixscope[replay]' ({exc})") from None
+        raise ValueError(
+            f"replay needs torch ({exc}) — install it: pip install 'prefixscope[replay]'"
+        ) from None
     o = settings
     with warehouse.StageRun(wh, "replay", o) as run:
         with run.reading() as con:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,21 @@ class ReportSettings:
 
 def run(wh: str | Path, settings: ReportSettings) -> Path:
     """Reads the views from a read-only connection; the run is closed after the page is
-    written."""
+    written. The page is written beside ``out`` and renamed onto it when whole, so a failure
+    (a full disk) leaves no half page, and an earlier page at ``out`` as it was."""
+    out = Path(settings.out)
+    partial = out.with_name(f".{out.name}.partial")  # same folder: the rename is atomic
     with warehouse.StageRun(wh, "report", settings) as run, run.reading() as con:
-        return build_report(con, settings.out, Path(wh).name)
+        try:
+            build_report(con, partial, Path(wh).name)
+            os.replace(partial, out)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            if exc.filename is not None or exc.errno is None:
+                raise
+            # a failed write names no file (a full disk): name the page
+            raise OSError(exc.errno, exc.strerror, str(out)) from exc
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    return out

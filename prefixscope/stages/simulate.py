@@ -13,7 +13,7 @@ from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.grid import Replayed, measure_replayed, replay_scenarios
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
 from prefixscope.analysis.simulation.tables import Tables
-from prefixscope.analysis.trace.coarsen import coarsen
+from prefixscope.analysis.trace.coarsen import check_block_size, coarsen
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.analysis.trace.windows import check_windows
@@ -55,6 +55,8 @@ def run(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
     with warehouse.StageRun(wh, "simulate", settings) as run:
         with run.reading() as con:
             trace = load_trace(con)
+        for size in settings.block_sizes or ():
+            check_block_size(trace, size)  # before any replay, not after the first grid
         measure = replace(
             settings.measure,
             model=settings.capacities.model_name,

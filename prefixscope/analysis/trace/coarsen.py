@@ -22,16 +22,37 @@ import numpy as np
 from prefixscope.analysis.trace.csr import Trace
 
 
+def check_block_size(trace: Trace, block_size: int) -> None:
+    """Refuse a block size ``trace`` cannot be coarsened to, with the advice its source allows:
+    a token source (whose text or token ids were hashed here) can be ingested again at any
+    size; a hash-id trace (mooncake, bailian: the log's own block ids) cannot be made finer
+    by anything, so only whole multiples of its size can be asked for."""
+    own = trace.block_size
+    if block_size >= own and block_size % own == 0:
+        return
+    multiples = f"whole multiples of {own} ({2 * own}, {4 * own}, ...)"
+    if hash_ids(trace):
+        raise ValueError(
+            f"the trace's blocks are {own} tokens, named by the log's own hash ids, which cannot "
+            f"be split or regrouped at {block_size} — give --block-size {multiples}"
+        )
+    raise ValueError(
+        f"the trace's blocks are {own} tokens: it can be simulated at {multiples}, never at "
+        f"{block_size} — ingest the log again with --block-size {block_size}"
+    )
+
+
+def hash_ids(trace: Trace) -> bool:
+    """Whether any of ``trace``'s requests came with its block ids (a hash-id format), rather
+    than from token ids hashed at ingest (which follow the last-token rule)."""
+    return trace.last_token_rule is None or not bool(trace.last_token_rule.all())
+
+
 def coarsen(trace: Trace, block_size: int) -> Trace:
     """``trace`` with blocks of ``block_size`` tokens, a whole multiple of its own."""
     if block_size == trace.block_size:
         return trace
-    if block_size < trace.block_size or block_size % trace.block_size:
-        raise ValueError(
-            f"the trace's blocks are {trace.block_size} tokens: it can be simulated at whole "
-            f"multiples of that ({2 * trace.block_size}, {4 * trace.block_size}, ...), never "
-            f"at {block_size} — ingest the log again with --block-size {block_size}"
-        )
+    check_block_size(trace, block_size)
     m = block_size // trace.block_size
     n = trace.blocks_per_request
     whole = (

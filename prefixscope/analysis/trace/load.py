@@ -22,9 +22,12 @@ def block_size_of(con: duckdb.DuckDBPyConnection) -> int:
     split before it is simulated."""
     sizes = [r[0] for r in con.execute("SELECT DISTINCT block_size FROM requests").fetchall()]
     if not sizes:
-        raise ValueError("the warehouse holds no requests: run `prefixscope ingest` first")
+        raise ValueError("the warehouse holds no requests — run `prefixscope ingest` first")
     if len(sizes) > 1:
-        raise ValueError(f"the warehouse mixes block sizes {sorted(sizes)}; a cache has one")
+        raise ValueError(
+            f"the warehouse mixes block sizes {sorted(sizes)}, and a cache has one — ingest each "
+            "block size into a warehouse of its own"
+        )
     return int(sizes[0])
 
 
