@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 import duckdb
@@ -18,22 +19,43 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     leaves the file byte for byte as it was."""
     for name in sql.schema_files():
         con.execute(sql.load(name))  # CREATE TABLE IF NOT EXISTS: no write when it exists
+    # A NOT NULL an older version declared and this one does not: dropped where it is still
+    # held, and only there (an ALTER in the .sql files would write on every open).
+    for table, column in _not_null(con) - _declared().not_null:
+        con.execute(f"ALTER TABLE {_quoted(table)} ALTER COLUMN {_quoted(column)} DROP NOT NULL")
     have = dict(
         con.execute(
             "SELECT view_name, sql FROM duckdb_views() "
             "WHERE NOT internal AND database_name = current_database()"
         ).fetchall()
     )
-    for view, (text, stored) in _views().items():
+    for view, (text, stored) in _declared().views.items():
         if have.get(view) != stored:
             con.execute(f"CREATE OR REPLACE VIEW {view} AS\n{text}")
 
 
+def _quoted(identifier: str) -> str:
+    """An identifier as DuckDB quotes one: in double quotes, an inner one doubled."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _not_null(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
+    return set(con.execute(sql.load("catalog/not_null_columns")).fetchall())
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What this version's ``.sql`` files declare, read back from a scratch database."""
+
+    views: dict[str, tuple[str, str]]  # name -> (its .sql text, the definition DuckDB stores)
+    not_null: frozenset[tuple[str, str]]  # (table, column) of every NOT NULL column
+
+
 @cache
-def _views() -> dict[str, tuple[str, str]]:
-    """Each view's name -> (its ``.sql`` text, the definition DuckDB stores for it), the
-    latter read back from a scratch in-memory database: DuckDB stores a normalised form, and
-    only that can be compared with a warehouse's."""
+def _declared() -> Declared:
+    """Each view's name -> (its ``.sql`` text, the definition DuckDB stores for it), and the
+    NOT NULL columns, read back from a scratch in-memory database: DuckDB stores a normalised
+    form, and only that can be compared with a warehouse's."""
     texts = {}
     for name in sql.view_files():
         # views/00_fresh_runs -> fresh_runs: a leading NN_ only orders the files
@@ -49,4 +71,5 @@ def _views() -> dict[str, tuple[str, str]]:
                 "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal"
             ).fetchall()
         )
-    return {view: (text, stored[view]) for view, text in texts.items()}
+        not_null = frozenset(_not_null(scratch))
+    return Declared({view: (text, stored[view]) for view, text in texts.items()}, not_null)

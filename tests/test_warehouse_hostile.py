@@ -345,3 +345,23 @@ def test_describe_names_the_cause_not_its_aftermath(exc, needles) -> None:
     assert " — " in line and "\n" not in line
     assert all(n in line for n in needles), line
     assert "rollback" not in line and "invalidated" not in line
+
+
+def test_a_not_null_this_version_dropped_is_dropped_once(tmp_path, bundled_warehouse) -> None:
+    """An older warehouse's NOT NULL on a column that may now be NULL (validation's capacity,
+    when too few reports fit one) is dropped at the first write open, and later opens write
+    nothing."""
+    wh = bundled_warehouse.copy_to(tmp_path)
+    warehouse.connect(wh).close()
+    with duckdb.connect(str(wh)) as con:
+        con.execute("ALTER TABLE validation ALTER COLUMN capacity_blocks SET NOT NULL")
+    warehouse.connect(wh).close()
+    with duckdb.connect(str(wh), read_only=True) as con:
+        (nullable,) = con.execute(
+            "SELECT is_nullable FROM duckdb_columns() "
+            "WHERE table_name = 'validation' AND column_name = 'capacity_blocks'"
+        ).fetchone()
+    assert nullable
+    before = (sha(wh), wh.stat().st_mtime_ns)
+    warehouse.connect(wh).close()
+    assert (sha(wh), wh.stat().st_mtime_ns) == before

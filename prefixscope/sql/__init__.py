@@ -1,6 +1,7 @@
 """SQL lives in ``.sql`` files beside this module: ``schema/`` (one table a file, applied in name
 order), ``ingest/`` (per-format line parsers), ``views/`` (one view a file, created in the warehouse
-under the file's name: what the page and ad-hoc queries read)."""
+under the file's name: what the page and ad-hoc queries read), ``catalog/`` (what the warehouse
+itself holds, read when its schema is brought up to date)."""
 
 from functools import cache
 from importlib.resources import files

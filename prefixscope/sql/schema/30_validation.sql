@@ -52,8 +52,5 @@ CREATE TABLE IF NOT EXISTS validation (
 -- be refused: their rows say NULL for the new columns (not counted).
 ALTER TABLE validation ADD COLUMN IF NOT EXISTS beyond_prompt BIGINT;
 ALTER TABLE validation ADD COLUMN IF NOT EXISTS ceiling_hit_tokens BIGINT;
-ALTER TABLE validation ALTER COLUMN capacity_blocks DROP NOT NULL;
-ALTER TABLE validation ALTER COLUMN capacity_tokens DROP NOT NULL;
-ALTER TABLE validation ALTER COLUMN simulated_hit_tokens DROP NOT NULL;
-ALTER TABLE validation ALTER COLUMN reported_more DROP NOT NULL;
-ALTER TABLE validation ALTER COLUMN reported_fewer DROP NOT NULL;
+-- Their capacity and agreement columns were NOT NULL: schema.apply_schema drops a NOT NULL
+-- that this file no longer declares, only where a warehouse still has it.
