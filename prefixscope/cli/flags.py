@@ -236,7 +236,9 @@ def windows(p: argparse.ArgumentParser, default: list[str] | None = None) -> Non
 def model(p: argparse.ArgumentParser, default: str | None = None, what: str = "") -> None:
     """``--model`` (a catalog name), ``--model-config`` (a config.json) and ``--kv-dtype``."""
     p.add_argument("--model", default=default, help=f"catalog model{what} (e.g. llama-3-8b)")
-    p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument(
+        "--model-config", type=model_config, metavar="FILE", help="a Hugging Face config.json"
+    )
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
 
 
@@ -299,22 +301,28 @@ def model_config(text: str) -> str:
     return text
 
 
-#: A Dask scheduler's address: an optional scheme, a host name or IP (IPv6 in brackets), a port.
-_DASK_ADDRESS = re.compile(
-    r"(?:(tcp|tls|ucx|ws|wss)://)?"
-    r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)"
-    r":([0-9]{1,5})"
-)
-
-
 def dask_address(text: str) -> str:
-    """``[SCHEME://]HOST:PORT`` (tcp:// when no scheme is given); checked here, connected to by
-    the command before any work (``analysis/fanout.py``, within its stated timeout)."""
-    word = text.strip()
-    match = _DASK_ADDRESS.fullmatch(word)
-    if match is None or not 1 <= int(match[3]) <= 65_535:
+    """``[SCHEME://]HOST:PORT`` (tcp:// when no scheme is given), checked here; the command
+    connects to it before any work, within ``fanout.CONNECT_TIMEOUT_S``."""
+    from prefixscope.analysis.fanout import check_address
+
+    try:
+        return check_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def prices_file(text: str) -> str:
+    """A TOML file of prices, read and checked key by key here (``analysis/plan/prices.py``);
+    kept as given."""
+    from prefixscope.analysis.plan.prices import load_prices
+
+    try:
+        load_prices(text)
+    except OSError as exc:
         raise argparse.ArgumentTypeError(
-            f"expected a Dask scheduler's address tcp://HOST:PORT (e.g. tcp://127.0.0.1:8786), "
-            f"got {text!r}"
-        )
-    return word if match[1] else f"tcp://{word}"
+            f"cannot read {text}: {exc.strerror or exc} — check the path"
+        ) from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text

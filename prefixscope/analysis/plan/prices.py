@@ -54,9 +54,11 @@ class Prices:
 def price_problem(key: str, value: object) -> str | None:
     """Why ``value`` cannot be the price ``key``, in a few words; None when it can."""
     low, high, low_ok = BOUNDS[key]
-    bound = f"{'from' if low_ok else 'above'} {low:g} to {high:,g} $ per hour"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"must be a number {bound}, got {type(value).__name__} {str(value)[:40]!r}"
+    bound = f"{'from' if low_ok else 'above'} {low:g} and at most {high:,g} $ per hour"
+    if isinstance(value, bool):  # TOML's true is not $1.00
+        return f"must be a number {bound}, got a boolean ({str(value).lower()})"
+    if not isinstance(value, (int, float)):
+        return f"must be a number {bound}, got a {type(value).__name__} {str(value)[:40]!r}"
     if not (math.isfinite(value) and (low <= value if low_ok else low < value) and value <= high):
         return f"must be a finite number {bound}, got {value!r}"
     return None
