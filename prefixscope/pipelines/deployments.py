@@ -38,14 +38,22 @@ def fleet_report_deployment(
     )
 
 
+def served_by() -> str:
+    """The API URL of the Prefect server a schedule registers with; ValueError (the user's to
+    fix, one line) when none is set."""
+    url = PREFECT_API_URL.value()
+    if not url:
+        raise ValueError(
+            "a schedule needs a running Prefect server — start one with `prefect server start` "
+            "and set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)"
+        )
+    return str(url)
+
+
 def serve_fleet_report(cron: str, parameters: dict[str, Any], name: str = DEFAULT_NAME) -> None:
     """Register the deployment with the server at ``PREFECT_API_URL`` and run its scheduled
     flow runs in this process until it is stopped."""
-    if not PREFECT_API_URL.value():
-        raise RuntimeError(
-            "a schedule needs a running Prefect server: start one with `prefect server start` "
-            "and set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)"
-        )
+    served_by()
     from prefect import serve
 
     serve(fleet_report_deployment(cron, parameters, name))

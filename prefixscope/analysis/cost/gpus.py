@@ -16,8 +16,9 @@ from dataclasses import dataclass
 #: prefill to 0 s.
 MIN_TFLOPS, MAX_TFLOPS = 0.001, 100_000.0
 MIN_TBPS, MAX_TBPS = 0.001, 1_000.0
-#: A figure as a person types it: a decimal number (no nan, inf, hexadecimal or signs).
-_FIGURE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: A figure as a person types it: a decimal number, ``_`` only between digits (as the
+#: command's number flags take them); no nan, inf, hexadecimal or signs.
+_FIGURE = re.compile(r"(?:[0-9]+(?:_[0-9]+)*(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 #: A custom spec's name: what a table of results shows.
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
