@@ -139,7 +139,9 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
         if glob.has_magic(item):
             matched = sorted(glob.glob(item))
             if not matched:
-                raise FileNotFoundError(f"no input file matches {item!r} — check the pattern and its folder")
+                raise FileNotFoundError(
+                    f"no input file matches {item!r} — check the pattern and its folder"
+                )
             paths += matched
         else:
             paths.append(item)
