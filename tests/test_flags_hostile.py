@@ -263,7 +263,7 @@ def test_schedule_refuses_a_dask_address_in_one_line(tmp_path, capsys) -> None:
 
 @pytest.mark.parametrize("cron", ["nope", "* * *", "61 * * * *", ""])
 def test_a_cron_expression_is_checked(cron: str) -> None:
-    from prefixscope.cli.flows import check_cron
+    from prefixscope.pipelines.deployments import check_cron
 
     with pytest.raises(ValueError, match="--cron"):
         check_cron(cron)
@@ -324,10 +324,10 @@ def test_a_bad_model_config_names_the_file_and_the_key(
 def test_a_model_config_that_is_not_utf8_or_missing_is_one_line(tmp_path, capsys) -> None:
     path = tmp_path / "config.json"
     path.write_bytes(b'{"num_hidden_layers": "\xff"}')
-    for given in (path, tmp_path / "missing.json", tmp_path):
+    for bad in (path, tmp_path / "missing.json", tmp_path):
         status, _ = run(tmp_path, ["roofline", "--cached", "1", "--new", "1", "--model-config",
-                                   str(given)])  # fmt: skip
-        assert str(given) in one_line(capsys, status)
+                                   str(bad)])  # fmt: skip
+        assert str(bad) in one_line(capsys, status)
 
 
 @given(

@@ -134,7 +134,7 @@ def schedule_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def schedule(args: argparse.Namespace) -> int:
-    from prefixscope.pipelines.deployments import serve_fleet_report, served_by
+    from prefixscope.pipelines.deployments import check_cron, serve_fleet_report, served_by
 
     if args.dask_address:
         raise ValueError(
@@ -153,19 +153,6 @@ def schedule(args: argparse.Namespace) -> int:
     ]
     serve_fleet_report(args.cron, params, args.name)
     return 0
-
-
-def check_cron(cron: str) -> None:
-    """A cron expression Prefect's schedule accepts (five fields, e.g. ``0 * * * *``)."""
-    from prefect.client.schemas.schedules import CronSchedule
-
-    try:
-        CronSchedule(cron=cron)
-    except ValueError:
-        raise ValueError(
-            f"--cron {cron[:80]!r} is not a cron expression — give five fields, e.g. "
-            "'0 * * * *' (every hour)"
-        ) from None
 
 
 COMMANDS = (

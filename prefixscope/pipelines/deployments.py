@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from prefect.client.schemas.schedules import CronSchedule
 from prefect.deployments.runner import EntrypointType
 from prefect.settings import PREFECT_API_URL
 
@@ -36,6 +37,17 @@ def fleet_report_deployment(
         # By module, not file: the runs import the installed package from any directory.
         entrypoint_type=EntrypointType.MODULE_PATH,
     )
+
+
+def check_cron(cron: str) -> None:
+    """A cron expression Prefect's schedule accepts (five fields, e.g. ``0 * * * *``)."""
+    try:
+        CronSchedule(cron=cron)
+    except ValueError:
+        raise ValueError(
+            f"--cron {cron[:80]!r} is not a cron expression — give five fields, e.g. "
+            "'0 * * * *' (every hour)"
+        ) from None
 
 
 def served_by() -> str:
