@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscope.analysis.cost.gpus import MAX_TBPS, MAX_TFLOPS, MIN_TFLOPS, resolve_gpu
@@ -330,6 +330,7 @@ def test_a_model_config_that_is_not_utf8_or_missing_is_one_line(tmp_path, capsys
         assert str(bad) in one_line(capsys, status)
 
 
+@settings(deadline=None, max_examples=60)
 @given(
     layers=st.integers(1, 10_000),
     kv_heads=st.sampled_from([1, 2, 4, 8]),
@@ -396,6 +397,7 @@ def test_integer_prices_are_prices_and_a_free_store_is_allowed(tmp_path) -> None
 # --- GPU specs: the bounds hold and every accepted spec prices a finite, positive time ------
 
 
+@settings(deadline=None, max_examples=60)
 @given(
     tflops=st.floats(MIN_TFLOPS, MAX_TFLOPS, allow_nan=False),
     tbps=st.floats(0.001, MAX_TBPS, allow_nan=False),
@@ -406,6 +408,7 @@ def test_an_accepted_gpu_spec_has_a_finite_positive_ridge(tflops: float, tbps: f
     assert math.isfinite(spec.ridge) and spec.ridge > 0
 
 
+@settings(deadline=None, max_examples=60)
 @given(st.text(max_size=12))
 def test_a_number_flag_takes_only_what_it_can_bound(text: str) -> None:
     """Whatever the text, a list flag gives distinct positive integers or refuses."""

@@ -98,7 +98,7 @@ def _connect(address: str) -> Any:
 
     thread = threading.Thread(target=connect, name="dask-connect", daemon=True)
     thread.start()
-    thread.join(CONNECT_TIMEOUT_S + 5)
+    thread.join(CONNECT_TIMEOUT_S + 2)
     if "client" in made:
         return made["client"]
     why = made.get("error", "no answer")
