@@ -454,3 +454,54 @@ def test_a_failing_stage_is_one_line_without_prefects_tracebacks(
     assert "Traceback" not in err and "Task run" not in err and "Flow run" not in err, err
     assert len(err.splitlines()) == 1, err
     assert err.startswith("prefixscope fleet-report: error: "), err
+
+
+RECORDS = [
+    # (logger, level, with a traceback, shown on the terminal)
+    ("prefect.task_runs", "ERROR", False, False),
+    ("prefect.flow_runs", "ERROR", True, False),
+    ("prefect.flow_runs", "CRITICAL", False, False),
+    ("prefect.task_runs", "WARNING", False, True),  # a stage's own warning (replay skipped)
+    ("prefect.flow_runs", "INFO", False, True),
+    ("prefect.client", "WARNING", True, False),  # no traceback, from any of Prefect's loggers
+    ("prefect.server", "ERROR", False, True),
+    ("distributed", "ERROR", True, True),  # not Prefect's: not the filter's to judge
+]
+
+
+@pytest.mark.parametrize(("name", "level", "traceback", "shown"), RECORDS)
+def test_the_terminal_drops_run_failures_and_tracebacks_only(name, level, traceback, shown):  # type: ignore[no-untyped-def]
+    import logging
+    import sys
+
+    from prefixscope.pipelines.console import RunFailures
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        exc_info = sys.exc_info() if traceback else None
+    record = logging.LogRecord(name, getattr(logging, level), __file__, 1, "m", (), exc_info)
+    assert RunFailures().filter(record) is shown
+
+
+def test_only_the_console_handlers_hold_the_filter_and_only_while_the_flow_runs() -> None:
+    import logging
+
+    from prefect.logging.handlers import APILogHandler, PrefectConsoleHandler
+
+    from prefixscope.pipelines.console import (
+        RunFailures,
+        console_handlers,
+        failures_off_the_terminal,
+    )
+
+    def filtered() -> set[type[logging.Handler]]:
+        handlers = {h for lg in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+                    if isinstance(lg, logging.Logger) for h in lg.handlers}  # fmt: skip
+        return {type(h) for h in handlers if any(isinstance(f, RunFailures) for f in h.filters)}
+
+    with failures_off_the_terminal():
+        assert console_handlers()  # Prefect's logging is set up: a console to keep quiet
+        inside = filtered()
+    assert PrefectConsoleHandler in inside and APILogHandler not in inside
+    assert not filtered()

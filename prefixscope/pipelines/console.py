@@ -50,8 +50,11 @@ def console_handlers() -> list[logging.Handler]:
 @contextmanager
 def failures_off_the_terminal() -> Iterator[None]:
     """For the length of the block, Prefect's console shows no run failure or traceback."""
-    import prefect  # noqa: F401  (its logging is set up when it is imported)
+    # Prefect sets its logging up once per process (its server's start only adjusts levels),
+    # so the handlers found now are the ones the run writes to.
+    from prefect.logging.configuration import ensure_logging_setup
 
+    ensure_logging_setup()
     keep = RunFailures()
     handlers = console_handlers()
     for handler in handlers:
