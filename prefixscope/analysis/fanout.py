@@ -19,6 +19,8 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -41,16 +43,69 @@ def _call(item: Any) -> Any:
     return _SHARED["fn"](_SHARED["shared"], item)
 
 
+#: How long a command waits for a Dask scheduler to answer, in seconds, before it stops with
+#: one line. A scheduler on the same network answers within one.
+CONNECT_TIMEOUT_S = 10.0
+#: A Dask scheduler's address: an optional scheme, a host name or IP (IPv6 in brackets), a port.
+_ADDRESS = re.compile(
+    r"(?:(tcp|tls|ucx|ws|wss)://)?"
+    r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)"
+    r":([0-9]{1,5})"
+)
+
+
+def check_address(address: str) -> str:
+    """``[SCHEME://]HOST:PORT`` as a scheduler's address (tcp:// when no scheme is given);
+    ValueError otherwise. Checked before a client is made: a client that fails to parse its
+    address is left half-built, and prints a traceback when it is collected."""
+    word = address.strip()
+    match = _ADDRESS.fullmatch(word)
+    if match is None or not 1 <= int(match[3]) <= 65_535:
+        raise ValueError(
+            f"expected a Dask scheduler's address tcp://HOST:PORT (e.g. tcp://127.0.0.1:8786), "
+            f"got {address[:80]!r}"
+        )
+    return word if match[1] else f"tcp://{word}"
+
+
 def client_for(address: str) -> Any:
-    """This process's client of the cluster at ``address`` (opened once, closed at exit)."""
+    """This process's client of the cluster at ``address`` (opened once, closed at exit). A
+    scheduler that does not answer within ``CONNECT_TIMEOUT_S`` is a ValueError (one line),
+    whether nothing listens there or something that is not a scheduler does."""
     client = _CLIENTS.get(address)
     if client is None or client.status != "running":
-        from distributed import Client
-
-        client = Client(address, set_as_default=False)
+        if not address.startswith("inproc://"):  # an in-process cluster's (tests)
+            check_address(address)
+        client = _connect(address)
         _CLIENTS[address] = client
         atexit.register(_close, address)
     return client
+
+
+def _connect(address: str) -> Any:
+    """A client of ``address``, made on a thread that is given up on after the timeout (and
+    a little): distributed bounds the connection but not always the handshake that follows
+    (a port held by another service never answers it)."""
+    from distributed import Client
+
+    made: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            made["client"] = Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT_S)
+        except Exception as exc:  # reported below, on the caller's thread
+            made["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+    thread = threading.Thread(target=connect, name="dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT_S + 2)
+    if "client" in made:
+        return made["client"]
+    why = made.get("error", "no answer")
+    raise ValueError(
+        f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S:g} s ({why}) — "
+        "start one (`dask scheduler`) or check --dask-address"
+    )
 
 
 def close_clients() -> None:

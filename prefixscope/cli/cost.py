@@ -19,8 +19,12 @@ def _outcomes(p: argparse.ArgumentParser) -> None:
 
 def roofline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
-    p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
-    p.add_argument("--gpu", default=DEFAULT_GPU, help="a100, h100, h200 or NAME:TFLOPS:TBPS")
+    p.add_argument(
+        "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
+    )
+    p.add_argument(
+        "--gpu", type=flags.gpu, default=DEFAULT_GPU, help="a100, h100, h200 or NAME:TFLOPS:TBPS"
+    )
     p.add_argument(
         "--cached", type=flags.bounded_int(0, 2**40), required=True, help="cached prefix (tokens)"
     )
@@ -55,7 +59,9 @@ def replay_arguments(p: argparse.ArgumentParser) -> None:
         type=flags.bounded_int(1, 2**24),
         help="longer requests are scaled down to this",
     )
-    p.add_argument("--gpu", help="roofline spec (default: the device's, or measured on cpu)")
+    p.add_argument(
+        "--gpu", type=flags.gpu, help="roofline spec (default: the device's, or measured on cpu)"
+    )
     p.add_argument(
         "--chunk",
         type=flags.bounded_int(1, 2**24),
@@ -109,7 +115,12 @@ def replay(args: argparse.Namespace) -> int:
 def savings_arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
     p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
-    p.add_argument("--gpu", default=DEFAULT_GPU, help="a100, h100, h200, NAME:TFLOPS:TBPS, cpu")
+    p.add_argument(
+        "--gpu",
+        type=flags.gpu_or_cpu,
+        default=DEFAULT_GPU,
+        help="a100, h100, h200, NAME:TFLOPS:TBPS, cpu",
+    )
     p.add_argument("--cost-model", default="auto", choices=COST_MODEL_KINDS)
     _outcomes(p)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -19,13 +20,34 @@ INT64_MAX = 2**63 - 1
 MAX_BLOCK_SIZE = 1_048_576
 #: The largest --capacity-gib accepted: 1 PiB of KV cache.
 MAX_GIB = 2.0**20
+#: The largest --load-scale: a thousand times the logged traffic.
+MAX_LOAD_SCALE = 1_000.0
+
+
+#: An integer as a person types it: ASCII digits, an optional sign, ``_`` only between digits
+#: (``1_000``). Nothing else that ``int()`` would take: no other scripts' digits, no spaces
+#: inside, no ``0x``.
+_INT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")
+#: A decimal number, the same way: no ``nan``, ``inf`` or hexadecimal; bounds are checked after.
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:_[0-9]+)*(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def _int(text: str) -> int:
-    try:
-        return int(text.strip().replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    word = text.strip()
+    if not _INT.fullmatch(word) or len(word) > 40:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return int(word)
+
+
+def number(text: str) -> float:
+    """A finite decimal number (ValueError otherwise); its bounds are the caller's."""
+    word = text.strip()
+    if not _FLOAT.fullmatch(word) or len(word) > 40:
+        raise ValueError(f"expected a decimal number, got {text!r}")
+    value = float(word)
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def bounded_int(low: int = 1, high: int = INT64_MAX) -> Callable[[str], int]:
@@ -53,9 +75,9 @@ def finite_float(low: float = 0.0, high: float = math.inf, *, strict: bool = Tru
 
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = number(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+            value = math.nan
         below = value <= low if strict else value < low
         if not math.isfinite(value) or below or value > high:
             raise argparse.ArgumentTypeError(
@@ -68,34 +90,73 @@ def finite_float(low: float = 0.0, high: float = math.inf, *, strict: bool = Tru
     return parse
 
 
-def int_list(text: str) -> list[int]:
-    try:
-        values = [int(v.replace("_", "")) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    if any(v > INT64_MAX for v in values):
-        raise argparse.ArgumentTypeError(f"expected integers below 2^63, got {text!r}")
+def distinct(values: list, text: str, key: Callable = lambda v: v) -> list:  # type: ignore[type-arg]
+    """``values`` when no two are the same (by ``key``); a value given twice would run, and
+    write, every row of it twice."""
+    seen: set[object] = set()
+    for value in values:
+        if key(value) in seen:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is given twice in {text!r} — give each value once"
+            )
+        seen.add(key(value))
     return values
 
 
-def float_list(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}"
-        ) from None
-    if not values or any(not math.isfinite(v) for v in values):
-        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
-    if any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
-    if any(v > MAX_GIB for v in values):
-        raise argparse.ArgumentTypeError(f"expected at most {MAX_GIB:,.0f} each, got {text!r}")
-    return values
+def _items(text: str) -> list[str]:
+    items = [v.strip() for v in text.split(",")]
+    if not any(items):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return [v for v in items if v]
+
+
+def ints(low: int = 1, high: int = INT64_MAX) -> Callable[[str], list[int]]:
+    """An argparse type: distinct comma-separated integers, each in [low, high]."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = [_int(v) for v in _items(text)]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated integers, got {text!r}"
+            ) from None
+        if any(not low <= v <= high for v in values):
+            raise argparse.ArgumentTypeError(
+                f"expected integers from {low:,} to {high:,}, got {text!r}"
+            )
+        return distinct(values, text)
+
+    return parse
+
+
+def floats(high: float, low: float = 0.0) -> Callable[[str], list[float]]:
+    """An argparse type: distinct comma-separated finite numbers above ``low``, at most
+    ``high``."""
+
+    def parse(text: str) -> list[float]:
+        try:
+            values = [number(v) for v in _items(text)]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated finite numbers, got {text!r}"
+            ) from None
+        if any(not low < v <= high for v in values):
+            raise argparse.ArgumentTypeError(
+                f"expected numbers above {low:g} and at most {high:,g}, got {text!r}"
+            )
+        return distinct(values, text)
+
+    return parse
+
+
+#: Capacities in blocks or tokens, replica counts: positive, below 2^63.
+int_list = ints(1, INT64_MAX)
+#: Block sizes, as ``--block-size`` takes one.
+block_size_list = ints(1, MAX_BLOCK_SIZE)
+#: GiB of KV cache, up to ``MAX_GIB``.
+float_list = floats(MAX_GIB)
+#: Load scales: up to ``MAX_LOAD_SCALE`` times the logged traffic.
+load_scales = floats(MAX_LOAD_SCALE)
 
 
 def out_file(text: str) -> str:
@@ -125,7 +186,9 @@ def duration(text: str) -> float:
 
 
 def name_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
+    """Distinct comma-separated names (of policies, routers, windows, isolations: compared
+    without regard to case)."""
+    return distinct(_items(text), text, str.casefold)
 
 
 def tenant_name(text: str) -> str:
@@ -173,7 +236,9 @@ def windows(p: argparse.ArgumentParser, default: list[str] | None = None) -> Non
 def model(p: argparse.ArgumentParser, default: str | None = None, what: str = "") -> None:
     """``--model`` (a catalog name), ``--model-config`` (a config.json) and ``--kv-dtype``."""
     p.add_argument("--model", default=default, help=f"catalog model{what} (e.g. llama-3-8b)")
-    p.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument(
+        "--model-config", type=model_config, metavar="FILE", help="a Hugging Face config.json"
+    )
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
 
 
@@ -201,3 +266,63 @@ def capacities_of(args: argparse.Namespace) -> Capacities:
         model_config=args.model_config,
         kv_dtype=args.kv_dtype,
     )
+
+
+def gpu(text: str) -> str:
+    """A GPU by name, or ``NAME:TFLOPS:TBPS`` within the bounds of ``analysis/cost/gpus.py``:
+    checked here, kept as given (the stages resolve it again)."""
+    from prefixscope.analysis.cost.gpus import resolve_gpu
+
+    try:
+        resolve_gpu(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def gpu_or_cpu(text: str) -> str:
+    """``gpu``, or ``cpu``: the calibrated cost model of a CPU replay."""
+    return text if text.strip().lower() == "cpu" else gpu(text)
+
+
+def model_config(text: str) -> str:
+    """A Hugging Face config.json, read and checked key by key here (``ModelShape``), so that
+    a bad one stops every command that takes it before any work; kept as given."""
+    from prefixscope.analysis.cost.models import ModelShape
+
+    try:
+        ModelShape.from_hf_config(text)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text}: {exc.strerror or exc} — check the path"
+        ) from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def dask_address(text: str) -> str:
+    """``[SCHEME://]HOST:PORT`` (tcp:// when no scheme is given), checked here; the command
+    connects to it before any work, within ``fanout.CONNECT_TIMEOUT_S``."""
+    from prefixscope.analysis.fanout import check_address
+
+    try:
+        return check_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def prices_file(text: str) -> str:
+    """A TOML file of prices, read and checked key by key here (``analysis/plan/prices.py``);
+    kept as given."""
+    from prefixscope.analysis.plan.prices import load_prices
+
+    try:
+        load_prices(text)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {text}: {exc.strerror or exc} — check the path"
+        ) from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text

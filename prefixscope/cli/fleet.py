@@ -30,7 +30,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument(
-        "--gpu", default="h100", help="h100, h200, a100 or NAME:TFLOPS:TBPS (%(default)s)"
+        "--gpu",
+        type=flags.gpu,
+        default="h100",
+        help="h100, h200, a100 or NAME:TFLOPS:TBPS (%(default)s)",
     )
     p.add_argument(
         "--cost-model",
@@ -41,7 +44,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="lru", choices=sorted(FLEET_POLICIES))
     p.add_argument(
         "--load-scale",
-        type=flags.float_list,
+        type=flags.load_scales,
         default=[1.0],
         metavar="S[,S...]",
         help="S times the traffic: the same requests in 1/S of the time (1)",
@@ -80,28 +83,43 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=flags.count, default=0, help="the random router's seed (0)")
     p.add_argument(
         "--dask-address",
-        metavar="ADDRESS",
+        type=flags.dask_address,
+        metavar="tcp://HOST:PORT",
         help="run each replica of round-robin, random and session as a task on this cluster",
     )
 
 
-def _tier(text: str, what: str, unbounded: bool) -> TierSpec | None:
-    if text.strip().lower() == "none":
-        return None
+#: The fastest link a tier may be read over, GB/s: above any PCIe, NVLink-C2C (900) or NIC.
+MAX_GBPS = 10_000.0
+
+
+def _tier(text: str, what: str, unbounded: bool) -> TierSpec:
+    """``GIB[:GBPS]``: GiB above 0 and at most ``flags.MAX_GIB`` (or ``inf`` where
+    ``unbounded``), GB/s above 0 and at most ``MAX_GBPS``. Bounded here, as a capacity is:
+    GiB beyond them overflow a block count."""
     parts = text.split(":")
-    try:
-        gib = float(parts[0])
-        gbps = float(parts[1]) if len(parts) > 1 else None
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    bad_gib = not gib >= 0 or (math.isinf(gib) and not unbounded) or math.isnan(gib)
-    if len(parts) > 2 or bad_gib or (gbps is not None and not gbps > 0):
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    gib = math.inf if unbounded and parts[0].strip().lower() == "inf" else _figure(parts[0])
+    gbps = _figure(parts[1]) if len(parts) > 1 else None
+    bad_gib = not (0 < gib <= flags.MAX_GIB or (unbounded and math.isinf(gib)))
+    bad_gbps = gbps is not None and not 0 < gbps <= MAX_GBPS
+    if len(parts) > 2 or bad_gib or bad_gbps:
+        raise argparse.ArgumentTypeError(
+            f"expected {what}, with GIB above 0 and at most {flags.MAX_GIB:,.0f}"
+            + (" (or inf)" if unbounded else "")
+            + f" and GBPS above 0 and at most {MAX_GBPS:,.0f}, got {text!r}"
+        )
     return TierSpec(gib, gbps)
 
 
+def _figure(text: str) -> float:
+    try:
+        return flags.number(text)
+    except ValueError:
+        return math.nan
+
+
 def dram_tiers(text: str) -> list[TierSpec | None]:
-    out = []
+    out: list[TierSpec | None] = []
     for item in text.split(","):
         item = item.strip()
         if item.lower() == "none":
@@ -109,13 +127,16 @@ def dram_tiers(text: str) -> list[TierSpec | None]:
             continue
         if not item.lower().startswith("dram:"):
             raise argparse.ArgumentTypeError(f"expected dram:GIB[:GBPS] or none, got {item!r}")
-        out.append(_tier(item[5:], "dram:GIB[:GBPS] with GIB >= 0 and GBPS > 0", False))
-    return out
+        out.append(_tier(item[5:], "dram:GIB[:GBPS]", False))
+    return flags.distinct(out, text)
 
 
 def stores(text: str) -> list[TierSpec | None]:
-    what = "GIB[:GBPS] (GIB >= 0 or inf, GBPS > 0) or none"
-    return [_tier(item.strip(), what, True) for item in text.split(",")]
+    out = [
+        None if item.strip().lower() == "none" else _tier(item.strip(), "GIB[:GBPS]", True)
+        for item in text.split(",")
+    ]
+    return flags.distinct(out, text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,6 +169,11 @@ def run(args: argparse.Namespace) -> int:
         workers=1,
         dask_address=args.dask_address,
     )
+    settings.check()  # names and numbers, then the cluster, before the warehouse is opened
+    if args.dask_address:
+        from prefixscope.analysis.fanout import client_for
+
+        client_for(args.dask_address)
     result = fleet.run(args.warehouse, settings)
     print(format_fleet(result.hit_rates))
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from prefixscope.cli import flags
@@ -16,7 +15,7 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
     flags.warehouse(p)
     p.add_argument("--out", type=flags.out_file, default="report.html")
-    p.add_argument("--tenant", default=DEFAULT_TENANT)
+    p.add_argument("--tenant", type=flags.tenant_name, default=DEFAULT_TENANT)
     p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
     p.add_argument(
         "--tenant-field",
@@ -25,7 +24,7 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--synthetic-tenants",
-        type=flags.name_list,
+        type=flags.tenant_list,
         metavar="NAME[,NAME...]",
         help="also ingest a synthetic log of these tenants, written beside the warehouse "
         "(prefixscope.synthetic; make demo: chat,search,agent)",
@@ -47,6 +46,7 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--savings-model", default="llama-3-8b", help="model the savings price")
     p.add_argument(
         "--dask-address",
+        type=flags.dask_address,
         metavar="tcp://HOST:PORT",
         help="run the simulations on this running Dask cluster (default: here)",
     )
@@ -57,7 +57,9 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="without --dask-address: processes the simulations fan out on here (%(default)s)",
     )
-    p.add_argument("--savings-gpu", default="h100", help="GPU the savings price")
+    p.add_argument(
+        "--savings-gpu", type=flags.gpu_or_cpu, default="h100", help="GPU the savings price"
+    )
     p.add_argument(
         "--replay-samples",
         type=flags.count,
@@ -69,7 +71,7 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def parameters(args: argparse.Namespace) -> dict[str, object]:
     """The flow's parameters from the command's flags."""
-    from prefixscope.pipelines.fleet_report import DEFAULT_CAPACITIES
+    from prefixscope.pipelines.parameters import DEFAULT_CAPACITIES
 
     return {
         "inputs": [str(p) for p in args.input],
@@ -92,15 +94,35 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def check(args: argparse.Namespace) -> dict[str, object]:
+    """The flow's parameters, each checked (``pipelines/parameters.py``), and the Dask
+    cluster reached, before the flow (and Prefect's temporary server) starts: a wrong flag
+    stops the command in a second, with one line and nothing written."""
+    from prefixscope.pipelines.parameters import check as check_parameters
+
+    params = parameters(args)
+    check_parameters(**params, dask_address=args.dask_address)  # type: ignore[arg-type]
+    if args.dask_address:
+        from prefixscope.analysis.fanout import client_for
+
+        client_for(args.dask_address)
+    return params
+
+
 def fleet_report(args: argparse.Namespace) -> int:
     """The flow once; prints its short answer (the full tables are on the page and in the
-    warehouse). Prefect's own INFO lines are quieted first, before Prefect is imported."""
+    warehouse). Prefect's own INFO lines are quieted first, before Prefect is imported; a
+    stage's failure reaches the terminal as the command's one line only (its traceback stays
+    in the flow run's logs)."""
     from prefixscope.pipelines import settings
 
     settings.quiet()
+    params = check(args)
+    from prefixscope.pipelines.console import failures_off_the_terminal
     from prefixscope.pipelines.fleet_report import fleet_report as flow
 
-    outcome = flow(**parameters(args), dask_address=args.dask_address)
+    with failures_off_the_terminal():
+        outcome = flow(**params, dask_address=args.dask_address)
     print(outcome.summary)
     return 0
 
@@ -112,12 +134,16 @@ def schedule_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def schedule(args: argparse.Namespace) -> int:
-    from prefixscope.pipelines.deployments import serve_fleet_report
+    from prefixscope.pipelines.deployments import check_cron, serve_fleet_report, served_by
 
     if args.dask_address:
-        print("schedule: --dask-address is for one-off runs", file=sys.stderr)
-        return 2
-    params = parameters(args)
+        raise ValueError(
+            "--dask-address is for one-off runs — run `prefixscope fleet-report` with it, or "
+            "schedule without it"
+        )
+    served_by()  # a schedule needs a running server: say so before anything else
+    params = check(args)
+    check_cron(args.cron)
     # Scheduled runs start elsewhere: paths must not depend on this shell's directory.
     for key in ("warehouse_path", "report_path"):
         params[key] = str(Path(str(params[key])).resolve())
@@ -125,11 +151,7 @@ def schedule(args: argparse.Namespace) -> int:
         p if Path(p).is_absolute() else str(Path.cwd() / p)
         for p in params["inputs"]  # type: ignore[attr-defined]
     ]
-    try:
-        serve_fleet_report(args.cron, params, args.name)
-    except RuntimeError as e:
-        print(f"schedule: {e}", file=sys.stderr)
-        return 2
+    serve_fleet_report(args.cron, params, args.name)
     return 0
 
 

@@ -20,12 +20,19 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", default="all", choices=["all", "last-half"])
     p.add_argument("--model", default="llama-3-8b", help="KV bytes and miss cost (%(default)s)")
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
-    p.add_argument("--gpu", default="h100", help="h100, h200, a100 or NAME:TFLOPS:TBPS (h100)")
+    p.add_argument(
+        "--gpu", type=flags.gpu, default="h100", help="h100, h200, a100 or NAME:TFLOPS:TBPS (h100)"
+    )
     p.add_argument("--cost-model", default="auto", choices=["auto", "calibrated", "roofline"])
-    p.add_argument("--prices", metavar="FILE", help="a TOML file: gpu_hour, dram_gb_hour, ...")
+    p.add_argument(
+        "--prices",
+        type=flags.prices_file,
+        metavar="FILE",
+        help="a TOML file: gpu_hour, dram_gb_hour, store_gb_hour ($ per hour)",
+    )
     p.add_argument(
         "--load-scale",
-        type=flags.finite_float(),
+        type=flags.finite_float(0.0, flags.MAX_LOAD_SCALE),
         default=1.0,
         metavar="S",
         help="choose among fleet runs at this load scale (1)",

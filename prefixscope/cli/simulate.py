@@ -37,7 +37,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--block-size",
-        type=flags.int_list,
+        type=flags.block_size_list,
         metavar="N[,N...]",
         help="also simulate at these block sizes, whole multiples of the warehouse's (16 -> 32, "
         "64; 512 -> 1024); capacities keep their tokens. A finer size: ingest a token source "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from prefect.client.schemas.schedules import CronSchedule
 from prefect.deployments.runner import EntrypointType
 from prefect.settings import PREFECT_API_URL
 
@@ -38,14 +39,33 @@ def fleet_report_deployment(
     )
 
 
+def check_cron(cron: str) -> None:
+    """A cron expression Prefect's schedule accepts (five fields, e.g. ``0 * * * *``)."""
+    try:
+        CronSchedule(cron=cron)
+    except ValueError:
+        raise ValueError(
+            f"--cron {cron[:80]!r} is not a cron expression — give five fields, e.g. "
+            "'0 * * * *' (every hour)"
+        ) from None
+
+
+def served_by() -> str:
+    """The API URL of the Prefect server a schedule registers with; ValueError (the user's to
+    fix, one line) when none is set."""
+    url = PREFECT_API_URL.value()
+    if not url:
+        raise ValueError(
+            "a schedule needs a running Prefect server — start one with `prefect server start` "
+            "and set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)"
+        )
+    return str(url)
+
+
 def serve_fleet_report(cron: str, parameters: dict[str, Any], name: str = DEFAULT_NAME) -> None:
     """Register the deployment with the server at ``PREFECT_API_URL`` and run its scheduled
     flow runs in this process until it is stopped."""
-    if not PREFECT_API_URL.value():
-        raise RuntimeError(
-            "a schedule needs a running Prefect server: start one with `prefect server start` "
-            "and set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)"
-        )
+    served_by()
     from prefect import serve
 
     serve(fleet_report_deployment(cron, parameters, name))

@@ -13,28 +13,41 @@ leaves this process.
 
 from __future__ import annotations
 
-import glob
-from collections.abc import Sequence
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.states import State
 
 from prefixscope import synthetic, warehouse
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
 from prefixscope.analysis.curves.settings import CurveSettings
-from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
-from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
+from prefixscope.analysis.simulation.scenarios import Scenario, Settings
 from prefixscope.analysis.structure.tables import StructureSettings
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.savings import format_savings
 from prefixscope.dashboards.summary import summarize
 from prefixscope.dashboards.text import format_hit_rates
 from prefixscope.ingest import FORMATS, IngestOptions, IngestResult
+from prefixscope.pipelines import parameters
+from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaults, re-exported)
+    DEFAULT_CAPACITIES,
+    DEFAULT_FLEET_LOAD_SCALES,
+    DEFAULT_FLEET_REPLICAS,
+    DEFAULT_POLICIES,
+    DEFAULT_WINDOWS,
+    RECENT_LOOKUPS,
+    expand_inputs,
+    fleet_settings,
+    outcomes_scenario,
+    structure_settings,
+)
 from prefixscope.pipelines.progress import steps
 from prefixscope.stages import curve as curve_stage
 from prefixscope.stages import fleet as fleet_stage
@@ -47,21 +60,24 @@ from prefixscope.stages import simulate as simulate_stage
 from prefixscope.stages import structure as structure_stage
 from prefixscope.stages import validate as validate_stage
 
-#: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
-#: working set is 182,790 blocks, so the curve reaches the ceiling's neighbourhood).
-DEFAULT_CAPACITIES = (1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000)
-DEFAULT_POLICIES = ("ceiling", "lru", "fifo", "s3fifo", "belady")
-DEFAULT_WINDOWS = ("all", "last-half", "steady")
-#: The fleet grid: every router at two replica counts, at the traffic as logged and twice it;
-#: each replica's cache is the grid's middle capacity (the one ``structure`` simulates).
-DEFAULT_FLEET_REPLICAS = (4, 8)
-DEFAULT_FLEET_LOAD_SCALES = (1.0, 2.0)
-#: The fleet and the value of the next GiB simulate many configurations each, so on a trace
-#: larger than this they measure its most recent stretch of this many lookups
-#: (``analysis/trace/tail.py``): about 42 hours of the bundled trace's traffic, twice the ×20
-#: benchmark trace. Everything else takes every lookup.
-RECENT_LOOKUPS = 12_000_000
-STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
+
+def transient(task: object, task_run: object, state: State) -> bool:
+    """Whether a failed stage is worth one more try: an I/O error that may pass (a network
+    file system, a busy disk), never a user's error (a wrong input or flag), which would fail
+    the same way again."""
+    exc = state.data
+    lasting = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+    if isinstance(exc, OSError):
+        return not isinstance(exc, lasting) and exc.errno != errno.ENOSPC
+    return isinstance(exc, duckdb.IOException)
+
+
+STAGE = {
+    "cache_policy": NO_CACHE,
+    "retries": 1,
+    "retry_delay_seconds": 2,
+    "retry_condition_fn": transient,
+}
 #: The key the run's summary is published under (a new version each run).
 SUMMARY_ARTIFACT = "fleet-report-summary"
 
@@ -76,22 +92,6 @@ class FleetReportOutcome:
     table: str  # the fleet's hit rates as a short text table
     savings: str = ""  # prefill GPU-seconds and TTFT with and without the cache, per tenant
     summary: str = ""  # the short answer (at most 15 lines), as the terminal prints it
-
-
-def expand_inputs(inputs: Sequence[str]) -> list[str]:
-    """Input paths, with glob patterns expanded (sorted) when the run starts: a scheduled run
-    picks up the logs that landed since the last. A pattern that matches nothing is an error,
-    as a missing file is."""
-    paths: list[str] = []
-    for item in inputs:
-        if glob.has_magic(item):
-            matched = sorted(glob.glob(item))
-            if not matched:
-                raise FileNotFoundError(f"no input file matches {item!r}")
-            paths += matched
-        else:
-            paths.append(item)
-    return paths
 
 
 @task(**STAGE)
@@ -194,57 +194,6 @@ def summary(wh: str, page: str) -> str:
     return answer.text()
 
 
-def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
-    caps = sorted(capacities_blocks)
-    return caps[len(caps) // 2] if caps else None
-
-
-def structure_settings(capacities_blocks: Sequence[int]) -> StructureSettings:
-    """The structure stage simulates the middle capacity of the flow's grid."""
-    return StructureSettings(capacity_blocks=middle_capacity(capacities_blocks))
-
-
-def fleet_settings(
-    capacities_blocks: Sequence[int],
-    windows: Sequence[str],
-    model: str,
-    gpu: str,
-    replicas: Sequence[int],
-    dask_address: str | None,
-    workers: int = 1,
-) -> fleet_stage.FleetSettings:
-    """Every router at each replica count, each replica with the grid's middle capacity."""
-    return fleet_stage.FleetSettings(
-        routers=tuple(ROUTERS),
-        replicas=tuple(replicas),
-        capacities=Capacities(blocks=[middle_capacity(capacities_blocks) or 16_000]),
-        load_scales=DEFAULT_FLEET_LOAD_SCALES,
-        windows=tuple(windows),
-        model=model,
-        gpu=gpu,
-        workers=workers if dask_address is None else None,
-        dask_address=dask_address,
-        max_lookups=RECENT_LOOKUPS,
-    )
-
-
-def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | None) -> Scenario:
-    """The scenario whose per-request outcomes are priced: ``policy`` at ``capacity`` (default:
-    the middle capacity) under the grid's first isolation (shared, unless it was left out),
-    else the first bounded scenario of the grid."""
-    first = grid[0].isolation if grid else "shared"
-    bounded = [
-        s
-        for s in grid
-        if s.policy == policy and s.capacity_blocks is not None and s.isolation == first
-    ]
-    if capacity is not None:
-        bounded = [s for s in bounded if s.capacity_blocks == capacity]
-    if bounded:
-        return bounded[len(bounded) // 2]
-    return next((s for s in grid if s.capacity_blocks is not None), grid[0])
-
-
 @flow(name="fleet_report", log_prints=True)
 def fleet_report(
     inputs: list[str],
@@ -276,13 +225,33 @@ def fleet_report(
     these tenants (``prefixscope.synthetic``), at the inputs' block size: the demo's fleet;
     ``workers``: processes the stages that fan out use on this machine (without
     ``dask_address``), each holding the trace once."""
-    policies = policies or list(DEFAULT_POLICIES)
-    capacities_blocks = capacities_blocks or list(DEFAULT_CAPACITIES)
-    windows = windows or list(DEFAULT_WINDOWS)
-    isolations = isolations or ["shared"]
-    # fail on a bad policy or isolation before any work
-    grid = scenarios(policies, capacities_blocks, isolations)
-    priced = outcomes_scenario(grid, savings_policy, savings_capacity_blocks)
+    # every parameter before any work (the command line has checked them too)
+    checked = parameters.check(
+        inputs,
+        warehouse_path=warehouse_path,
+        report_path=report_path,
+        format_name=format_name,
+        tenant=tenant,
+        tenant_from=tenant_from,
+        tenant_field=tenant_field,
+        synthetic_tenants=synthetic_tenants,
+        policies=policies,
+        capacities_blocks=capacities_blocks,
+        windows=windows,
+        isolations=isolations,
+        savings_policy=savings_policy,
+        savings_capacity_blocks=savings_capacity_blocks,
+        savings_model=savings_model,
+        savings_gpu=savings_gpu,
+        replay_samples=replay_samples,
+        fleet_replicas=fleet_replicas,
+        plan_target=plan_target,
+        workers=workers,
+        dask_address=dask_address,
+    )
+    capacities_blocks = list(checked.capacities_blocks)
+    windows = list(checked.windows)
+    priced = checked.priced
     wh = warehouse_path
     names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else []), "simulate"]
     names += ["curve", "structure", *(["replay"] if replay_samples > 0 else []), "fleet"]
@@ -292,7 +261,7 @@ def fleet_report(
         step("ingest")
         fields = (("tenant", tenant_field),) if tenant_field else ()
         options = IngestOptions(tenant=tenant, tenant_from=tenant_from, fields=fields)
-        sources = [ingest_stage.IngestSettings(tuple(expand_inputs(inputs)), format_name, options)]
+        sources = [ingest_stage.IngestSettings(checked.paths, format_name, options)]
         ingested = [ingest(wh, sources[0])]
         if synthetic_tenants:
             step("synthesize")
@@ -305,9 +274,9 @@ def fleet_report(
         simulated = simulate(
             wh,
             simulate_stage.SimulateSettings(
-                policies=tuple(policies),
+                policies=checked.policies,
                 capacities=Capacities(blocks=capacities_blocks),
-                isolations=tuple(isolations),
+                isolations=checked.isolations,
                 measure=Settings(windows=tuple(windows), outcomes=True),
                 outcomes_for=priced,
                 workers=workers if dask_address is None else None,
@@ -334,7 +303,7 @@ def fleet_report(
                 windows,
                 model,
                 gpu,
-                fleet_replicas or DEFAULT_FLEET_REPLICAS,
+                checked.fleet_replicas,
                 dask_address,
                 workers,
             ),

@@ -7,7 +7,20 @@ machine with torch and numpy only.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
+
+#: Bounds of a custom spec (``NAME:TFLOPS:TBPS``), far beyond any part: an H200 does 989
+#: TFLOP/s and 4.8 TB/s. Outside them a roofline divides into NaN, overflows or rounds a
+#: prefill to 0 s.
+MIN_TFLOPS, MAX_TFLOPS = 0.001, 100_000.0
+MIN_TBPS, MAX_TBPS = 0.001, 1_000.0
+#: A figure as a person types it: a decimal number, ``_`` only between digits (as the
+#: command's number flags take them); no nan, inf, hexadecimal or signs.
+_FIGURE = re.compile(r"(?:[0-9]+(?:_[0-9]+)*(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: A custom spec's name: what a table of results shows.
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -48,18 +61,39 @@ def resolve_gpu(text: str) -> GpuSpec:
     table entry they contain.
     """
     key = text.strip().lower()
-    if key.count(":") == 2:
-        name, tflops, tbps = key.split(":")
-        try:
-            spec = GpuSpec(name, float(tflops) * 1e12, float(tbps) * 1e12)
-        except ValueError:
-            raise ValueError(f"expected NAME:TFLOPS:TBPS, got {text!r}") from None
-        if spec.peak_flops <= 0 or spec.mem_bandwidth <= 0:
-            raise ValueError(f"a GPU spec needs positive figures: {text!r}")
-        return spec
+    if ":" in key:
+        return custom_gpu(text)
     if key in GPUS:
         return GPUS[key]
     for name, spec in GPUS.items():
         if name in key.replace("-", " ").split() or name in key:
             return spec
     raise ValueError(f"unknown GPU {text!r}; known: {', '.join(GPUS)} (or NAME:TFLOPS:TBPS)")
+
+
+def custom_gpu(text: str) -> GpuSpec:
+    """``NAME:TFLOPS:TBPS``, each figure a finite number within the bounds above; ValueError,
+    naming the figure and its bounds, otherwise."""
+    parts = text.strip().lower().split(":")
+    form = "give NAME:TFLOPS:TBPS, e.g. mygpu:400:1.6"
+    if len(parts) != 3:
+        raise ValueError(f"a GPU spec is NAME:TFLOPS:TBPS, got {text!r} — {form}")
+    name, tflops, tbps = parts
+    if not _NAME.fullmatch(name):
+        raise ValueError(
+            f"a GPU spec's name is 1 to 64 letters, digits, '.', '_' or '-', got {name!r} — {form}"
+        )
+    figures = (
+        ("TFLOPS", tflops, MIN_TFLOPS, MAX_TFLOPS),
+        ("TBPS", tbps, MIN_TBPS, MAX_TBPS),
+    )
+    values = []
+    for what, word, low, high in figures:
+        value = float(word) if _FIGURE.fullmatch(word) else math.nan
+        if not low <= value <= high:
+            raise ValueError(
+                f"a GPU spec's {what} must be a number from {low:g} to {high:,g}, got {word!r} "
+                f"in {text!r} — {form}"
+            )
+        values.append(value)
+    return GpuSpec(name, values[0] * 1e12, values[1] * 1e12)

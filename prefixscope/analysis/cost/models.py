@@ -11,9 +11,10 @@ Hugging Face config the same way.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from prefixscope.analysis.cost.hfconfig import read_config
 
 GIB = 2**30
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
@@ -51,26 +52,23 @@ class ModelShape:
 
     @classmethod
     def from_hf_config(cls, path: str | Path, name: str | None = None) -> ModelShape:
-        """A shape from a Hugging Face ``config.json`` (its defaults where a key is absent)."""
-        c = json.loads(Path(path).read_text("utf-8"))
-        c = c.get("text_config", c)  # multimodal configs nest the language model's
-        try:
-            heads = int(c["num_attention_heads"])
-            hidden = int(c["hidden_size"])
-            return cls(
-                name=name or str(c.get("_name_or_path") or Path(path).stem),
-                num_hidden_layers=int(c["num_hidden_layers"]),
-                hidden_size=hidden,
-                intermediate_size=int(c.get("intermediate_size", 4 * hidden)),
-                num_attention_heads=heads,
-                num_key_value_heads=int(c.get("num_key_value_heads") or heads),
-                head_dim=int(c.get("head_dim") or hidden // heads),
-                vocab_size=int(c.get("vocab_size", 0)),
-                kv_lora_rank=c.get("kv_lora_rank"),
-                qk_rope_head_dim=c.get("qk_rope_head_dim") if c.get("kv_lora_rank") else None,
-            )
-        except KeyError as missing:
-            raise ValueError(f"{path} has no {missing} key: not a transformer config") from None
+        """A shape from a Hugging Face ``config.json``, every key checked (``hfconfig``; its
+        defaults where a key is absent)."""
+        c = read_config(path)
+        hidden, heads = c["hidden_size"], c["num_attention_heads"]
+        mla = c.get("kv_lora_rank")
+        return cls(
+            name=name or c["name"] or Path(path).stem,
+            num_hidden_layers=c["num_hidden_layers"],
+            hidden_size=hidden,
+            intermediate_size=c.get("intermediate_size", 4 * hidden),
+            num_attention_heads=heads,
+            num_key_value_heads=c["num_key_value_heads"],
+            head_dim=c.get("head_dim") or hidden // heads,
+            vocab_size=c.get("vocab_size", 0),
+            kv_lora_rank=mla,
+            qk_rope_head_dim=c.get("qk_rope_head_dim") if mla else None,
+        )
 
 
 CATALOG: dict[str, ModelShape] = {

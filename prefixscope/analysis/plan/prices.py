@@ -12,9 +12,19 @@ host, and a GB of a pooled store (DRAM or SSD behind the network) less. Give you
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
+#: Each price's bounds, $ per hour: a GPU-hour is never free (every fleet would cost the
+#: same) and the largest is far above any rental; a GB-hour of DRAM or of a store may be free.
+BOUNDS: dict[str, tuple[float, float, bool]] = {
+    # key: (low, high, low allowed)
+    "gpu_hour": (0.0, 1_000.0, False),
+    "dram_gb_hour": (0.0, 10.0, True),
+    "store_gb_hour": (0.0, 10.0, True),
+}
 
 
 @dataclass(frozen=True)
@@ -23,11 +33,13 @@ class Prices:
     dram_gb_hour: float = 0.005
     store_gb_hour: float = 0.002
 
-    def check(self) -> None:
+    def check(self, source: object = "price") -> None:
+        """Each price a number (int or float; not a boolean, which TOML keeps apart), finite,
+        within ``BOUNDS``; ValueError naming ``source`` and the key otherwise."""
         for f in fields(self):
-            value = getattr(self, f.name)
-            if not (isinstance(value, (int, float)) and value >= 0 and value < float("inf")):
-                raise ValueError(f"price {f.name} must be a finite number >= 0, got {value!r}")
+            problem = price_problem(f.name, getattr(self, f.name))
+            if problem is not None:
+                raise ValueError(f"{source}: {f.name} {problem} — fix the prices file")
 
     def per_hour(self, replicas: int, dram_gb: float, store_gb: float) -> float:
         """$ per hour of a fleet: its GPUs (HBM comes with them), each replica's DRAM tier and
@@ -39,19 +51,39 @@ class Prices:
         )
 
 
+def price_problem(key: str, value: object) -> str | None:
+    """Why ``value`` cannot be the price ``key``, in a few words; None when it can."""
+    low, high, low_ok = BOUNDS[key]
+    bound = f"{'from' if low_ok else 'above'} {low:g} and at most {high:,g} $ per hour"
+    if isinstance(value, bool):  # TOML's true is not $1.00
+        return f"must be a number {bound}, got a boolean ({str(value).lower()})"
+    if not isinstance(value, (int, float)):
+        return f"must be a number {bound}, got a {type(value).__name__} {str(value)[:40]!r}"
+    if not (math.isfinite(value) and (low <= value if low_ok else low < value) and value <= high):
+        return f"must be a finite number {bound}, got {value!r}"
+    return None
+
+
 def load_prices(path: str | Path | None) -> Prices:
     """The defaults, overridden by the keys of ``path`` (a TOML file); an unknown key is an
     error, so a typo does not silently keep a default."""
     if path is None:
         return Prices()
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(Path(path).read_text("utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path} is not TOML: {exc}") from None
+        raise ValueError(f"{path} is not TOML: {exc} — fix the prices file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text — give a TOML file of prices") from None
     known = {f.name for f in fields(Prices)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"{path}: unknown price {unknown[0]!r}; known: {', '.join(sorted(known))}")
-    prices = replace(Prices(), **data)
-    prices.check()
-    return prices
+        raise ValueError(
+            f"{path}: unknown price {unknown[0][:40]!r}; known: {', '.join(sorted(known))} "
+            "— fix the prices file"
+        )
+    for key, value in data.items():
+        problem = price_problem(key, value)
+        if problem is not None:
+            raise ValueError(f"{path}: {key} {problem} — fix the prices file")
+    return replace(Prices(), **{k: float(v) for k, v in data.items()})

@@ -1,0 +1,105 @@
+"""A Hugging Face ``config.json`` read key by key: what ``--model-config`` takes.
+
+Every key a shape needs is checked where it is read, so that a wrong file stops the command
+with one line naming the file and the key, rather than dividing by zero or sizing a cache at a
+negative number of bytes. The bounds are far beyond any published model (Llama-3.1-405B: 126
+layers, hidden 16,384, 128 heads; DeepSeek-V3: kv_lora_rank 512) and below what would overflow
+a byte count.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: The largest config file read: published ones are a few KB.
+MAX_BYTES = 16 * 2**20
+#: key: (smallest, largest) integer it may hold.
+BOUNDS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 10_000),
+    "hidden_size": (1, 2**20),
+    "intermediate_size": (1, 2**24),
+    "num_attention_heads": (1, 2**16),
+    "num_key_value_heads": (1, 2**16),
+    "head_dim": (1, 2**16),
+    "vocab_size": (0, 2**31),
+    "kv_lora_rank": (1, 2**20),
+    "qk_rope_head_dim": (0, 2**16),
+}
+REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads")
+FIX = "give the model's config.json"
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The language model's keys of ``path`` (a multimodal config's ``text_config``), each
+    checked: an integer within ``BOUNDS``, or absent (or null, where a default exists)."""
+    raw = _read(path)
+    c = _object(raw, path, "the file")
+    if "text_config" in c:  # multimodal configs nest the language model's
+        c = _object(c["text_config"], path, "key 'text_config'")
+    for key in REQUIRED:
+        if c.get(key) is None:
+            raise ValueError(f"{path} has no {key!r} key: not a transformer config — {FIX}")
+    out: dict[str, Any] = {k: _integer(c, k, path) for k in BOUNDS if c.get(k) is not None}
+    heads, hidden = out["num_attention_heads"], out["hidden_size"]
+    kv_heads = out.setdefault("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise ValueError(
+            f"{path}: key 'num_key_value_heads' ({kv_heads}) must divide "
+            f"'num_attention_heads' ({heads}) — {FIX}"
+        )
+    if "head_dim" not in out and hidden < heads:
+        raise ValueError(
+            f"{path}: key 'hidden_size' ({hidden}) is smaller than 'num_attention_heads' "
+            f"({heads}), so a head has no dimension — give 'head_dim' or fix the config.json"
+        )
+    name = c.get("_name_or_path")
+    if name is not None and not (isinstance(name, str) and len(name) <= 256 and name.isprintable()):
+        raise ValueError(
+            f"{path}: key '_name_or_path' must be a printable string of at most 256 characters "
+            f"— {FIX}"
+        )
+    out["name"] = name or None
+    return out
+
+
+def _read(path: str | Path) -> Any:
+    with open(path, "rb") as f:
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_BYTES // 2**20} MiB: not a config — {FIX}")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text: not a config.json — {FIX}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path} is not JSON ({exc.msg} at line {exc.lineno}): not a config.json — {FIX}"
+        ) from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply: not a config.json — {FIX}") from None
+
+
+def _object(value: Any, path: str | Path, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: {what} must be a JSON object, got {_kind(value)} — {FIX}")
+    return value
+
+
+def _integer(c: dict[str, Any], key: str, path: str | Path) -> int:
+    value = c[key]
+    low, high = BOUNDS[key]
+    # bool is an int to Python; JSON's true is not a count
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = repr(value) if isinstance(value, int | float) else _kind(value)
+        raise ValueError(
+            f"{path}: key {key!r} must be an integer from {low:,} to {high:,}, got {shown[:40]} "
+            f"— {FIX}"
+        )
+    return value
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    return names.get(type(value), "null" if value is None else "a number")

@@ -1,0 +1,214 @@
+"""The ``fleet_report`` flow's parameters: their defaults, the settings the flow derives from
+them, and the check every one of them passes before the first stage runs.
+
+Plain Python, no Prefect: the command line runs the same check before it starts the flow (and
+Prefect's temporary server), so a wrong flag stops it in a second with one line and nothing
+written; the flow runs it again first, for a scheduled run whose parameters came from a
+deployment.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
+from prefixscope.analysis.fleet.routers import ROUTERS
+from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.analysis.simulation.scenarios import Scenario, scenarios
+from prefixscope.analysis.structure.tables import StructureSettings
+from prefixscope.analysis.trace.windows import check_windows
+from prefixscope.ingest import FORMATS, IngestOptions
+from prefixscope.stages import fleet as fleet_stage
+from prefixscope.stages import plan as plan_stage
+from prefixscope.tenants import check_tenant
+
+#: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
+#: working set is 182,790 blocks, so the curve reaches the ceiling's neighbourhood).
+DEFAULT_CAPACITIES = (1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000)
+DEFAULT_POLICIES = ("ceiling", "lru", "fifo", "s3fifo", "belady")
+DEFAULT_WINDOWS = ("all", "last-half", "steady")
+#: The fleet grid: every router at two replica counts, at the traffic as logged and twice it;
+#: each replica's cache is the grid's middle capacity (the one ``structure`` simulates).
+DEFAULT_FLEET_REPLICAS = (4, 8)
+DEFAULT_FLEET_LOAD_SCALES = (1.0, 2.0)
+#: The fleet and the value of the next GiB simulate many configurations each, so on a trace
+#: larger than this they measure its most recent stretch of this many lookups
+#: (``analysis/trace/tail.py``): about 42 hours of the bundled trace's traffic, twice the ×20
+#: benchmark trace. Everything else takes every lookup.
+RECENT_LOOKUPS = 12_000_000
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The parameters, checked, with their defaults filled in."""
+
+    paths: tuple[str, ...]  # the inputs, patterns expanded
+    policies: tuple[str, ...]
+    capacities_blocks: tuple[int, ...]
+    windows: tuple[str, ...]
+    isolations: tuple[str, ...]
+    fleet_replicas: tuple[int, ...]
+    grid: tuple[Scenario, ...]
+    priced: Scenario  # the scenario whose outcomes the savings price
+
+
+def check(
+    inputs: Sequence[str],
+    *,
+    warehouse_path: str | None = None,
+    report_path: str | None = None,
+    format_name: str = "mooncake",
+    tenant: str = "default",
+    tenant_from: str | None = None,
+    tenant_field: str | None = None,
+    synthetic_tenants: Sequence[str] | None = None,
+    policies: Sequence[str] | None = None,
+    capacities_blocks: Sequence[int] | None = None,
+    windows: Sequence[str] | None = None,
+    isolations: Sequence[str] | None = None,
+    savings_policy: str = "lru",
+    savings_capacity_blocks: int | None = None,
+    savings_model: str = DEFAULT_MODEL,
+    savings_gpu: str = DEFAULT_GPU,
+    replay_samples: int = 0,
+    fleet_replicas: Sequence[int] | None = None,
+    plan_target: float = 0.9,
+    workers: int = 1,
+    dask_address: str | None = None,
+) -> Checked:
+    """Every parameter, before any work: ValueError (or OSError, for an input that cannot be
+    read) with one line that names it. Lists take each value once: a value given twice would
+    run, and write, its rows twice."""
+    for where in (warehouse_path, report_path):
+        if where is not None and Path(where).is_dir():
+            raise IsADirectoryError(21, "Is a directory", where)
+    if format_name not in FORMATS:
+        raise ValueError(f"unknown format {format_name!r}; known: {', '.join(sorted(FORMATS))}")
+    check_tenant(tenant, "--tenant")
+    fields = (("tenant", tenant_field),) if tenant_field else ()
+    IngestOptions(tenant=tenant, tenant_from=tenant_from, fields=fields)  # its own checks
+    for name in synthetic_tenants or ():
+        check_tenant(name, "--synthetic-tenants")
+    resolved = {
+        "--synthetic-tenants": tuple(synthetic_tenants or ()),
+        "--policy": tuple(policies or DEFAULT_POLICIES),
+        "--capacity-blocks": tuple(capacities_blocks or DEFAULT_CAPACITIES),
+        "--window": tuple(windows or DEFAULT_WINDOWS),
+        "--isolation": tuple(isolations or ("shared",)),
+        "--fleet-replicas": tuple(fleet_replicas or DEFAULT_FLEET_REPLICAS),
+    }
+    for flag, values in resolved.items():
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:
+            raise ValueError(f"{flag} gives {', '.join(twice)} twice — give each value once")
+    grid = scenarios(resolved["--policy"], resolved["--capacity-blocks"], resolved["--isolation"])
+    check_windows(resolved["--window"])
+    resolve_model(savings_model)
+    gpu_key(savings_gpu)
+    for what, value in (("--replay-samples", replay_samples), ("--workers", workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{what} must be a whole number from 0, got {value!r}")
+    caps = resolved["--capacity-blocks"]
+    settings = fleet_settings(caps, resolved["--window"], savings_model, savings_gpu,
+                              resolved["--fleet-replicas"], dask_address, workers)  # fmt: skip
+    settings.check()
+    plan_stage.PlanSettings(target=plan_target, model=savings_model, gpu=savings_gpu).check()
+    return Checked(
+        paths=tuple(readable(expand_inputs(inputs))),
+        policies=resolved["--policy"],
+        capacities_blocks=caps,
+        windows=resolved["--window"],
+        isolations=resolved["--isolation"],
+        fleet_replicas=resolved["--fleet-replicas"],
+        grid=tuple(grid),
+        priced=outcomes_scenario(grid, savings_policy, savings_capacity_blocks),
+    )
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """Input paths, with glob patterns expanded (sorted) when the run starts: a scheduled run
+    picks up the logs that landed since the last. A pattern that matches nothing is an error,
+    as a missing file is."""
+    paths: list[str] = []
+    for item in inputs:
+        if glob.has_magic(item):
+            matched = sorted(glob.glob(item))
+            if not matched:
+                raise FileNotFoundError(
+                    f"no input file matches {item!r} — check the pattern and its folder"
+                )
+            paths += matched
+        else:
+            paths.append(item)
+    return paths
+
+
+def readable(paths: Sequence[str]) -> list[str]:
+    """``paths`` when each is a file this process may read (OSError, naming it, otherwise)."""
+    if not paths:
+        raise ValueError("give at least one --input file")
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory", p)
+        if not path.is_file():
+            raise FileNotFoundError(2, "No such file or directory", p)
+        if not os.access(path, os.R_OK):
+            raise PermissionError(13, "Permission denied", p)
+    return list(paths)
+
+
+def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
+    caps = sorted(capacities_blocks)
+    return caps[len(caps) // 2] if caps else None
+
+
+def structure_settings(capacities_blocks: Sequence[int]) -> StructureSettings:
+    """The structure stage simulates the middle capacity of the flow's grid."""
+    return StructureSettings(capacity_blocks=middle_capacity(capacities_blocks))
+
+
+def fleet_settings(
+    capacities_blocks: Sequence[int],
+    windows: Sequence[str],
+    model: str,
+    gpu: str,
+    replicas: Sequence[int],
+    dask_address: str | None,
+    workers: int = 1,
+) -> fleet_stage.FleetSettings:
+    """Every router at each replica count, each replica with the grid's middle capacity."""
+    return fleet_stage.FleetSettings(
+        routers=tuple(ROUTERS),
+        replicas=tuple(replicas),
+        capacities=Capacities(blocks=[middle_capacity(capacities_blocks) or 16_000]),
+        load_scales=DEFAULT_FLEET_LOAD_SCALES,
+        windows=tuple(windows),
+        model=model,
+        gpu=gpu,
+        workers=workers if dask_address is None else None,
+        dask_address=dask_address,
+        max_lookups=RECENT_LOOKUPS,
+    )
+
+
+def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | None) -> Scenario:
+    """The scenario whose per-request outcomes are priced: ``policy`` at ``capacity`` (default:
+    the middle capacity) under the grid's first isolation (shared, unless it was left out),
+    else the first bounded scenario of the grid."""
+    first = grid[0].isolation if grid else "shared"
+    bounded = [
+        s
+        for s in grid
+        if s.policy == policy and s.capacity_blocks is not None and s.isolation == first
+    ]
+    if capacity is not None:
+        bounded = [s for s in bounded if s.capacity_blocks == capacity]
+    if bounded:
+        return bounded[len(bounded) // 2]
+    return next((s for s in grid if s.capacity_blocks is not None), grid[0])
