@@ -5,6 +5,7 @@ run, and write, every row of it twice."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import socket
@@ -426,7 +427,6 @@ def test_a_number_flag_takes_only_what_it_can_bound(text: str) -> None:
 # --- a stage that fails inside the flow: the command's one line, nothing of Prefect's -------
 
 BROKEN = {
-    "an empty file": ([""], []),
     "only bad lines": (["not json", '{"x": 1}', "[]"], []),
     "a tenant field that matches nothing": (
         ['{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'] * 3,
@@ -454,6 +454,37 @@ def test_a_failing_stage_is_one_line_without_prefects_tracebacks(
     assert "Traceback" not in err and "Task run" not in err and "Flow run" not in err, err
     assert len(err.splitlines()) == 1, err
     assert err.startswith("prefixscope fleet-report: error: "), err
+    assert not (tmp_path / "wh.duckdb").exists()  # ingest refused the file before any write
+
+
+@pytest.mark.parametrize(
+    ("contents", "earlier", "refused"),
+    [
+        ([b""], False, True),
+        ([b"\n  \n", b""], False, True),
+        ([gzip.compress(b"\n\n")], False, True),
+        ([b""], True, False),  # earlier requests: a run between two logs measures them
+    ],
+)
+def test_inputs_with_no_request_are_refused_before_any_write(
+    tmp_path, sample_path, contents, earlier, refused
+) -> None:
+    from prefixscope.pipelines.parameters import refuse_nothing_to_report
+
+    wh = tmp_path / "wh.duckdb"
+    if earlier:
+        argv = ["ingest", "--format", "mooncake", "--input", str(sample_path), "--warehouse"]
+        assert main([*argv, str(wh)]) == 0
+    paths = []
+    for i, data in enumerate(contents):
+        (path := tmp_path / f"log{i}.jsonl").write_bytes(data)
+        paths.append(str(path))
+    if not refused:
+        refuse_nothing_to_report(paths, str(wh))
+        return
+    with pytest.raises(ValueError, match="no request to report on — give --input"):
+        refuse_nothing_to_report(paths, str(wh))
+    assert not wh.exists()
 
 
 RECORDS = [

@@ -117,6 +117,16 @@ def _chunks(raw: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
         yield from iter(lambda: raw.read(chunk_bytes), b"")
 
 
+def holds_text(path: Path, chunk_bytes: int = 1 << 20) -> bool:
+    """Whether the file holds anything but whitespace (a gzip file once inflated). It reads
+    only up to the first such byte; a stream that breaks counts as text, for ingest to name."""
+    with path.open("rb") as raw:
+        try:
+            return any(chunk.strip() for chunk in _chunks(raw, chunk_bytes))
+        except (EOFError, zlib.error):
+            return True
+
+
 def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
     """Yield ``items`` while a background thread already produces the next ``depth`` of them.
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from prefixscope import warehouse
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fleet.routers import ROUTERS
@@ -23,6 +24,7 @@ from prefixscope.analysis.simulation.scenarios import Scenario, scenarios
 from prefixscope.analysis.structure.tables import StructureSettings
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.ingest import FORMATS, IngestOptions
+from prefixscope.ingest.lines import holds_text
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import plan as plan_stage
 from prefixscope.tenants import check_tenant
@@ -118,8 +120,11 @@ def check(
                               resolved["--fleet-replicas"], dask_address, workers)  # fmt: skip
     settings.check()
     plan_stage.PlanSettings(target=plan_target, model=savings_model, gpu=savings_gpu).check()
+    paths = tuple(readable(expand_inputs(inputs)))
+    if not synthetic_tenants:
+        refuse_nothing_to_report(paths, warehouse_path)
     return Checked(
-        paths=tuple(readable(expand_inputs(inputs))),
+        paths=paths,
         policies=resolved["--policy"],
         capacities_blocks=caps,
         windows=resolved["--window"],
@@ -146,6 +151,23 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
         else:
             paths.append(item)
     return paths
+
+
+def refuse_nothing_to_report(paths: Sequence[str], warehouse_path: str | None) -> None:
+    """ValueError when every input is empty (or blank) and the warehouse holds no request of
+    an earlier run: the flow would have nothing to measure, and would stop only after its
+    ingest had created the warehouse. Empty inputs beside earlier requests are a run like
+    any other (a scheduled run between two logs)."""
+    if any(holds_text(Path(p)) for p in paths):
+        return
+    if warehouse_path is not None and Path(warehouse_path).is_file():
+        with warehouse.reading(warehouse_path) as con:
+            if con.execute("SELECT count(*) FROM requests").fetchone()[0]:
+                return
+    what = f"{paths[0]} is empty" if len(paths) == 1 else f"all {len(paths)} inputs are empty"
+    raise ValueError(
+        f"{what}: there is no request to report on — give --input logs that hold requests"
+    )
 
 
 def readable(paths: Sequence[str]) -> list[str]:
