@@ -59,3 +59,25 @@ def test_schedule_refuses_without_a_prefect_server(monkeypatch, capsys, tmp_path
         assert not PREFECT_API_URL.value()
         assert cli.main(argv) == 2
     assert "prefect server start" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("inputs", "error"),
+    [
+        (["logs/*.jsonl.gz"], None),  # no log yet: the runs expand it as they start
+        (["logs/h[0-9]/*.gz"], None),
+        (["nowhere/*.gz"], "the folder of --input"),
+        (["logs/missing.jsonl"], "No such file"),
+        ([], "at least one --input"),
+    ],
+)
+def test_a_schedule_is_served_before_its_logs_exist(tmp_path: Path, inputs, error) -> None:  # type: ignore[no-untyped-def]
+    from prefixscope.pipelines.parameters import pending_inputs
+
+    (tmp_path / "logs").mkdir()
+    given = [str(tmp_path / i) for i in inputs]
+    if error is None:
+        assert pending_inputs(given) == given
+    else:
+        with pytest.raises((ValueError, OSError), match=error):
+            pending_inputs(given)

@@ -94,14 +94,14 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def check(args: argparse.Namespace) -> dict[str, object]:
+def check(args: argparse.Namespace, serving: bool = False) -> dict[str, object]:
     """The flow's parameters, each checked (``pipelines/parameters.py``), and the Dask
     cluster reached, before the flow (and Prefect's temporary server) starts: a wrong flag
     stops the command in a second, with one line and nothing written."""
     from prefixscope.pipelines.parameters import check as check_parameters
 
     params = parameters(args)
-    check_parameters(**params, dask_address=args.dask_address)  # type: ignore[arg-type]
+    check_parameters(**params, dask_address=args.dask_address, serving=serving)  # type: ignore[arg-type]
     if args.dask_address:
         from prefixscope.analysis.fanout import client_for
 
@@ -142,7 +142,7 @@ def schedule(args: argparse.Namespace) -> int:
             "schedule without it"
         )
     served_by()  # a schedule needs a running server: say so before anything else
-    params = check(args)
+    params = check(args, serving=True)
     check_cron(args.cron)
     # Scheduled runs start elsewhere: paths must not depend on this shell's directory.
     for key in ("warehouse_path", "report_path"):

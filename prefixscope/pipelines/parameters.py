@@ -82,10 +82,13 @@ def check(
     plan_target: float = 0.9,
     workers: int = 1,
     dask_address: str | None = None,
+    serving: bool = False,
 ) -> Checked:
     """Every parameter, before any work: ValueError (or OSError, for an input that cannot be
     read) with one line that names it. Lists take each value once: a value given twice would
-    run, and write, its rows twice."""
+    run, and write, its rows twice. ``serving``: checked when a schedule is served, before
+    its logs may exist: a pattern need only name a folder that exists (each run expands it,
+    and refuses a pattern that then matches nothing)."""
     for where in (warehouse_path, report_path):
         if where is not None and Path(where).is_dir():
             raise IsADirectoryError(21, "Is a directory", where)
@@ -120,9 +123,12 @@ def check(
                               resolved["--fleet-replicas"], dask_address, workers)  # fmt: skip
     settings.check()
     plan_stage.PlanSettings(target=plan_target, model=savings_model, gpu=savings_gpu).check()
-    paths = tuple(readable(expand_inputs(inputs)))
-    if not synthetic_tenants:
-        refuse_nothing_to_report(paths, warehouse_path)
+    if serving:
+        paths = tuple(pending_inputs(inputs))
+    else:
+        paths = tuple(readable(expand_inputs(inputs)))
+        if not synthetic_tenants:
+            refuse_nothing_to_report(paths, warehouse_path)
     return Checked(
         paths=paths,
         policies=resolved["--policy"],
@@ -151,6 +157,26 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
         else:
             paths.append(item)
     return paths
+
+
+def pending_inputs(inputs: Sequence[str]) -> list[str]:
+    """The inputs of a schedule as it is served: each file readable, each pattern's folder
+    (its part before the first wildcard) an existing folder; patterns are not expanded."""
+    if not inputs:
+        raise ValueError("give at least one --input file")
+    for item in inputs:
+        if not glob.has_magic(item):
+            readable([item])
+            continue
+        head = Path(item)
+        while glob.has_magic(str(head)):
+            head = head.parent
+        if not head.is_dir():
+            raise FileNotFoundError(
+                f"the folder of --input {item!r} ({head}) does not exist — create it, or "
+                "check the pattern"
+            )
+    return list(inputs)
 
 
 def refuse_nothing_to_report(paths: Sequence[str], warehouse_path: str | None) -> None:
