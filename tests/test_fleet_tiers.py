@@ -137,3 +137,22 @@ def test_a_dram_tier_reads_at_its_gpu_hosts_pcie_link_unless_told(gpu: str, gbps
     tiers = tiers_of(TierSpec(64.0), None, "llama-3-8b", 512, "bf16", gpu)
     assert tiers.dram_gbps == gbps and tiers.dram_blocks == 64 * 2**30 // (512 * 131072)
     assert tiers_of(TierSpec(64.0, 10.0), None, "llama-3-8b", 512, "bf16", gpu).dram_gbps == 10.0
+
+
+@pytest.mark.parametrize(
+    ("dram", "store"),
+    [(1e-320, None), (1e-6, None), (None, 1e-9), (None, 0.01)],
+)
+def test_a_tier_of_no_whole_block_is_refused(dram, store) -> None:
+    """A tier that holds no block of the model's KV would be priced and reported as a tier
+    that cannot exist."""
+    from prefixscope.stages.fleet import TierSpec, tiers_of
+
+    with pytest.raises(ValueError, match="holds no block of 512 tokens of llama-3-8b — give"):
+        tiers_of(
+            None if dram is None else TierSpec(dram),
+            None if store is None else TierSpec(store),
+            "llama-3-8b",
+            512,
+            "bf16",
+        )

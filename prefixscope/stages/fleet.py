@@ -87,6 +87,14 @@ def tiers_of(
     a DRAM tier without a bandwidth gets its GPU host's PCIe link."""
     shape = resolve_model(model)
     tiers = Tiers()
+    for what, tier in (("DRAM tier", dram), ("shared store", store)):
+        # a tier of no whole block is no tier: its figures would be a cache that cannot exist
+        finite = tier is not None and not math.isinf(tier.gib)
+        if finite and shape.blocks_in(tier.gib, block_size, kv_dtype) < 1:
+            raise ValueError(
+                f"a {what} of {tier.gib:g} GiB holds no block of {block_size} tokens of "
+                f"{shape.name} — give it at least one block's GiB"
+            )
     if dram is not None:
         tiers = replace(
             tiers,
