@@ -90,7 +90,8 @@ def read(path: str | Path, gpu: str | None = None) -> list[Calibration]:
     given, else under the GPU the file names)."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"{p}: no such file — {_HINT}")
+        what = "not a regular file" if p.exists() else "no such file"
+        raise ValueError(f"{p}: {what} — {_HINT}")
     try:
         data = json.loads(p.read_text("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
