@@ -207,6 +207,7 @@ TENANTS = [
     (["--tenant", "*"], "--tenant"),
     (["--tenant", " "], "--tenant"),
     (["--tenant", "a\nb"], "--tenant"),
+    (["--tenant", "kimi", "--synthetic-tenants", "chat,kimi"], "the --tenant of the logs"),
 ]
 
 

@@ -99,6 +99,12 @@ def check(
     IngestOptions(tenant=tenant, tenant_from=tenant_from, fields=fields)  # its own checks
     for name in synthetic_tenants or ():
         check_tenant(name, "--synthetic-tenants")
+    if not (tenant_field or tenant_from) and tenant in (synthetic_tenants or ()):
+        # one name for two logs would merge a real tenant's rows with a synthetic one's
+        raise ValueError(
+            f"--synthetic-tenants names {tenant!r}, the --tenant of the logs — give the "
+            "synthetic tenants other names"
+        )
     resolved = {
         "--synthetic-tenants": tuple(synthetic_tenants or ()),
         "--policy": tuple(policies or DEFAULT_POLICIES),
