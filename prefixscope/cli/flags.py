@@ -290,8 +290,13 @@ def model_config(text: str) -> str:
     a bad one stops every command that takes it before any work; kept as given."""
     from prefixscope.analysis.cost.models import ModelShape
 
+    return _read_with(text, ModelShape.from_hf_config)
+
+
+def _read_with(text: str, read: Callable[[str], object]) -> str:
+    """``text`` when ``read`` takes the file it names; else the flag's one-line error."""
     try:
-        ModelShape.from_hf_config(text)
+        read(text)
     except OSError as exc:
         raise argparse.ArgumentTypeError(
             f"cannot read {text}: {exc.strerror or exc} — check the path"
@@ -317,12 +322,4 @@ def prices_file(text: str) -> str:
     kept as given."""
     from prefixscope.analysis.plan.prices import load_prices
 
-    try:
-        load_prices(text)
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(
-            f"cannot read {text}: {exc.strerror or exc} — check the path"
-        ) from None
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return _read_with(text, load_prices)
