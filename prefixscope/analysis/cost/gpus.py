@@ -96,6 +96,7 @@ ALIASES: dict[str, str] = {
     "h100-80gb": "h100",
     "h100-sxm": "h100",
     "h200-141gb": "h200",
+    "mi300": "mi300x",  # so that eight of them read mi300x8
 }
 
 
