@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from prefixscope.analysis.cost.gpus import ALIASES, GpuSpec, resolve_gpu
+from prefixscope.analysis.cost.gpus import ALIASES, GPUS, GpuSpec, resolve_gpu
 from prefixscope.analysis.cost.models import GIB, ModelShape
 from prefixscope.analysis.cost.params import weight_bytes
 
@@ -104,6 +104,13 @@ def parse_deployment(text: str) -> Deployment:
     tp = int(tp_text) if tp_text is not None else 1
     if not 1 <= tp <= MAX_TP:
         raise ValueError(f"a deployment's TP must be from 1 to {MAX_TP:,}, got {tp_text} — {FORM}")
+    if not (gpu_name in GPUS or gpu_name in ALIASES or gpu_name.lower().endswith(".toml")):
+        # exact names only: resolve_gpu's match on a contained name (for torch's device
+        # names) would read h100x as h100
+        raise ValueError(
+            f"{text!r}: unknown GPU {gpu_name!r}; known: {', '.join(GPUS)} (or a .toml file) "
+            f"— {FORM}"
+        )
     try:
         gpu = resolve_gpu(gpu_name)
     except ValueError as exc:
