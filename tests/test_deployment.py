@@ -134,3 +134,16 @@ def test_a_custom_gpu_without_hbm_cannot_be_sized(tmp_path) -> None:  # noqa: AN
         memory_split(CATALOG["llama-3-8b"], parse_deployment(f"{path}x2"))
     path.write_text('name = "g"\ntflops = 100\ntbps = 2\nhbm_gib = 40\n')
     assert memory_split(CATALOG["llama-3-8b"], parse_deployment(f"{path}x2")).gpus == 2
+
+
+def test_the_command_prints_the_split_and_refuses_in_one_line(capsys) -> None:  # noqa: ANN001
+    from prefixscope.cli import main
+
+    assert main(["deployment", "--model", "llama-3-8b", "--deployment", "h100x1,h100x2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    one = memory_split(CATALOG["llama-3-8b"], parse_deployment("h100x1"))
+    assert out[1].split()[0] == "h100x1" and f"{one.kv_pool_blocks:,}" in out[1].split()
+    assert main(["deployment", "--model", "llama-3.3-70b", "--deployment", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("prefixscope deployment: error: ")
+    assert "use h100x2" in err
