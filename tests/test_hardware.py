@@ -230,3 +230,21 @@ def test_the_dense_roofline_refuses_a_mixture_of_experts() -> None:
 
     with pytest.raises(ValueError, match="mixture of experts"):
         prefill_cost(CATALOG["qwen3-235b-a22b"], table["h100"], 10, 0)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "block", "sliding_blocks"),
+    [(16, 16, 1), (128, 16, 8), (4096, 16, 8), (4096, 32, 4), (100, 64, 2)],
+)
+def test_a_cached_prefix_keeps_only_a_window_on_sliding_layers(
+    tokens: int, block: int, sliding_blocks: int
+) -> None:
+    shape = CATALOG["gpt-oss-120b"]  # window 128: ceil(127 / block) blocks per sliding layer
+    per_layer_block = block * 2 * 8 * 64 * 2
+    blocks = -(-tokens // block)
+    expected = (18 * blocks + 18 * sliding_blocks) * per_layer_block
+    assert shape.prefix_kv_bytes(tokens, block) == expected
+    assert shape.window_blocks(block) == -(-127 // block)
+    # a dense model keeps every block on every layer
+    llama = CATALOG["llama-3-8b"]
+    assert llama.prefix_kv_bytes(tokens, block) == blocks * block * llama.kv_bytes_per_token()

@@ -101,6 +101,25 @@ class ModelShape:
         heads = self.num_key_value_heads if kv_heads is None else kv_heads
         return 2 * heads * self.head_dim * width
 
+    def window_blocks(self, block_size: int) -> int:
+        """Blocks a sliding layer needs cached, ending where a hit ends, for the hit to count:
+        ``ceil((window − 1) / block_size)`` (the query itself is in its window), as vLLM's
+        hybrid KV cache manager asks (``SlidingWindowManager`` in
+        ``vllm/v1/core/single_type_kv_cache_manager.py``); blocks before them may be gone."""
+        if not self.sliding_window:
+            return 0
+        return -(-(self.sliding_window - 1) // block_size)
+
+    def prefix_kv_bytes(self, tokens: int, block_size: int, kv_dtype: str = "bf16") -> int:
+        """KV a cached prefix of ``tokens`` tokens keeps, in whole blocks: every block on a
+        full-attention layer, only the last ``window_blocks`` on a sliding one (vLLM frees
+        the blocks a window has left behind)."""
+        blocks = -(-tokens // block_size)
+        full = self.num_hidden_layers - self.sliding_layers
+        sliding = min(blocks, self.window_blocks(block_size)) if self.sliding_layers else 0
+        per_block = block_size * self.kv_bytes_per_token_layer(kv_dtype)
+        return (full * blocks + self.sliding_layers * sliding) * per_block
+
     def blocks_in(self, gib: float, block_size: int, kv_dtype: str = "bf16") -> int:
         """Whole blocks of ``block_size`` tokens that ``gib`` GiB of KV cache hold."""
         return int(gib * GIB // (self.kv_bytes_per_token(kv_dtype) * block_size))
