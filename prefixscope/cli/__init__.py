@@ -37,6 +37,7 @@ MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("report", ("report",)),
     ("flows", ("fleet-report", "schedule")),
     ("cost", ("roofline", "replay", "savings")),
+    ("deployment", ("deployment",)),
     ("calibrate", ("calibrate",)),
 )
 

@@ -26,7 +26,25 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "vocab_size": (0, 2**31),
     "kv_lora_rank": (1, 2**20),
     "qk_rope_head_dim": (0, 2**16),
+    "q_lora_rank": (1, 2**20),
+    "qk_nope_head_dim": (0, 2**16),
+    "v_head_dim": (1, 2**16),
+    # mixture of experts, in each family's spelling (EXPERT_KEYS)
+    "n_routed_experts": (1, 2**16),
+    "num_experts": (1, 2**16),
+    "num_local_experts": (1, 2**16),
+    "num_experts_per_tok": (1, 2**16),
+    "moe_intermediate_size": (1, 2**24),
+    "n_shared_experts": (0, 2**16),
+    "first_k_dense_replace": (0, 10_000),
+    # sliding-window attention
+    "sliding_window": (1, 2**31),
+    "sliding_window_pattern": (1, 10_000),
 }
+#: The routed experts' count, in DeepSeek's, Qwen's and Mixtral's (and gpt-oss's) spelling:
+#: the first present wins. Mixtral and gpt-oss give no ``moe_intermediate_size``: an expert is
+#: ``intermediate_size`` wide there.
+EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads")
 FIX = "give the model's config.json"
 
@@ -61,7 +79,69 @@ def read_config(path: str | Path) -> dict[str, Any]:
             f"— {FIX}"
         )
     out["name"] = name or None
+    _experts(out, path)
+    _sliding(c, out, path)
+    tied = c.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ValueError(f"{path}: key 'tie_word_embeddings' must be true or false — {FIX}")
+    out["tie_word_embeddings"] = tied
     return out
+
+
+def _experts(out: dict[str, Any], path: str | Path) -> None:
+    """``experts``, ``experts_per_token``, ``moe_intermediate_size``, ``shared_experts`` and
+    ``dense_layers`` from whichever spelling the config uses; nothing for a dense model."""
+    experts = next((out[k] for k in EXPERT_KEYS if k in out), 0)
+    if not experts:
+        return
+    per_token = out.get("num_experts_per_tok")
+    if per_token is None or per_token > experts:
+        raise ValueError(
+            f"{path}: key 'num_experts_per_tok' must be from 1 to the {experts} experts — {FIX}"
+        )
+    dense = out.get("first_k_dense_replace", 0)
+    if dense > out["num_hidden_layers"]:
+        raise ValueError(
+            f"{path}: key 'first_k_dense_replace' ({dense}) exceeds 'num_hidden_layers' — {FIX}"
+        )
+    out.update(
+        experts=experts,
+        experts_per_token=per_token,
+        moe_intermediate_size=out.get("moe_intermediate_size")
+        or out.get("intermediate_size", 4 * out["hidden_size"]),
+        shared_experts=out.get("n_shared_experts", 0),
+        dense_layers=dense,
+    )
+
+
+def _sliding(c: dict[str, Any], out: dict[str, Any], path: str | Path) -> None:
+    """``sliding_layers``: the layers that attend through ``sliding_window``. ``layer_types``
+    (gpt-oss, Gemma 3) names each layer; else ``sliding_window_pattern`` N (older Gemma 3
+    configs) makes every N-th layer full and the others sliding; else a window applies to
+    every layer (Mistral-7B v0.1), unless ``use_sliding_window`` is false (Qwen2, whose
+    configs carry a window they do not use)."""
+    layers, window = out["num_hidden_layers"], out.get("sliding_window")
+    if window is None or c.get("use_sliding_window") is False:
+        out.pop("sliding_window", None)
+        return
+    types = c.get("layer_types")
+    if types is not None:
+        if not (
+            isinstance(types, list)
+            and len(types) == layers
+            and all(t in ("sliding_attention", "full_attention") for t in types)
+        ):
+            raise ValueError(
+                f"{path}: key 'layer_types' must list 'sliding_attention' or 'full_attention' "
+                f"for each of the {layers} layers — {FIX}"
+            )
+        out["sliding_layers"] = types.count("sliding_attention")
+    elif "sliding_window_pattern" in out:
+        out["sliding_layers"] = layers - layers // out["sliding_window_pattern"]
+    else:
+        out["sliding_layers"] = layers
+    if not out["sliding_layers"]:
+        out.pop("sliding_window")
 
 
 def _read(path: str | Path) -> Any:

@@ -42,6 +42,11 @@ ArrayLike = float | int | np.ndarray
 def _check(shape: ModelShape) -> None:
     if shape.mla:
         raise ValueError(f"{shape.name}: multi-head latent attention is not modelled")
+    if shape.moe:  # the dense MLP term would price every expert as one MLP of intermediate_size
+        raise ValueError(
+            f"{shape.name}: a mixture of experts is not modelled by the roofline yet — "
+            "give a dense model (its parameter counts and memory: `prefixscope deployment`)"
+        )
 
 
 def attention_params_per_layer(shape: ModelShape) -> int:
