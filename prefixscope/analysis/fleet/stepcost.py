@@ -21,7 +21,7 @@ cached ones. Two approximations widen that, bounded in docs/miss_cost.md:
 
 - *Mixture of experts*: the flat part ``b·k₁`` reads every routed expert, what a step of a few
   ``E/k`` tokens or more touches; a smaller step reads fewer (``k`` for one token), so the form
-  over-prices it, by up to 16× for one token of DeepSeek-V3 (within 10% from 256 tokens up).
+  over-prices it, 18.3× for one token of DeepSeek-V3 (within 10% from 256 tokens up at TP 1).
 - *Tensor parallelism*: the all-reduces are linear in the step's tokens, ``g·n``, and the form
   has no plain linear term, so they join ``b`` and the knee is set where the form's two worst
   errors are equal, at ``n → 0`` and at ``n = k₁``: with ``r = g / b`` the all-reduces' share,
