@@ -224,14 +224,6 @@ def test_bad_expert_or_window_keys_are_refused(tmp_path: Path, config: str) -> N
     assert "\n" not in str(err.value)
 
 
-def test_the_dense_roofline_refuses_a_mixture_of_experts() -> None:
-    from prefixscope.analysis.cost.gpus import GPUS as table
-    from prefixscope.analysis.cost.roofline import prefill_cost
-
-    with pytest.raises(ValueError, match="mixture of experts"):
-        prefill_cost(CATALOG["qwen3-235b-a22b"], table["h100"], 10, 0)
-
-
 @pytest.mark.parametrize(
     ("tokens", "block", "sliding_blocks"),
     [(16, 16, 1), (128, 16, 8), (4096, 16, 8), (4096, 32, 4), (100, 64, 2)],

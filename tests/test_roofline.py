@@ -113,11 +113,6 @@ def test_a_hit_linear_part_is_memory_bound_and_a_miss_compute_bound() -> None:
     assert miss.linear.compute_s > miss.linear.memory_s
 
 
-def test_mla_shapes_are_refused() -> None:
-    with pytest.raises(ValueError, match="latent"):
-        prefill_cost(CATALOG["deepseek-v3"], GPUS["h100"], 10, 0)
-
-
 def test_gpu_specs_by_name_device_name_or_custom() -> None:
     assert resolve_gpu("H200").mem_bandwidth == 4.8e12
     assert resolve_gpu("NVIDIA H100 80GB HBM3").name == "h100"

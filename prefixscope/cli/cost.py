@@ -31,15 +31,32 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--new", type=flags.bounded_int(1, 2**40), required=True, help="new tokens of the hit"
     )
+    p.add_argument(
+        "--tp",
+        type=flags.bounded_int(1, 1024),
+        help="tensor-parallel GPUs of one replica (1); figures are one GPU's",
+    )
+    p.add_argument(
+        "--deployment", metavar="GPUxTP", help="GPU and TP at once, e.g. h200x8 (instead of --gpu)"
+    )
 
 
 def roofline(args: argparse.Namespace) -> int:
+    from prefixscope.analysis.cost.deployment import parse_deployment
     from prefixscope.analysis.cost.gpus import resolve_gpu
     from prefixscope.analysis.cost.models import resolve_model
-    from prefixscope.dashboards.savings import format_roofline
+    from prefixscope.analysis.cost.rooflinetable import format_roofline
 
     shape = resolve_model(args.model, args.model_config)
-    print(format_roofline(shape, resolve_gpu(args.gpu), args.cached, args.new))
+    gpu, tp = resolve_gpu(args.gpu), args.tp or 1
+    if args.deployment is not None:
+        deployment = parse_deployment(args.deployment)
+        if args.tp is not None and args.tp != deployment.tp:
+            raise ValueError(
+                f"--tp {args.tp} and --deployment {args.deployment} disagree — give one of them"
+            )
+        gpu, tp = deployment.gpu, deployment.tp
+    print(format_roofline(shape, gpu, args.cached, args.new, tp))
     return 0
 
 
