@@ -1,6 +1,6 @@
-"""What a hit is worth, for terminals and for the report page: the roofline of one shape, the
-savings per tenant and the cost model they rest on. The page reads the ``latest_savings`` view;
-``templates/savings.html`` lays it out."""
+"""What a hit is worth, for terminals and for the report page: the savings per tenant and the
+cost model they rest on (one shape's roofline is ``analysis/cost/rooflinetable.py``). The page
+reads the ``latest_savings`` view; ``templates/savings.html`` lays it out."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from prefixscope.analysis.cost.gpus import GpuSpec
-from prefixscope.analysis.cost.models import ModelShape
-from prefixscope.analysis.cost.roofline import parameter_count, prefill_cost
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.views import read_view
 
@@ -20,29 +17,6 @@ DECODE_NOTE = (
     "the whole KV cache whether its prefix was cached or computed, so the end-to-end gain is "
     "bounded by the prefill share of the GPU time."
 )
-
-
-def format_roofline(shape: ModelShape, gpu: GpuSpec, cached: int, new: int) -> str:
-    """A miss of ``cached + new`` tokens against a hit of ``new`` after ``cached``."""
-    miss = prefill_cost(shape, gpu, cached + new, 0)
-    hit = prefill_cost(shape, gpu, new, cached)
-    lines = [
-        f"{shape.name}: {parameter_count(shape) / 1e9:,.2f} B parameters; {gpu.name}: "
-        f"{gpu.peak_flops / 1e12:,.0f} TFLOP/s, {gpu.mem_bandwidth / 1e12:,.2f} TB/s",
-        f"{'':<28}{'miss':>16}{'hit':>16}{'miss/hit':>10}",
-    ]
-
-    def row(label: str, m: float, h: float, fmt: str = ",.4g") -> None:
-        lines.append(f"{label:<28}{m:>16{fmt}}{h:>16{fmt}}{m / h if h else float('nan'):>10.2f}")
-
-    lines.append(f"{'tokens (new / cached)':<28}{cached + new:>9,} / 0{new:>9,} / {cached:,}")
-    row("linear FLOPs per layer", miss.linear.flops, hit.linear.flops)
-    row("attention FLOPs per layer", miss.attention.flops, hit.attention.flops)
-    row("attention FLOPs, model", miss.attention_flops, hit.attention_flops)
-    row("FLOPs, model", miss.flops, hit.flops)
-    row("bytes, model", miss.bytes, hit.bytes)
-    row("roofline time (ms)", miss.seconds * 1e3, hit.seconds * 1e3, ",.3f")
-    return "\n".join(lines)
 
 
 def format_savings(table: pa.Table) -> str:
