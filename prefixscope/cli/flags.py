@@ -242,6 +242,31 @@ def model(p: argparse.ArgumentParser, default: str | None = None, what: str = ""
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
 
 
+def model_named(args: argparse.Namespace, default: str) -> str:
+    """The model's name: ``--model``, else the name ``--model-config``'s shape takes, else
+    ``default`` (a config.json is never named after the default catalog model)."""
+    if args.model:
+        return str(args.model)
+    if getattr(args, "model_config", None):
+        from prefixscope.analysis.cost.models import resolve_model
+
+        return resolve_model(None, args.model_config).name
+    return default
+
+
+def deployments(text: str) -> list[str]:
+    """``GPU[xTP][,...]``, each parsed here (``cost/deployment.py``), each once."""
+    from prefixscope.analysis.cost.deployment import parse_deployment
+
+    out = []
+    for item in text.split(","):
+        try:
+            out.append(parse_deployment(item).name if ".toml" not in item.lower() else item.strip())
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return distinct(out, text)
+
+
 def capacities(p: argparse.ArgumentParser, blocks_help: str | None = None) -> None:
     """One of ``--capacity-blocks``, ``--capacity-tokens``, ``--capacity-gib`` (of ``--model``),
     each a comma-separated list."""

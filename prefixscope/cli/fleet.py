@@ -18,22 +18,35 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--replicas", type=flags.int_list, required=True, metavar="N[,N...]", help="1 to 64"
     )
     p.add_argument("--router", type=flags.name_list, required=True, help=", ".join(ROUTERS))
-    cap = p.add_mutually_exclusive_group(required=True)
+    p.add_argument(
+        "--deployment",
+        type=flags.deployments,
+        default=[],
+        metavar="GPU[xTP][,...]",
+        help="each replica this deployment, e.g. h100x1,h200x8: its KV pool of --model is the "
+        "capacity, its GPU prices the steps",
+    )
+    cap = p.add_mutually_exclusive_group()
     cap.add_argument(
-        "--capacity-blocks", type=flags.int_list, metavar="C[,C...]", help="per replica"
+        "--capacity-blocks",
+        type=flags.int_list,
+        metavar="C[,C...]",
+        help="per replica (with --deployment: a what-if)",
     )
     cap.add_argument(
         "--capacity-gib", type=flags.float_list, metavar="X[,X...]", help="per replica, of --model"
     )
+    p.add_argument("--model", help="catalog model: KV bytes and step cost (llama-3-8b)")
     p.add_argument(
-        "--model", default="llama-3-8b", help="catalog model: KV bytes and step cost (%(default)s)"
+        "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
     )
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument(
         "--gpu",
         type=flags.gpu,
         default="h100",
-        help="h100, h200, a100 or NAME:TFLOPS:TBPS (%(default)s)",
+        help="h100, h200, a100 or NAME:TFLOPS:TBPS: prices the steps without --deployment "
+        "(%(default)s)",
     )
     p.add_argument(
         "--cost-model",
@@ -145,13 +158,20 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.dashboards.text import format_fleet
     from prefixscope.stages import fleet
 
+    if not (args.deployment or args.capacity_blocks or args.capacity_gib):
+        raise ValueError(
+            "no capacity to simulate — give --deployment GPU[xTP], or --capacity-blocks or "
+            "--capacity-gib"
+        )
+    model = flags.model_named(args, "llama-3-8b")
     settings = fleet.FleetSettings(
         routers=tuple(args.router),
         replicas=tuple(args.replicas),
         capacities=Capacities(
             blocks=args.capacity_blocks,
             gib=args.capacity_gib,
-            model=args.model,
+            model=model,
+            model_config=args.model_config,
             kv_dtype=args.kv_dtype,
         ),
         policy=args.policy,
@@ -159,7 +179,9 @@ def run(args: argparse.Namespace) -> int:
         drams=tuple(args.tier),
         stores=tuple(args.shared_store),
         windows=tuple(args.window),
-        model=args.model,
+        model=model,
+        model_config=args.model_config,
+        deployments=tuple(args.deployment),
         kv_dtype=args.kv_dtype,
         gpu=args.gpu,
         cost_model=args.cost_model,

@@ -16,10 +16,11 @@ import pyarrow as pa
 from prefixscope import warehouse
 from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.gpus import resolve_gpu
-from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
+from prefixscope.analysis.fleet.hardware import Hardware, capacity_options, of_deployment
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
     DEFAULT_BUDGET,
@@ -78,14 +79,14 @@ class TierSpec:
 def tiers_of(
     dram: TierSpec | None,
     store: TierSpec | None,
-    model: str,
+    model: str | ModelShape,
     block_size: int,
     kv_dtype: str,
     gpu: str = DEFAULT_GPU,
 ) -> Tiers:
     """GiB become blocks through the model's KV bytes per token, as ``--capacity-gib`` does;
     a DRAM tier without a bandwidth gets its GPU host's PCIe link."""
-    shape = resolve_model(model)
+    shape = resolve_model(model) if isinstance(model, str) else model
     tiers = Tiers()
     for what, tier in (("DRAM tier", dram), ("shared store", store)):
         # a tier of no whole block is no tier: its figures would be a cache that cannot exist
@@ -135,6 +136,11 @@ class FleetSettings:
     kv_dtype: str = "bf16"
     gpu: str = DEFAULT_GPU
     cost_model: str = "auto"
+    #: Each replica one of these (``GPU[xTP]``): its KV pool is the capacity, unless
+    #: ``capacities`` gives one (a what-if); its GPU prices the steps in ``gpu``'s place.
+    deployments: tuple[str, ...] = ()
+    #: A config.json whose shape ``model`` stands for (``resolve_model``).
+    model_config: str | None = None
     budget_tokens: int = DEFAULT_BUDGET
     max_seqs: int = DEFAULT_MAX_SEQS
     router_settings: RouterSettings = field(default_factory=RouterSettings)
@@ -156,8 +162,10 @@ class FleetSettings:
             raise ValueError(
                 f"unknown cost model {self.cost_model!r}; known: {', '.join(COST_KINDS)}"
             )
-        resolve_model(self.model)
+        shape = self.shape
         gpu_key(self.gpu)
+        for text in self.deployments:  # at the smallest block: one that cannot fit, fits nowhere
+            of_deployment(text, shape, 1, self.kv_dtype)
         check_windows(self.windows)
         for dram in self.drams:
             if dram is not None:
@@ -174,10 +182,14 @@ class FleetSettings:
             self.router_settings,
         ).check()
 
+    @property
+    def shape(self) -> ModelShape:
+        return resolve_model(self.model, self.model_config)
+
     def tiers(self, block_size: int) -> list[Tiers]:
         """Every DRAM × store option, in blocks of ``block_size``."""
         return [
-            tiers_of(d, st, self.model, block_size, self.kv_dtype, self.gpu)
+            tiers_of(d, st, self.shape, block_size, self.kv_dtype, self.gpu)
             for d in self.drams
             for st in self.stores
         ]
@@ -212,36 +224,79 @@ class FleetResult:
 
 def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
     settings.check()
+    gpus = list(dict.fromkeys(_gpu_texts(settings)))
     with warehouse.StageRun(wh, "fleet", settings) as run:
         with run.reading() as con:
             trace = load_trace(con)
             traffic = load_traffic(con)
-            fitted = (
-                None
-                if settings.cost_model == "roofline"
-                else calibrated(con, settings.model, settings.gpu)
-            )
+            fitted = {
+                g: None if settings.cost_model == "roofline" else calibrated(con, settings.shape, g)
+                for g in gpus
+            }
         first = tail_start(trace, settings.max_lookups)
         if first:
             trace = tail(trace, first)
             traffic = traffic.take(np.arange(first, first + trace.n_requests))
-        engine, pricing = engine_for(settings, fitted)
-        capacities = Capacities(
-            settings.capacities.blocks,
-            settings.capacities.tokens,
-            settings.capacities.gib,
-            settings.capacities.model or (settings.model if settings.capacities.gib else None),
-            settings.capacities.model_config,
+        priced = {g: engine_for(replace(settings, gpu=g), fitted[g]) for g in gpus}
+        given = settings.capacities
+        capacities = replace(
+            given,
+            model=given.model or (settings.model if given.gib else None),
+            model_config=given.model_config or settings.model_config,
+            kv_dtype=settings.kv_dtype,
+        )
+        some = bool(given.blocks or given.tokens or given.gib)
+        blocks, gibs = capacities.resolve(trace.block_size) if some else ([], [])
+        options = capacity_options(
+            blocks,
+            gibs,
+            settings.deployments,
+            settings.shape,
+            settings.gpu,
+            trace.block_size,
             settings.kv_dtype,
         )
-        blocks, gibs = capacities.resolve(trace.block_size)
-        grid = settings.grid(blocks, gibs, settings.tiers(trace.block_size))
-        outcomes = simulate_grid(trace, traffic, grid, engine, settings)
-        hit_rates, replicas = tables(trace, outcomes, settings.windows, pricing)
+        tiers = settings.tiers(trace.block_size)
+        runs = [(f, h) for b, g, h in options for f in settings.grid([b], [g], tiers)]
+        outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
+        pricing = [priced[h.gpu or settings.gpu][1] for _, h in runs]
+        hardware = [h for _, h in runs]
+        hit_rates, replicas = tables(trace, outcomes, settings.windows, pricing, hardware)
         with run.publishing() as con:
             warehouse.append(con, "fleet_hit_rates", hit_rates, run.run_id)
             warehouse.append(con, "fleet_replicas", replicas, run.run_id)
     return FleetResult(run.run_id, hit_rates, replicas, tuple(outcomes))
+
+
+def _gpu_texts(settings: FleetSettings) -> list[str]:
+    """The GPUs that price the steps: each deployment's, else ``gpu``."""
+    if not settings.deployments:
+        return [settings.gpu]
+    shape = settings.shape
+    return [of_deployment(d, shape, 1, settings.kv_dtype).gpu or settings.gpu
+            for d in settings.deployments]  # fmt: skip
+
+
+def simulate_by_gpu(
+    trace: Trace,
+    traffic: Traffic,
+    runs: Sequence[tuple[Fleet, Hardware]],
+    priced: dict[str, tuple[Engine, Pricing]],
+    settings: FleetSettings,
+) -> list[FleetOutcome]:
+    """Each configuration's outcome, in ``runs`` order: those of one GPU under its engine, a
+    configuration that two rows share (deployments of one GPU at one what-if capacity)
+    simulated once."""
+    done: dict[tuple[str, Fleet], FleetOutcome] = {}
+    for gpu, (engine, _) in priced.items():
+        mine = list(dict.fromkeys(f for f, h in runs if (h.gpu or settings.gpu) == gpu))
+        done |= {
+            (gpu, f): o
+            for f, o in zip(
+                mine, simulate_grid(trace, traffic, mine, engine, settings), strict=True
+            )
+        }
+    return [done[(h.gpu or settings.gpu, f)] for f, h in runs]
 
 
 def load_traffic(con: duckdb.DuckDBPyConnection) -> Traffic:
@@ -262,7 +317,7 @@ def engine_for(
 ) -> tuple[Engine, Pricing]:
     """The step cost: the calibrated model where there is one (and allowed), else the
     roofline of ``model`` on ``gpu``."""
-    shape = resolve_model(settings.model)
+    shape = settings.shape
     key = gpu_key(settings.gpu)
     if fitted is not None:
         run_id, coefficients, knees = fitted
@@ -346,16 +401,23 @@ def fleet_task(
 
 
 def tables(
-    trace: Trace, outcomes: Sequence[FleetOutcome], windows: Sequence[str], pricing: Pricing
+    trace: Trace,
+    outcomes: Sequence[FleetOutcome],
+    windows: Sequence[str],
+    pricing: Pricing | Sequence[Pricing],
+    hardware: Sequence[Hardware] | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """The rows of every configuration, all measured from the run's one steady start."""
+    """The rows of every configuration, all measured from the run's one steady start;
+    ``pricing`` and ``hardware``: one for every configuration, or per configuration."""
     ceiling = hit_tokens(trace, POLICIES["ceiling"].hit_blocks(trace, None))
     start = shared_start(trace, outcomes)
     groups = window_groups(trace, windows, start)
+    prices = [pricing] * len(outcomes) if isinstance(pricing, Pricing) else list(pricing)
+    kinds = list(hardware) if hardware is not None else [Hardware()] * len(outcomes)
     hits, reps = [], []
-    for o in outcomes:
-        hits += hit_rate_rows(trace, o, ceiling, windows, start, pricing, groups)
-        reps += replica_rows(trace, o)
+    for o, p, h in zip(outcomes, prices, kinds, strict=True):
+        hits += hit_rate_rows(trace, o, ceiling, windows, start, p, groups, h)
+        reps += replica_rows(trace, o, h)
     return (
         pa.Table.from_pylist(hits, schema=FLEET_HIT_RATES_SCHEMA),
         pa.Table.from_pylist(reps, schema=FLEET_REPLICAS_SCHEMA),

@@ -8,7 +8,7 @@ import polars as pl
 
 from prefixscope import sql
 from prefixscope.analysis.cost import shipped
-from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import Configuration, gpu_key
 
 
@@ -67,12 +67,13 @@ def load_outcomes(
 
 
 def calibrated(
-    con: duckdb.DuckDBPyConnection, model: str, gpu: str
+    con: duckdb.DuckDBPyConnection, model: str | ModelShape, gpu: str
 ) -> tuple[str, tuple[float, ...], tuple[float, float]] | None:
     """The newest cost model fitted for (model, gpu) by a succeeded replay or calibrate run: its
     run id, coefficients and knees; else the shipped one (``analysis/cost/shipped.py``), its
     source ``shipped:FILE`` in the run id's place; None when there is neither."""
-    name, key = resolve_model(model).name, gpu_key(gpu)
+    shape = model if isinstance(model, ModelShape) else resolve_model(model)
+    name, key = shape.name, gpu_key(gpu)
     found = con.execute(
         "SELECT m.run_id, coef_a, coef_new, coef_cached, coef_new_cached, coef_new_sq, "
         "knee_linear_tokens, knee_attention_tokens "

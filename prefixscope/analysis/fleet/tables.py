@@ -9,11 +9,23 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from prefixscope.analysis.fleet.hardware import Hardware
 from prefixscope.analysis.fleet.run import UNBOUNDED, FleetOutcome
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import trace_index_groups
 from prefixscope.analysis.trace.steady import WarmUp, warm_up
 from prefixscope.analysis.trace.windows import STEADY, WINDOWS
+
+#: What each replica's deployment holds (``hardware.py``): last, as the SQL tables added them.
+DEPLOYMENT_FIELDS = [
+    ("deployment", pa.string()),
+    ("gpus", pa.int32()),
+    ("kv_pool_blocks", pa.int64()),
+    ("weights_gib", pa.float64()),
+    ("reserve_gib", pa.float64()),
+    ("kv_pool_gib", pa.float64()),
+    ("exceeds_hbm", pa.bool_()),
+]
 
 FLEET_HIT_RATES_SCHEMA = pa.schema(
     [
@@ -62,6 +74,7 @@ FLEET_HIT_RATES_SCHEMA = pa.schema(
         ("prefill_imbalance", pa.float64()),
         ("warmup_requests", pa.int64()),
         ("steady", pa.bool_()),
+        *DEPLOYMENT_FIELDS,
     ]
 )
 
@@ -86,6 +99,7 @@ FLEET_REPLICAS_SCHEMA = pa.schema(
         ("busy_s", pa.float64()),
         ("utilisation", pa.float64()),
         ("drained_s", pa.float64()),
+        *DEPLOYMENT_FIELDS,
     ]
 )
 
@@ -144,6 +158,7 @@ def hit_rate_rows(
     start: int,
     pricing: Pricing,
     groups: dict[str, list[tuple[str, np.ndarray]]] | None = None,
+    hardware: Hardware | None = None,
 ) -> list[dict]:
     """``fleet_hit_rates`` rows of one configuration: per window, the fleet then each tenant.
     ``ceiling``: the single unbounded cache's hit tokens per request; ``groups``: per window,
@@ -176,6 +191,7 @@ def hit_rate_rows(
         "cost_model_run_id": pricing.cost_model_run_id,
         "load_imbalance": _imbalance(o.busy),
         "prefill_imbalance": _imbalance(o.prefill_tokens.astype(np.float64)),
+        **(hardware or Hardware()).columns(f.capacity_blocks),
     }
     rows = []
     filled = own_warm_up(trace, o).filled
@@ -226,9 +242,10 @@ def hit_rate_rows(
     return rows
 
 
-def replica_rows(trace: Trace, o: FleetOutcome) -> list[dict]:
+def replica_rows(trace: Trace, o: FleetOutcome, hardware: Hardware | None = None) -> list[dict]:
     """``fleet_replicas`` rows: one per replica, over every request routed to it."""
     f = o.fleet
+    deployed = (hardware or Hardware()).columns(f.capacity_blocks)
     n = f.replicas
     requests = np.bincount(o.replica, minlength=n)
     inp = np.bincount(o.replica, weights=trace.input_tokens, minlength=n)
@@ -259,6 +276,7 @@ def replica_rows(trace: Trace, o: FleetOutcome) -> list[dict]:
             "busy_s": float(o.busy[i]),
             "utilisation": _share(float(o.busy[i]), span),
             "drained_s": float(o.drained_at[i] - o.arrival[0]) if len(o.arrival) else 0.0,
+            **deployed,
         }
         for i in range(n)
     ]

@@ -25,3 +25,16 @@ CREATE TABLE IF NOT EXISTS fleet_replicas (
     utilisation       DOUBLE,
     drained_s         DOUBLE NOT NULL
 );
+-- Each replica's deployment (--deployment GPU[xTP]; all NULL: none given): gpus per replica,
+-- kv_pool_blocks its KV pool in blocks of block_size, and per GPU the memory split
+-- weights_gib + reserve_gib + kv_pool_gib = HBM x gpu_memory_utilization. exceeds_hbm: the
+-- capacity is more than the pool holds (a what-if); without a deployment, judged against one
+-- GPU of gpu serving model (NULL where that GPU has no HBM figure). Added after the tables
+-- first shipped: older warehouses gain the columns, NULL in their rows.
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS deployment VARCHAR;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS gpus INTEGER;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS kv_pool_blocks BIGINT;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS weights_gib DOUBLE;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS reserve_gib DOUBLE;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS kv_pool_gib DOUBLE;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS exceeds_hbm BOOLEAN;

@@ -1,0 +1,136 @@
+"""What a fleet row says about the hardware its replicas stand for: the deployment (``GPUxTP``,
+``cost/deployment.py``), its memory split per GPU and its KV pool in the trace's blocks, and
+whether the row's capacity fits in that pool (``exceeds_hbm``).
+
+A row with a deployment is judged against that deployment's pool. A row without one (a bare
+``--capacity-blocks`` / ``--capacity-gib``) has NULL deployment columns and is judged against
+one GPU of the kind that priced its steps (``--gpu``x1) serving its model; ``exceeds_hbm`` is
+NULL where that GPU has no HBM figure (a ``NAME:TFLOPS:TBPS`` spec, or a CPU calibration), and
+true for every capacity where the model's weights leave one GPU no room for a block.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from prefixscope.analysis.cost.deployment import Deployment, memory_split, parse_deployment
+from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.models import ModelShape
+
+#: The deployment columns of ``fleet_hit_rates`` and ``fleet_replicas``, in schema order.
+COLUMNS = (
+    "deployment",
+    "gpus",
+    "kv_pool_blocks",
+    "weights_gib",
+    "reserve_gib",
+    "kv_pool_gib",
+    "exceeds_hbm",
+)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A replica's deployment (every field None: none given) and the pool, in blocks per
+    replica, that a capacity is judged against (None: no HBM figure to judge by)."""
+
+    deployment: str | None = None
+    gpus: int | None = None  # per replica
+    kv_pool_blocks: int | None = None  # per replica, in the trace's blocks
+    weights_gib: float | None = None  # per GPU
+    reserve_gib: float | None = None  # per GPU
+    kv_pool_gib: float | None = None  # per GPU
+    gpu: str | None = None  # the deployment's GPU as resolve_gpu reads it (it prices steps)
+    judged_blocks: int | None = None
+
+    def exceeds(self, capacity_blocks: int) -> bool | None:
+        """Whether ``capacity_blocks`` per replica is more than the HBM holds."""
+        return None if self.judged_blocks is None else capacity_blocks > self.judged_blocks
+
+    def columns(self, capacity_blocks: int) -> dict:
+        """The row's deployment columns (``COLUMNS``) at ``capacity_blocks``."""
+        return {
+            "deployment": self.deployment,
+            "gpus": self.gpus,
+            "kv_pool_blocks": self.kv_pool_blocks,
+            "weights_gib": self.weights_gib,
+            "reserve_gib": self.reserve_gib,
+            "kv_pool_gib": self.kv_pool_gib,
+            "exceeds_hbm": self.exceeds(capacity_blocks),
+        }
+
+
+def of_deployment(text: str, shape: ModelShape, block_size: int, kv_dtype: str) -> Hardware:
+    """``text`` (``GPU[xTP]``) serving ``shape``, its pool in blocks of ``block_size``;
+    ValueError in one line (``WHAT — WHAT TO DO``) when it is unknown, its TP does not shard
+    the model, or the model does not fit, or its pool holds no whole block."""
+    deployment = parse_deployment(text)
+    split = memory_split(shape, deployment, block_size=block_size, kv_dtype=kv_dtype)
+    if split.kv_pool_blocks < 1:  # memory_split checks at least one block, of these tokens
+        raise ValueError(
+            f"{shape.name} on {deployment.name} leaves no block of {block_size} tokens of KV "
+            f"— use more GPUs per replica"
+        )
+    return Hardware(
+        deployment=deployment.name,
+        gpus=split.gpus,
+        kv_pool_blocks=split.kv_pool_blocks,
+        weights_gib=split.weights_gib,
+        reserve_gib=split.reserve_gib,
+        kv_pool_gib=split.kv_pool_gib,
+        gpu=_gpu_text(text),
+        judged_blocks=split.kv_pool_blocks,
+    )
+
+
+def _gpu_text(text: str) -> str:
+    """The GPU of ``GPU[xTP]`` as given (a catalog name, alias or TOML path)."""
+    key = text.strip()
+    return re.sub(r"[xX][0-9]+$", "", key)
+
+
+def judged_by_gpu(gpu: str, shape: ModelShape, block_size: int, kv_dtype: str) -> Hardware:
+    """No deployment: the pool of one ``gpu`` serving ``shape`` judges the capacity (the
+    module docstring's rule)."""
+    if gpu.lower() == "cpu":
+        return Hardware()
+    spec = resolve_gpu(gpu)
+    if spec.hbm_gib is None:
+        return Hardware()
+    try:
+        split = memory_split(shape, Deployment(spec, 1), block_size=block_size, kv_dtype=kv_dtype)
+    except ValueError:  # the weights leave no block: no capacity fits
+        return Hardware(judged_blocks=0)
+    return Hardware(judged_blocks=split.kv_pool_blocks)
+
+
+def capacity_options(
+    blocks: Sequence[int],
+    gibs: Sequence[float | None],
+    deployments: Sequence[str],
+    shape: ModelShape,
+    gpu: str,
+    block_size: int,
+    kv_dtype: str,
+) -> list[tuple[int, float | None, Hardware]]:
+    """Every (capacity in blocks, the GiB it came from, hardware) a grid runs, from the
+    capacities given (``blocks``, ``gibs``: none, or one GiB or None per capacity): without
+    deployments, each capacity given, judged by one ``gpu``; with them, each deployment at its
+    own pool, or at each capacity given (a what-if, ``exceeds_hbm`` where it does not fit)."""
+    given = bool(blocks)
+    if not deployments:
+        if not given:
+            raise ValueError(
+                "no capacity to simulate — give --deployment GPU[xTP], or --capacity-blocks "
+                "or --capacity-gib"
+            )
+        judged = judged_by_gpu(gpu, shape, block_size, kv_dtype)
+        return [(b, g, judged) for b, g in zip(blocks, gibs, strict=True)]
+    out: list[tuple[int, float | None, Hardware]] = []
+    for text in deployments:
+        hw = of_deployment(text, shape, block_size, kv_dtype)
+        pool = [(hw.kv_pool_blocks or 0, None)]
+        out += [(b, g, hw) for b, g in (zip(blocks, gibs, strict=True) if given else pool)]
+    return out

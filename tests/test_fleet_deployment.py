@@ -1,0 +1,139 @@
+"""``fleet --deployment``: each replica a deployment whose KV pool is its capacity, the memory
+split on every row, what-if capacities judged against the HBM, and bad input refused in one
+line with nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
+from prefixscope.analysis.cost.gpus import GPUS
+from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.cli import main
+from tests.conftest import mooncake_line
+
+#: A Llama-3-8B-like config.json under another name (what --model-config reads).
+CONFIG = {
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+}
+
+
+def rows(wh: Path, sql: str, params: list | None = None) -> list[tuple]:
+    with duckdb.connect(str(wh), read_only=True) as con:
+        return con.execute(sql, params or []).fetchall()
+
+
+@pytest.fixture
+def small(tmp_path: Path, write_lines) -> Path:  # noqa: ANN001
+    """Forty short conversations of 512-token blocks, one tenant."""
+    lines = []
+    for s in range(40):
+        chain = [1]
+        for turn in range(3):
+            chain = chain + [s * 100 + turn * 10 + k for k in range(3)]
+            lines.append(mooncake_line((s * 7 + turn * 60) * 1000, len(chain) * 512, 20, chain))
+    wh = tmp_path / "wh.duckdb"
+    assert main(["ingest", "--format", "mooncake", "--input", str(write_lines(lines)),
+                 "--warehouse", str(wh)]) == 0  # fmt: skip
+    return wh
+
+
+def fleet(wh: Path, *extra: str) -> int:
+    return main(["fleet", "--warehouse", str(wh), "--replicas", "2", "--router", "round-robin",
+                 "--window", "all", *extra])  # fmt: skip
+
+
+COLUMNS = "deployment, gpus, kv_pool_blocks, weights_gib, reserve_gib, kv_pool_gib, exceeds_hbm"
+
+
+def test_each_deployment_runs_at_its_own_pool_with_its_split(small: Path) -> None:
+    deployments = ["h100x1", "h200x1", "h100x2"]
+    assert fleet(small, "--deployment", ",".join(deployments)) == 0
+    shape = resolve_model("llama-3-8b")
+    (block_size,) = {r[0] for r in rows(small, "SELECT block_size FROM fleet_hit_rates")}
+    for name in deployments:
+        split = memory_split(shape, parse_deployment(name), block_size=block_size)
+        found = rows(
+            small,
+            f"SELECT DISTINCT capacity_blocks, gpu, {COLUMNS} FROM fleet_hit_rates "
+            "WHERE deployment = ?",
+            [name],
+        )
+        assert found == [(split.kv_pool_blocks, split.deployment[:4], name, split.gpus,
+                          split.kv_pool_blocks, pytest.approx(split.weights_gib),
+                          pytest.approx(split.reserve_gib), pytest.approx(split.kv_pool_gib),
+                          False)]  # fmt: skip
+        # per GPU the split is the budget
+        w, r, k = found[0][5:8]
+        assert w + r + k == pytest.approx(float(GPUS[split.deployment[:4]].hbm_gib) * 0.9)
+    # each replica's rows carry its deployment too
+    per_replica = rows(small, "SELECT deployment, count(*) FROM fleet_replicas GROUP BY ALL")
+    assert dict(per_replica) == {name: 2 for name in deployments}
+    # two H100s hold more KV than one (TP shards the heads)
+    pools = dict(rows(small, "SELECT DISTINCT deployment, kv_pool_blocks FROM fleet_hit_rates"))
+    assert pools["h100x2"] > 2 * pools["h100x1"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "exceeds"),
+    [
+        # a what-if with a deployment: judged against its pool
+        (["--deployment", "h100", "--capacity-blocks", "1,1000000"], {1: False, 1_000_000: True}),
+        # no deployment: judged against one --gpu serving --model; columns NULL
+        (["--capacity-blocks", "1,1000000"], {1: False, 1_000_000: True}),
+        (["--capacity-blocks", "1,1000000", "--gpu", "h200"], {1: False, 1_000_000: True}),
+        # a GPU without an HBM figure cannot judge
+        (["--capacity-blocks", "1,1000000", "--gpu", "mygpu:400:1.6"], {1: None, 1_000_000: None}),
+        # weights that leave one GPU no room: nothing fits
+        (["--capacity-blocks", "1", "--model", "llama-3.1-70b"], {1: True}),
+    ],
+)
+def test_a_capacity_is_judged_against_the_hbm(small: Path, flags: list[str], exceeds) -> None:  # noqa: ANN001
+    assert fleet(small, *flags) == 0
+    found = rows(small, "SELECT DISTINCT capacity_blocks, deployment, exceeds_hbm FROM "
+                        "fleet_hit_rates")  # fmt: skip
+    assert {c: e for c, _, e in found} == exceeds
+    with_deployment = "--deployment" in flags
+    assert all((d is not None) == with_deployment for _, d, _ in found)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--deployment", "h100x3"], "does not divide"),
+        (["--deployment", "nogpu"], "unknown GPU"),
+        (["--deployment", "h100", "--model", "llama-3.1-70b"], "does not fit on h100x1"),
+        (["--deployment", "h100,h100x1"], "given twice"),
+        (["--deployment", "h100", "--model", "nope"], "unknown model"),
+        ([], "no capacity to simulate"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(small: Path, capsys, flags, says) -> None:  # noqa: ANN001
+    before = rows(small, "SELECT count(*) FROM runs")
+    assert fleet(small, *flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err and " — " in err, err
+    assert err.startswith("prefixscope fleet: error:")
+    assert rows(small, "SELECT count(*) FROM runs") == before
+    assert rows(small, "SELECT count(*) FROM fleet_hit_rates") == [(0,)]
+
+
+def test_a_model_config_sizes_the_pool_and_names_the_rows(small: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    assert fleet(small, "--deployment", "h100", "--model-config", str(config)) == 0
+    shape = resolve_model(None, str(config))
+    split = memory_split(shape, parse_deployment("h100"), block_size=512)
+    assert rows(small, "SELECT DISTINCT model, kv_pool_blocks FROM fleet_hit_rates") == [
+        (shape.name, split.kv_pool_blocks)
+    ]
