@@ -17,13 +17,8 @@ from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, gpu_key
 from prefixscope.analysis.fanout import fan_out
 from prefixscope.analysis.plan.capacity import Point, hit_tokens_at
-from prefixscope.analysis.plan.plan import (
-    PLAN_WINDOWS,
-    Sizing,
-    capacity_rows,
-    configuration_rows,
-    plan_table,
-)
+from prefixscope.analysis.plan.fleets import configuration_rows
+from prefixscope.analysis.plan.plan import PLAN_WINDOWS, Sizing, capacity_rows, plan_table
 from prefixscope.analysis.plan.prices import Prices, load_prices
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
@@ -34,10 +29,11 @@ from prefixscope.stages.outcomes import calibrated
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """``target``: the share of the ceiling to reach; ``window``: the requests measured (the
-    same at every capacity); ``model`` / ``kv_dtype``: blocks to GiB; ``model`` / ``gpu`` /
+    """``target``: the share of the ceiling to reach; ``window``: the requests measured (the same
+    at every capacity); ``model`` / ``kv_dtype``: blocks to GiB; ``model`` / ``gpu`` /
     ``cost_model``: what prices a miss; ``prices``: a TOML file of prices (default: the
-    documented round figures); ``load_scale``: the fleet runs to choose among."""
+    documented round figures; a GPU-hour is each GPU's catalog price unless it gives one);
+    ``load_scale``: the fleet runs to choose among."""
 
     target: float = 0.9
     window: str = "all"
@@ -188,7 +184,7 @@ def _fleet_rows(con: duckdb.DuckDBPyConnection, window: str) -> list[dict]:
         for c in (
             "run_id", "tenant", "router", "replicas", "capacity_blocks", "policy", "load_scale",
             "dram_blocks", "dram_gbps", "store_blocks", "store_unbounded", "store_gbps", "model",
-            "gpu",
+            "gpu", "deployment",
         )
     )  # fmt: skip
     table = con.sql(
