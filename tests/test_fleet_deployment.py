@@ -230,3 +230,27 @@ def test_a_target_no_fleet_meets_is_said_in_words() -> None:
     text = " ".join(sentences([row]))
     assert text.startswith("No simulated fleet reaches the target: the closest")
     assert "0.1000" in text
+
+
+@pytest.mark.parametrize("command", ["fleet", "plan", "savings"])
+def test_every_command_that_takes_a_model_takes_a_config(command, tmp_path, capsys) -> None:  # noqa: ANN001
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({**CONFIG, "num_hidden_layers": 0}))
+    assert main([command, "--warehouse", str(tmp_path / "wh.duckdb"), "--model-config",
+                 str(bad)]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    # the file was read and refused by its key: the flag is known
+    assert "num_hidden_layers" in err and "unrecognized" not in err, err
+    assert not (tmp_path / "wh.duckdb").exists()
+
+
+def test_plan_reads_a_model_config(small: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    assert main(["simulate", "--warehouse", str(small), "--policy", "ceiling,lru",
+                 "--capacity-blocks", "10,100", "--window", "all"]) == 0  # fmt: skip
+    assert main(["plan", "--warehouse", str(small), "--model-config", str(config),
+                 "--target", "0.5"]) == 0  # fmt: skip
+    shape = resolve_model(None, str(config))
+    assert rows(small, "SELECT DISTINCT model FROM plan") == [(shape.name,)]
+    assert shape.name != "llama-3-8b" and shape.name in capsys.readouterr().out

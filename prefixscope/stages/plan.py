@@ -43,6 +43,8 @@ class PlanSettings:
     cost_model: str = "auto"
     prices: str | None = None
     load_scale: float = 1.0
+    #: A config.json whose shape ``model`` names (``resolve_model``).
+    model_config: str | None = None
     #: The value of the next GiB on the last requests holding at most this many lookups
     #: (``trace/tail.py``) when the trace holds more; None: the whole trace, over ``window``.
     max_lookups: int | None = None
@@ -58,7 +60,7 @@ class PlanSettings:
                 f"the planner measures over {' or '.join(PLAN_WINDOWS)} (the same requests at "
                 f"every capacity), not {self.window!r}"
             )
-        resolve_model(self.model)
+        resolve_model(self.model, self.model_config)
         gpu_key(self.gpu)
         return load_prices(self.prices)
 
@@ -72,7 +74,7 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             points = _points(con, settings.window, trace.block_size)
             fleet_rows = _fleet_rows(con, settings.window)
             fitted = None if settings.cost_model == "roofline" else calibrated(
-                con, settings.model, settings.gpu
+                con, resolve_model(settings.model, settings.model_config), settings.gpu
             )  # fmt: skip
         if not ceilings:
             raise ValueError(
@@ -80,8 +82,10 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
                 f"`prefixscope simulate --policy ceiling,lru --capacity-blocks … "
                 f"--window {settings.window}` first"
             )
-        cost = cost_model(settings.model, settings.gpu, settings.cost_model, fitted)
-        shape = resolve_model(settings.model)
+        cost = cost_model(
+            settings.model, settings.gpu, settings.cost_model, fitted, settings.model_config
+        )
+        shape = resolve_model(settings.model, settings.model_config)
         sizing = Sizing(
             cost.model,
             cost.gpu,
