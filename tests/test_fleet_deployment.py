@@ -254,3 +254,14 @@ def test_plan_reads_a_model_config(small: Path, tmp_path: Path, capsys) -> None:
     shape = resolve_model(None, str(config))
     assert rows(small, "SELECT DISTINCT model FROM plan") == [(shape.name,)]
     assert shape.name != "llama-3-8b" and shape.name in capsys.readouterr().out
+
+
+def test_the_flow_refuses_a_savings_model_its_gpu_cannot_hold(
+    tmp_path, sample_path, capsys
+) -> None:  # noqa: ANN001
+    wh = tmp_path / "wh.duckdb"
+    assert main(["fleet-report", "--input", str(sample_path), "--savings-model", "llama-3.1-70b",
+                 "--warehouse", str(wh), "--out", str(tmp_path / "r.html")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not fit on h100x1" in err and " — " in err
+    assert not wh.exists()

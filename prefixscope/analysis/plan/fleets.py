@@ -76,9 +76,10 @@ def configuration_rows(
         note = (
             ""
             if reached
-            else f"the closest ({best['router']} routing, {best['replicas']} replicas of "
-            f"{gpus} {gpu.upper()}) keeps {best['token_hit_rate'] or 0:.4f}: simulate more "
-            "replicas, GPUs per replica or tiers"
+            else f"the closest ({best['replicas']} × {gpu.upper()}"
+            f"{f'x{gpus}' if gpus > 1 else ''}, {best['router']} routing) keeps "
+            f"{best['token_hit_rate'] or 0:.4f}: simulate more replicas, GPUs per replica or "
+            "tiers"
         )
         if best.get("filled") is False:
             note = "; ".join(x for x in (note, "its caches never filled: no steady state") if x)
