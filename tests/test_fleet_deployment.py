@@ -13,7 +13,11 @@ import pytest
 from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
 from prefixscope.analysis.cost.gpus import GPUS
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.plan.fleets import configuration_rows
+from prefixscope.analysis.plan.plan import Sizing
+from prefixscope.analysis.plan.prices import Prices
 from prefixscope.cli import main
+from prefixscope.dashboards.plan import sentences
 from tests.conftest import mooncake_line
 
 #: A Llama-3-8B-like config.json under another name (what --model-config reads).
@@ -137,3 +141,127 @@ def test_a_model_config_sizes_the_pool_and_names_the_rows(small: Path, tmp_path:
     assert rows(small, "SELECT DISTINCT model, kv_pool_blocks FROM fleet_hit_rates") == [
         (shape.name, split.kv_pool_blocks)
     ]
+
+
+def fleet_row(**over) -> dict:  # noqa: ANN003
+    """One stored fleet row as the planner reads it: defaults, then ``over``."""
+    row = {
+        "tenant": "*", "measure_window": "all", "load_scale": 1.0, "router": "cache-aware",
+        "replicas": 4, "capacity_blocks": 800, "capacity_tokens": 800 * 512, "policy": "lru",
+        "dram_blocks": 0, "store_blocks": None, "store_unbounded": None, "ttft_p95_s": 1.0,
+        "token_hit_rate": 0.5, "ceiling_token_hit_rate": 0.5, "run_id": "r", "gpu": "h100",
+        "deployment": None, "exceeds_hbm": None, "filled": True,
+    }  # fmt: skip
+    return {**row, **over}
+
+
+SIZING = Sizing("llama-3-8b", "h100", "roofline", 131072.0 * 512, lambda n, c: n)
+
+PLANS = [
+    # (fleet rows, prices, the chosen row's index or None, its cost)
+    # a fleet that cannot exist is never the answer, however cheap
+    (
+        [
+            fleet_row(replicas=1, exceeds_hbm=True),
+            fleet_row(deployment="h100x1", exceeds_hbm=False),
+        ],
+        Prices(),
+        1,
+        4 * GPUS["h100"].price_hour,
+    ),
+    # priced in GPUs: replicas × GPUs each × the deployment's GPU's catalog price
+    (
+        [
+            fleet_row(deployment="h200x8", gpu="h200", replicas=2, exceeds_hbm=False),
+            fleet_row(deployment="h100x1", replicas=8, exceeds_hbm=False),
+        ],
+        Prices(),
+        1,
+        8 * GPUS["h100"].price_hour,
+    ),
+    (
+        [fleet_row(deployment="h200x8", gpu="h200", replicas=1, exceeds_hbm=False)],
+        Prices(),
+        0,
+        8 * GPUS["h200"].price_hour,
+    ),
+    # --prices gpu_hour prices every GPU alike
+    (
+        [fleet_row(deployment="h200x8", gpu="h200", replicas=1, exceeds_hbm=False)],
+        Prices(gpu_hour=1.0),
+        0,
+        8.0,
+    ),
+    # no deployment: one GPU of the kind that priced the steps
+    ([fleet_row(gpu="a100", exceeds_hbm=False)], Prices(), 0, 4 * GPUS["a100"].price_hour),
+    # every row exceeds its HBM: no answer
+    ([fleet_row(exceeds_hbm=True)], Prices(), None, None),
+]
+
+
+@pytest.mark.parametrize(("fleet_rows", "prices", "chosen", "cost"), PLANS)
+def test_the_planner_prices_gpus_and_never_a_fleet_that_cannot_exist(
+    fleet_rows,
+    prices,
+    chosen,
+    cost,  # noqa: ANN001
+) -> None:
+    (row,) = configuration_rows(fleet_rows, "all", 0.9, prices, SIZING, 1_000)
+    if chosen is None:
+        assert row["reached"] is False and row["replicas"] is None and row["cost_per_hour"] is None
+        assert "HBM" in row["note"] and "--deployment" in row["note"]
+        assert "No simulated fleet reaches the target" in " ".join(sentences([row]))
+        return
+    want = fleet_rows[chosen]
+    assert row["reached"] and row["cost_per_hour"] == pytest.approx(cost)
+    assert (row["replicas"], row["deployment"]) == (want["replicas"], want["deployment"])
+    text = " ".join(sentences([row]))
+    gpus = row["gpus"]
+    n = want["replicas"]
+    label = row["fleet_gpu"].upper() + (f"x{gpus} ({n * gpus} GPUs;" if gpus > 1 else " (")
+    assert f"{n} × {label}" in text and "llama-3-8b, " in text, text
+    assert f"${cost:,.2f} an hour" in text
+
+
+def test_a_target_no_fleet_meets_is_said_in_words() -> None:
+    rows = [fleet_row(token_hit_rate=0.1, exceeds_hbm=False)]
+    (row,) = configuration_rows(rows, "all", 0.9, Prices(), SIZING, 1_000)
+    assert row["reached"] is False
+    text = " ".join(sentences([row]))
+    assert text.startswith("No simulated fleet reaches the target: the closest")
+    assert "0.1000" in text
+
+
+@pytest.mark.parametrize("command", ["fleet", "plan", "savings"])
+def test_every_command_that_takes_a_model_takes_a_config(command, tmp_path, capsys) -> None:  # noqa: ANN001
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({**CONFIG, "num_hidden_layers": 0}))
+    assert main([command, "--warehouse", str(tmp_path / "wh.duckdb"), "--model-config",
+                 str(bad)]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    # the file was read and refused by its key: the flag is known
+    assert "num_hidden_layers" in err and "unrecognized" not in err, err
+    assert not (tmp_path / "wh.duckdb").exists()
+
+
+def test_plan_reads_a_model_config(small: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    assert main(["simulate", "--warehouse", str(small), "--policy", "ceiling,lru",
+                 "--capacity-blocks", "10,100", "--window", "all"]) == 0  # fmt: skip
+    assert main(["plan", "--warehouse", str(small), "--model-config", str(config),
+                 "--target", "0.5"]) == 0  # fmt: skip
+    shape = resolve_model(None, str(config))
+    assert rows(small, "SELECT DISTINCT model FROM plan") == [(shape.name,)]
+    assert shape.name != "llama-3-8b" and shape.name in capsys.readouterr().out
+
+
+def test_the_flow_refuses_a_savings_model_its_gpu_cannot_hold(
+    tmp_path, sample_path, capsys
+) -> None:  # noqa: ANN001
+    wh = tmp_path / "wh.duckdb"
+    assert main(["fleet-report", "--input", str(sample_path), "--savings-model", "llama-3.1-70b",
+                 "--warehouse", str(wh), "--out", str(tmp_path / "r.html")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not fit on h100x1" in err and " — " in err
+    assert not wh.exists()

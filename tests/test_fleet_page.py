@@ -173,3 +173,35 @@ def test_router_names_with_markup_show_as_text(fleet_wh: Path, tmp_path: Path) -
     assert errors == [] and dialogs == [] and images == 0
     assert MARKUP_ROUTER in table
     assert labels.count(MARKUP_ROUTER) == 2 * len(REPLICAS)  # its point label in each scatter
+
+
+HBM_ROWS = [
+    # (the row's deployment columns, words its capacity shows, words it must not)
+    ({"deployment": "h100x1", "kv_pool_blocks": 885, "exceeds_hbm": False},
+     ["on h100x1", "885-block KV pool"], ["what-if"]),
+    ({"deployment": "h100x1", "kv_pool_blocks": 885, "exceeds_hbm": True},
+     ["on h100x1", "more than h100x1's HBM holds"], []),
+    ({"deployment": None, "kv_pool_blocks": None, "exceeds_hbm": True},
+     ["more than one h100's HBM holds"], [" on "]),
+    ({"deployment": None, "kv_pool_blocks": None, "exceeds_hbm": None}, [], ["HBM", " on "]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("columns", "shown", "hidden"), HBM_ROWS)
+def test_the_table_and_titles_show_the_deployment_and_a_what_if(columns, shown, hidden) -> None:  # type: ignore[no-untyped-def]
+    import polars as pl
+
+    from prefixscope.dashboards.fleet import group_title, table_rows
+
+    row = {
+        "router": "cache-aware", "replicas": 4, "capacity_blocks": 885, "capacity_gib": None,
+        "policy": "lru", "load_scale": 1.0, "measure_window": "all", "never_filled": False,
+        "token_hit_rate": 0.1, "ceiling_token_hit_rate": 0.3, "ttft_p50_s": 0.1,
+        "ttft_p95_s": 0.2, "ttft_p99_s": 0.3, "load_imbalance": 1.0, "prefill_imbalance": 1.0,
+        "dram_blocks": 0, "store_blocks": None, "store_unbounded": None, "model": "llama-3-8b",
+        "gpu": "h100", **columns,
+    }  # fmt: skip
+    (shown_row,) = table_rows(pl.DataFrame([row]))
+    title = group_title(row, {"load_scale": False, "policy": False, "model": False, "gpu": False})
+    for text in (shown_row["capacity"], title):
+        assert all(w in text for w in shown) and not any(w in text for w in hidden), text

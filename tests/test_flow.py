@@ -7,6 +7,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
+from prefixscope.analysis.cost.models import resolve_model
+
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 
@@ -43,13 +46,17 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         ("report", "succeeded"),
     ]
     # the fleet step: every router at 4 and 8 replicas, the logged traffic and twice it, each
-    # replica with the middle capacity, priced like the savings
+    # replica one H100 serving the savings model at its own KV pool, priced like the savings
     fleet = con.execute(
         "SELECT count(DISTINCT router), list(DISTINCT replicas ORDER BY replicas), "
         "list(DISTINCT load_scale ORDER BY load_scale), list(DISTINCT capacity_blocks), "
-        "list(DISTINCT cost_model) FROM fleet_hit_rates WHERE tenant = '*'"
+        "list(DISTINCT cost_model), list(DISTINCT deployment), list(DISTINCT exceeds_hbm) "
+        "FROM fleet_hit_rates WHERE tenant = '*'"
     ).fetchone()
-    assert fleet == (6, [4, 8], [1.0, 2.0], [64_000], ["roofline"])
+    pool = memory_split(
+        resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512
+    ).kv_pool_blocks
+    assert fleet == (6, [4, 8], [1.0, 2.0], [pool], ["roofline"], ["h100x1"], [False])
     assert (
         con.execute(
             "SELECT sum(replicas) FROM (SELECT DISTINCT router, replicas, "

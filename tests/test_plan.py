@@ -45,15 +45,19 @@ def simulated(bundled: Bundled, folder: Path, policies=("ceiling", "lru", "fifo"
 @pytest.fixture(scope="module")
 def planned(bundled_warehouse: Bundled, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     wh = simulated(bundled_warehouse, tmp_path_factory.mktemp("plan"))
-    fleet.run(
-        wh,
-        fleet.FleetSettings(
-            routers=("round-robin", "session", "cache-aware"),
-            replicas=(2, 4, 8),
-            capacities=Capacities(blocks=[16_000, 64_000]),
-            windows=("all", "steady"),
-        ),
-    )
+    # each replica a deployment at its own pool, and a what-if no H100 holds (never chosen)
+    for capacities, deployments in ((Capacities(), ("h100x1", "h100x4", "h200x8")),
+                                    (Capacities(blocks=[64_000]), ())):  # fmt: skip
+        fleet.run(
+            wh,
+            fleet.FleetSettings(
+                routers=("round-robin", "cache-aware"),
+                replicas=(2, 4),
+                capacities=capacities,
+                deployments=deployments,
+                windows=("all", "steady"),
+            ),
+        )
     return wh, plan.run(wh, plan.PlanSettings(target=0.9)).to_pylist()
 
 
@@ -146,16 +150,22 @@ def test_the_cheapest_fleet_that_reaches_the_target_is_chosen(planned) -> None:
     chosen = row(rows, "configuration")
     with duckdb.connect(str(wh), read_only=True) as con:
         candidates = con.execute(
-            "SELECT router, replicas, capacity_blocks, token_hit_rate, ceiling_token_hit_rate "
-            "FROM fleet_hit_rates WHERE tenant = '*' AND measure_window = 'all'"
+            "SELECT router, replicas, capacity_blocks, token_hit_rate, ceiling_token_hit_rate, "
+            "coalesce(gpus, 1), gpu, exceeds_hbm FROM fleet_hit_rates "
+            "WHERE tenant = '*' AND measure_window = 'all'"
         ).fetchall()
     prices = Prices()
-    reaching = [c for c in candidates if c[3] >= 0.9 * c[4]]
+    assert any(c[7] for c in candidates), "the grid must hold a fleet that cannot exist"
+    reaching = [c for c in candidates if c[3] >= 0.9 * c[4] and not c[7]]
     assert reaching, "the grid must hold a configuration that reaches the target"
-    cheapest = min(r[1] * prices.gpu_hour for r in reaching)
+
+    def cost(c: tuple) -> float:  # replicas × GPUs each × the GPU's catalog price
+        return c[1] * c[5] * prices.gpu_price(c[6])
+
+    cheapest = min(cost(r) for r in reaching)
     assert chosen["reached"] and chosen["cost_per_hour"] == pytest.approx(cheapest)
     assert (chosen["router"], chosen["replicas"], chosen["capacity_blocks"]) in [
-        r[:3] for r in reaching if r[1] * prices.gpu_hour == cheapest
+        r[:3] for r in reaching if cost(r) == cheapest
     ]
     assert chosen["source_table"] == "fleet_hit_rates" and chosen["steady"] is not None
 

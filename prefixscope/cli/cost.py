@@ -131,7 +131,10 @@ def replay(args: argparse.Namespace) -> int:
 
 def savings_arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
-    p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
+    p.add_argument("--model", help=f"catalog model ({DEFAULT_MODEL})")
+    p.add_argument(
+        "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
+    )
     p.add_argument(
         "--gpu",
         type=flags.gpu_or_cpu,
@@ -147,7 +150,8 @@ def savings(args: argparse.Namespace) -> int:
     from prefixscope.stages import savings as stage
 
     settings = stage.SavingsSettings(
-        model=args.model,
+        model=flags.model_named(args, DEFAULT_MODEL),
+        model_config=args.model_config,
         gpu=args.gpu,
         cost_model=args.cost_model,
         outcomes_run=args.outcomes_run,

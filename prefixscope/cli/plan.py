@@ -18,7 +18,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="the share of the ceiling to reach (0.9)",
     )
     p.add_argument("--window", default="all", choices=["all", "last-half"])
-    p.add_argument("--model", default="llama-3-8b", help="KV bytes and miss cost (%(default)s)")
+    p.add_argument("--model", help="KV bytes and miss cost (llama-3-8b)")
+    p.add_argument(
+        "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
+    )
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument(
         "--gpu", type=flags.gpu, default="h100", help="h100, h200, a100 or NAME:TFLOPS:TBPS (h100)"
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         plan.PlanSettings(
             target=args.target,
             window=args.window,
-            model=args.model,
+            model=flags.model_named(args, "llama-3-8b"),
+            model_config=args.model_config,
             gpu=args.gpu,
             kv_dtype=args.kv_dtype,
             cost_model=args.cost_model,

@@ -24,11 +24,15 @@ from prefixscope.dashboards.views import read_view
 #: warehouse's fleet tables have them: part of a configuration.
 TIERS = ("dram_blocks", "dram_gbps", "store_blocks", "store_unbounded", "store_gbps")
 #: What one group of charts holds fixed: every router of it is one point.
-GROUP = ("replicas", "capacity_blocks", "policy", "load_scale", *TIERS, "model", "gpu")
+GROUP = (
+    "replicas", "capacity_blocks", "policy", "load_scale", *TIERS, "model", "gpu",
+    # set by the ones before it, where the warehouse has them: words of the title
+    "deployment", "kv_pool_blocks", "exceeds_hbm",
+)  # fmt: skip
 #: One fleet configuration of ``latest_fleet_hit_rates`` (one of its rows per window).
 CONFIGURATION = ("router", *GROUP)
 #: What ``latest_fleet_replicas`` knows of a group (it is not per window, nor per pricing).
-REPLICA_GROUP = ("replicas", "capacity_blocks", "policy", "load_scale", *TIERS)
+REPLICA_GROUP = ("replicas", "capacity_blocks", "policy", "load_scale", *TIERS, "deployment")
 
 STEADY = "steady"
 
@@ -125,6 +129,18 @@ def tier_words(r: dict[str, Any]) -> str:
     return out
 
 
+def hbm_words(r: dict[str, Any]) -> str:
+    """The replica's deployment and whether its capacity fits its HBM, as words ("" when the
+    row has neither: a run before deployments, or a GPU without an HBM figure)."""
+    out = ""
+    if r.get("deployment"):
+        out += f" on {r['deployment']} (a {r['kv_pool_blocks']:,}-block KV pool)"
+    if r.get("exceeds_hbm"):
+        held = r["deployment"] if r.get("deployment") else f"one {r['gpu']}"
+        out += f" — more than {held}'s HBM holds: a what-if"
+    return out
+
+
 def _gbps(x: float | None) -> str:
     return "" if x is None else f" at {x:g} GB/s"
 
@@ -132,7 +148,7 @@ def _gbps(x: float | None) -> str:
 def group_title(spec: dict[str, Any], varies: dict[str, bool]) -> str:
     """The group as words (4 replicas × 4,000 blocks each), with what else tells it apart."""
     title = f"{spec['replicas']} replicas × {spec['capacity_blocks']:,} blocks each"
-    title += tier_words(spec)
+    title += tier_words(spec) + hbm_words(spec)
     if varies["load_scale"] or spec["load_scale"] != 1:
         title += f", load ×{spec['load_scale']:g}"
     if varies["policy"]:
@@ -306,7 +322,7 @@ def table_rows(rows: pl.DataFrame) -> list[dict[str, str]]:
         capacity = f"{r['capacity_blocks']:,} blocks"
         if r["capacity_gib"] is not None:
             capacity += f" ({r['capacity_gib']:g} GiB)"
-        capacity += tier_words(r)
+        capacity += tier_words(r) + hbm_words(r)
         out.append(
             {
                 "router": r["router"],

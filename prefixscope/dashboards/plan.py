@@ -37,10 +37,21 @@ def _fleet(row: dict) -> str:
     elif row["store_blocks"] is not None:
         tiers.append(f"a shared store of {row['store_blocks']:,} blocks")
     extra = f" with {' and '.join(tiers)}" if tiers else ""
-    return (
-        f"{row['replicas']} replicas × {row['capacity_blocks']:,} blocks{extra}, "
-        f"{row['router']} routing"
-    )
+    if row["replicas"] is None:
+        return "no fleet"
+    return f"{_replicas(row)}{extra}, {row['router']} routing"
+
+
+def _replicas(row: dict) -> str:
+    """The fleet in GPUs (``4 × H100 (llama-3-8b, 55.4 GiB of KV each)``), the KV each
+    replica holds in the trace's blocks; in blocks for a plan made before GPUs were named."""
+    n, gpu, gpus = row["replicas"], row.get("fleet_gpu"), row.get("gpus") or 1
+    if not gpu:
+        return f"{n} replicas × {row['capacity_blocks']:,} blocks"
+    kv = f"{row['model']}, {row['capacity_gib']:,.1f} GiB of KV each"
+    if gpus == 1:
+        return f"{n} × {gpu.upper()} ({kv})"
+    return f"{n} × {gpu.upper()}x{gpus} ({n * gpus} GPUs; {kv})"
 
 
 def _series(items: Sequence[str]) -> str:
@@ -108,7 +119,7 @@ def sentences(rows: Sequence[dict]) -> list[str]:
                 f"TTFT p95 {r['ttft_p95_s']:.2f} s)."
             )
         else:
-            out.append(f"No simulated fleet reaches it: {r['note']}.")
+            out.append(f"No simulated fleet reaches the target: {r['note']}.")
     if caps and not configs:
         out.append("No fleet was simulated: run `prefixscope fleet` to price configurations.")
     return out

@@ -44,6 +44,7 @@ from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaul
     DEFAULT_WINDOWS,
     RECENT_LOOKUPS,
     expand_inputs,
+    fleet_deployment,
     fleet_settings,
     outcomes_scenario,
     structure_settings,
@@ -306,6 +307,7 @@ def fleet_report(
                 checked.fleet_replicas,
                 dask_address,
                 workers,
+                fleet_deployment(savings_gpu),
             ),
         )
         step("plan")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefixscope import warehouse
+from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fleet.routers import ROUTERS
@@ -126,7 +127,8 @@ def check(
             raise ValueError(f"{what} must be a whole number from 0, got {value!r}")
     caps = resolved["--capacity-blocks"]
     settings = fleet_settings(caps, resolved["--window"], savings_model, savings_gpu,
-                              resolved["--fleet-replicas"], dask_address, workers)  # fmt: skip
+                              resolved["--fleet-replicas"], dask_address, workers,
+                              fleet_deployment(savings_gpu))  # fmt: skip
     settings.check()
     plan_stage.PlanSettings(target=plan_target, model=savings_model, gpu=savings_gpu).check()
     if serving:
@@ -217,6 +219,17 @@ def readable(paths: Sequence[str]) -> list[str]:
     return list(paths)
 
 
+def fleet_deployment(gpu: str) -> str | None:
+    """The flow's replicas: one ``gpu`` each (``GPUx1``), where ``gpu`` has an HBM figure to
+    size its pool by; None for a ``NAME:TFLOPS:TBPS`` spec or ``cpu``."""
+    if gpu.lower() == "cpu" or ":" in gpu:
+        return None
+    spec = resolve_gpu(gpu)
+    if spec.hbm_gib is None:
+        return None
+    return f"{gpu.strip()}x1" if gpu.strip().lower().endswith(".toml") else f"{spec.name}x1"
+
+
 def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
     caps = sorted(capacities_blocks)
     return caps[len(caps) // 2] if caps else None
@@ -235,12 +248,16 @@ def fleet_settings(
     replicas: Sequence[int],
     dask_address: str | None,
     workers: int = 1,
+    deployment: str | None = None,
 ) -> fleet_stage.FleetSettings:
-    """Every router at each replica count, each replica with the grid's middle capacity."""
+    """Every router at each replica count, each replica ``deployment`` at its own KV pool (a
+    fleet that can exist); without one, the grid's middle capacity."""
+    middle = Capacities(blocks=[middle_capacity(capacities_blocks) or 16_000])
     return fleet_stage.FleetSettings(
         routers=tuple(ROUTERS),
         replicas=tuple(replicas),
-        capacities=Capacities(blocks=[middle_capacity(capacities_blocks) or 16_000]),
+        capacities=Capacities() if deployment else middle,
+        deployments=(deployment,) if deployment else (),
         load_scales=DEFAULT_FLEET_LOAD_SCALES,
         windows=tuple(windows),
         model=model,

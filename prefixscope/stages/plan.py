@@ -17,13 +17,8 @@ from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, gpu_key
 from prefixscope.analysis.fanout import fan_out
 from prefixscope.analysis.plan.capacity import Point, hit_tokens_at
-from prefixscope.analysis.plan.plan import (
-    PLAN_WINDOWS,
-    Sizing,
-    capacity_rows,
-    configuration_rows,
-    plan_table,
-)
+from prefixscope.analysis.plan.fleets import configuration_rows
+from prefixscope.analysis.plan.plan import PLAN_WINDOWS, Sizing, capacity_rows, plan_table
 from prefixscope.analysis.plan.prices import Prices, load_prices
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
@@ -34,10 +29,11 @@ from prefixscope.stages.outcomes import calibrated
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """``target``: the share of the ceiling to reach; ``window``: the requests measured (the
-    same at every capacity); ``model`` / ``kv_dtype``: blocks to GiB; ``model`` / ``gpu`` /
+    """``target``: the share of the ceiling to reach; ``window``: the requests measured (the same
+    at every capacity); ``model`` / ``kv_dtype``: blocks to GiB; ``model`` / ``gpu`` /
     ``cost_model``: what prices a miss; ``prices``: a TOML file of prices (default: the
-    documented round figures); ``load_scale``: the fleet runs to choose among."""
+    documented round figures; a GPU-hour is each GPU's catalog price unless it gives one);
+    ``load_scale``: the fleet runs to choose among."""
 
     target: float = 0.9
     window: str = "all"
@@ -47,6 +43,8 @@ class PlanSettings:
     cost_model: str = "auto"
     prices: str | None = None
     load_scale: float = 1.0
+    #: A config.json whose shape ``model`` names (``resolve_model``).
+    model_config: str | None = None
     #: The value of the next GiB on the last requests holding at most this many lookups
     #: (``trace/tail.py``) when the trace holds more; None: the whole trace, over ``window``.
     max_lookups: int | None = None
@@ -62,7 +60,7 @@ class PlanSettings:
                 f"the planner measures over {' or '.join(PLAN_WINDOWS)} (the same requests at "
                 f"every capacity), not {self.window!r}"
             )
-        resolve_model(self.model)
+        resolve_model(self.model, self.model_config)
         gpu_key(self.gpu)
         return load_prices(self.prices)
 
@@ -76,7 +74,7 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             points = _points(con, settings.window, trace.block_size)
             fleet_rows = _fleet_rows(con, settings.window)
             fitted = None if settings.cost_model == "roofline" else calibrated(
-                con, settings.model, settings.gpu
+                con, resolve_model(settings.model, settings.model_config), settings.gpu
             )  # fmt: skip
         if not ceilings:
             raise ValueError(
@@ -84,8 +82,10 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
                 f"`prefixscope simulate --policy ceiling,lru --capacity-blocks … "
                 f"--window {settings.window}` first"
             )
-        cost = cost_model(settings.model, settings.gpu, settings.cost_model, fitted)
-        shape = resolve_model(settings.model)
+        cost = cost_model(
+            settings.model, settings.gpu, settings.cost_model, fitted, settings.model_config
+        )
+        shape = resolve_model(settings.model, settings.model_config)
         sizing = Sizing(
             cost.model,
             cost.gpu,
@@ -188,7 +188,7 @@ def _fleet_rows(con: duckdb.DuckDBPyConnection, window: str) -> list[dict]:
         for c in (
             "run_id", "tenant", "router", "replicas", "capacity_blocks", "policy", "load_scale",
             "dram_blocks", "dram_gbps", "store_blocks", "store_unbounded", "store_gbps", "model",
-            "gpu",
+            "gpu", "deployment",
         )
     )  # fmt: skip
     table = con.sql(

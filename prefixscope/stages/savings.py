@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from prefixscope import warehouse
+from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, savings_table
 from prefixscope.stages.outcomes import calibrated, choose_configuration, load_outcomes
 
@@ -26,6 +27,8 @@ class SavingsSettings:
     policy: str | None = None
     capacity_blocks: int | None = None
     isolation: str | None = None
+    #: A config.json whose shape ``model`` names (``resolve_model``).
+    model_config: str | None = None
 
 
 def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
@@ -35,9 +38,13 @@ def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
             config = choose_configuration(
                 con, s.outcomes_run, s.policy, s.capacity_blocks, s.isolation
             )
-            fitted = None if s.cost_model == "roofline" else calibrated(con, s.model, s.gpu)
+            fitted = (
+                None
+                if s.cost_model == "roofline"
+                else calibrated(con, resolve_model(s.model, s.model_config), s.gpu)
+            )
             outcomes, traffic = load_outcomes(con, config)
-        cost = cost_model(s.model, s.gpu, s.cost_model, fitted)
+        cost = cost_model(s.model, s.gpu, s.cost_model, fitted, s.model_config)
         table = savings_table(config, outcomes, traffic, cost)
         with run.publishing() as con:
             warehouse.append(con, "savings", table, run.run_id)

@@ -124,13 +124,15 @@ def cost_model(
     gpu: str,
     kind: str = "auto",
     calibrated: tuple[str, tuple[float, ...], tuple[float, float]] | None = None,
+    config: str | None = None,
 ) -> MissCost:
     """The cost model that prices (model, gpu): ``calibrated`` (the run id that fitted it, or
     ``shipped:FILE``; coefficients; knees) for ``auto`` and ``calibrated``; the
-    roofline for ``roofline``, or for ``auto`` when none was calibrated."""
+    roofline for ``roofline``, or for ``auto`` when none was calibrated. ``config``: a
+    config.json whose shape ``model`` names (``resolve_model``)."""
     if kind not in COST_MODEL_KINDS:
         raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODEL_KINDS)}")
-    shape = resolve_model(model)
+    shape = resolve_model(model, config)
     key = gpu_key(gpu)
     if kind != "roofline" and calibrated is not None:
         source, coefficients, knees = calibrated

@@ -6,7 +6,7 @@ Three kinds of row, each for the fleet (``'*'``) and each tenant:
 - ``capacity``: per policy, the smallest cache (one shared cache) whose token hit rate
   reaches ``target`` × the ceiling over the same requests;
 - ``configuration``: the cheapest simulated fleet (replicas × HBM × DRAM × store × router)
-  that reaches it, at the prices given;
+  that reaches it, priced in GPUs (``fleets.py``);
 - every row says where its figures come from (``source_table``, ``source_run_id``), whether
   the target lies beyond what was simulated (``reached`` false, never extrapolated) and whether
   the cache reached a steady state (``steady``), in ``note`` as words.
@@ -28,7 +28,6 @@ from prefixscope.analysis.plan.capacity import (
     marginal_per_gib,
     smallest_stored,
 )
-from prefixscope.analysis.plan.prices import Prices
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.analysis.trace.windows import WINDOWS
@@ -70,6 +69,11 @@ PLAN_SCHEMA = pa.schema(
         ("source_table", pa.string()),
         ("source_run_id", pa.string()),
         ("note", pa.string()),
+        # the configuration's hardware (added after the table first shipped: last)
+        ("deployment", pa.string()),
+        ("gpus", pa.int32()),
+        ("fleet_gpu", pa.string()),
+        ("gpu_hour", pa.float64()),
     ]
 )
 
@@ -240,82 +244,6 @@ def _add_marginals(
             row["marginal_gpu_seconds_per_hour_per_gib"] = done[(row["policy"], row["_at"])].get(
                 row["tenant"]
             )
-
-
-def configuration_rows(
-    fleet_rows: Sequence[dict],
-    window: str,
-    target: float,
-    prices: Prices,
-    sizing: Sizing,
-    working_set_blocks: int,
-    load_scale: float = 1.0,
-) -> list[dict]:
-    """The ``configuration`` rows: per tenant, the cheapest simulated fleet configuration (at
-    ``load_scale``) whose token hit rate reaches ``target`` × its ceiling. An unbounded store
-    is priced at the working set (every distinct block), the most it can hold."""
-    by_tenant: dict[str, list[dict]] = {}
-    for r in fleet_rows:
-        if r["measure_window"] == window and r["load_scale"] == load_scale:
-            by_tenant.setdefault(r["tenant"], []).append(r)
-    out = []
-    for tenant in sorted(by_tenant, key=lambda t: (t != FLEET, t)):
-        priced = []
-        for r in by_tenant[tenant]:
-            dram_gb = sizing.gib(r["dram_blocks"] or 0) * 2**30 / 1e9
-            store = working_set_blocks if r["store_unbounded"] else (r["store_blocks"] or 0)
-            store_gb = sizing.gib(store) * 2**30 / 1e9
-            cost = prices.per_hour(r["replicas"], dram_gb, store_gb)
-            priced.append((cost, r["ttft_p95_s"] or 0.0, r))
-        ceiling = priced[0][2]["ceiling_token_hit_rate"] or 0.0
-        goal = target * ceiling
-        good = [p for p in priced if (p[2]["token_hit_rate"] or 0.0) >= goal - 1e-12]
-        reached = bool(good)
-        cost, _, best = min(good, key=lambda p: (p[0], p[1])) if good else max(
-            priced, key=lambda p: (p[2]["token_hit_rate"] or 0.0, -p[0])
-        )  # fmt: skip
-        note = (
-            ""
-            if reached
-            else f"no simulated configuration reaches it; the closest ({best['router']}, "
-            f"{best['replicas']} replicas) keeps {best['token_hit_rate'] or 0:.4f}: "
-            "simulate more replicas, capacity or tiers"
-        )
-        if best.get("filled") is False:
-            note = "; ".join(x for x in (note, "its caches never filled: no steady state") if x)
-        out.append(
-            {
-                "kind": "configuration",
-                "tenant": tenant,
-                "policy": best["policy"],
-                "measure_window": window,
-                "target_share": target,
-                "ceiling_token_hit_rate": ceiling,
-                "target_token_hit_rate": goal,
-                "reached": reached,
-                "capacity_blocks": best["capacity_blocks"],
-                "capacity_tokens": best["capacity_tokens"],
-                "capacity_gib": sizing.gib(best["capacity_blocks"]),
-                "token_hit_rate": best["token_hit_rate"],
-                "method": f"cheapest of {len(priced)} simulated configurations",
-                "router": best["router"],
-                "replicas": best["replicas"],
-                "dram_blocks": best["dram_blocks"],
-                "store_blocks": best["store_blocks"],
-                "store_unbounded": best["store_unbounded"],
-                "load_scale": best["load_scale"],
-                "cost_per_hour": cost,
-                "ttft_p95_s": best["ttft_p95_s"],
-                "steady": best.get("filled"),
-                "model": sizing.model,
-                "gpu": sizing.gpu,
-                "cost_model": sizing.cost_model,
-                "source_table": "fleet_hit_rates",
-                "source_run_id": best["run_id"],
-                "note": note,
-            }
-        )
-    return out
 
 
 def plan_table(rows: Sequence[dict]) -> pa.Table:

@@ -1,11 +1,13 @@
 """What capacity costs: prices per hour, with defaults meant to be overridden from a TOML file.
 
-The defaults are round figures, not quotes: a GPU-hour of an H100-class part at on-demand cloud
-rates is a few dollars, a GB of server DRAM costs about half a cent an hour when rented with the
-host, and a GB of a pooled store (DRAM or SSD behind the network) less. Give your own:
+The defaults are round figures, not quotes: a GPU-hour is each GPU's ``price_hour`` in the
+catalog (``cost/gpus.py``: $2.50 for an H100, $3.50 for an H200, …; ``DEFAULT_GPU_HOUR`` for a
+GPU outside it), and a ``gpu_hour`` given in the file prices every GPU alike; a GB of server
+DRAM costs about half a cent an hour when rented with the host, and a GB of a pooled store (DRAM
+or SSD behind the network) less. Give your own:
 
     # prices.toml
-    gpu_hour = 2.50        # $ per GPU-hour: one replica is one GPU
+    gpu_hour = 2.50        # $ per GPU-hour, every GPU (default: each GPU's catalog price)
     dram_gb_hour = 0.005   # $ per GB-hour of a replica's DRAM tier
     store_gb_hour = 0.002  # $ per GB-hour of the shared store
 """
@@ -17,6 +19,8 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from prefixscope.analysis.cost.gpus import GPUS
+
 #: Each price's bounds, $ per hour: a GPU-hour is never free (every fleet would cost the
 #: same) and the largest is far above any rental; a GB-hour of DRAM or of a store may be free.
 BOUNDS: dict[str, tuple[float, float, bool]] = {
@@ -27,25 +31,47 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
 }
 
 
+#: $ per GPU-hour of a GPU the catalog does not price (a ``NAME:TFLOPS:TBPS`` spec).
+DEFAULT_GPU_HOUR = 2.50
+
+
 @dataclass(frozen=True)
 class Prices:
-    gpu_hour: float = 2.50
+    gpu_hour: float | None = None  # None: each GPU's catalog price_hour
     dram_gb_hour: float = 0.005
     store_gb_hour: float = 0.002
+
+    def gpu_price(self, gpu: str | None) -> float:
+        """$ per hour of one ``gpu`` (a catalog name): ``gpu_hour`` when given, else the
+        catalog's ``price_hour``, else ``DEFAULT_GPU_HOUR``."""
+        if self.gpu_hour is not None:
+            return self.gpu_hour
+        spec = GPUS.get((gpu or "").lower())
+        price = spec.price_hour if spec is not None else None
+        return DEFAULT_GPU_HOUR if price is None else price
 
     def check(self, source: object = "price") -> None:
         """Each price a number (int or float; not a boolean, which TOML keeps apart), finite,
         within ``BOUNDS``; ValueError naming ``source`` and the key otherwise."""
         for f in fields(self):
+            if f.name == "gpu_hour" and self.gpu_hour is None:
+                continue
             problem = price_problem(f.name, getattr(self, f.name))
             if problem is not None:
                 raise ValueError(f"{source}: {f.name} {problem} — fix the prices file")
 
-    def per_hour(self, replicas: int, dram_gb: float, store_gb: float) -> float:
-        """$ per hour of a fleet: its GPUs (HBM comes with them), each replica's DRAM tier and
-        the shared store."""
+    def per_hour(
+        self,
+        replicas: int,
+        dram_gb: float,
+        store_gb: float,
+        gpus: int = 1,
+        gpu: str | None = None,
+    ) -> float:
+        """$ per hour of a fleet: its GPUs (``gpus`` per replica, of kind ``gpu``; HBM comes
+        with them), each replica's DRAM tier and the shared store."""
         return (
-            replicas * self.gpu_hour
+            replicas * gpus * self.gpu_price(gpu)
             + replicas * dram_gb * self.dram_gb_hour
             + store_gb * self.store_gb_hour
         )

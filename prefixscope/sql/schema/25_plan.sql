@@ -41,3 +41,11 @@ CREATE TABLE IF NOT EXISTS plan (
     source_run_id             VARCHAR NOT NULL,
     note                      VARCHAR
 );
+-- A configuration's hardware: deployment (GPUxTP; NULL: the fleet run gave none), gpus per
+-- replica and fleet_gpu their kind, priced at gpu_hour $ per GPU-hour each (--prices
+-- gpu_hour, else the GPU's catalog price). A fleet row whose capacity exceeds its HBM is never
+-- the answer. Added after the table first shipped: older warehouses gain the columns, NULL.
+ALTER TABLE plan ADD COLUMN IF NOT EXISTS deployment VARCHAR;
+ALTER TABLE plan ADD COLUMN IF NOT EXISTS gpus INTEGER;
+ALTER TABLE plan ADD COLUMN IF NOT EXISTS fleet_gpu VARCHAR;
+ALTER TABLE plan ADD COLUMN IF NOT EXISTS gpu_hour DOUBLE;

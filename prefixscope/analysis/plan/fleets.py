@@ -1,0 +1,142 @@
+"""The planner's ``configuration`` rows: per tenant, the cheapest simulated fleet that reaches
+the target, priced in GPUs.
+
+A fleet costs its GPUs (replicas × GPUs per replica × the GPU's price per hour, ``prices.py``),
+each replica's DRAM tier and the shared store. A row whose capacity is more than its GPUs' HBM
+holds (``exceeds_hbm``: a what-if) is a fleet that cannot exist, so it is never the answer,
+whatever it costs; a row that cannot be judged (NULL: a GPU without an HBM figure, or a
+warehouse written before the column) is priced as it says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefixscope.analysis.cost.deployment import parse_deployment
+from prefixscope.analysis.plan.plan import PLAN_SCHEMA, Sizing
+from prefixscope.analysis.plan.prices import Prices
+from prefixscope.analysis.trace.measure import FLEET
+
+
+def fleet_gpu(row: dict) -> tuple[str, int]:
+    """The kind of GPU of a fleet row's replicas and how many each: its deployment's, else one
+    of the GPU that priced its steps."""
+    if row.get("deployment"):
+        d = parse_deployment(row["deployment"])
+        return d.gpu.name, d.tp
+    return str(row["gpu"]), 1
+
+
+def configuration_rows(
+    fleet_rows: Sequence[dict],
+    window: str,
+    target: float,
+    prices: Prices,
+    sizing: Sizing,
+    working_set_blocks: int,
+    load_scale: float = 1.0,
+) -> list[dict]:
+    """The ``configuration`` rows: per tenant, the cheapest simulated fleet configuration (at
+    ``load_scale``) that fits its HBM and whose token hit rate reaches ``target`` × its
+    ceiling. An unbounded store is priced at the working set (every distinct block), the most
+    it can hold."""
+    by_tenant: dict[str, list[dict]] = {}
+    for r in fleet_rows:
+        if r["measure_window"] == window and r["load_scale"] == load_scale:
+            by_tenant.setdefault(r["tenant"], []).append(r)
+    out = []
+    for tenant in sorted(by_tenant, key=lambda t: (t != FLEET, t)):
+        mine = by_tenant[tenant]
+        ceiling = mine[0]["ceiling_token_hit_rate"] or 0.0
+        goal = target * ceiling
+        fits = [r for r in mine if r.get("exceeds_hbm") is not True]
+        base = {
+            "kind": "configuration",
+            "tenant": tenant,
+            "measure_window": window,
+            "target_share": target,
+            "ceiling_token_hit_rate": ceiling,
+            "target_token_hit_rate": goal,
+            "model": sizing.model,
+            "gpu": sizing.gpu,
+            "cost_model": sizing.cost_model,
+            "source_table": "fleet_hit_rates",
+        }
+        if not fits:
+            out.append(_none_fits(base, mine))
+            continue
+        priced = [(_cost(r, prices, sizing, working_set_blocks), r["ttft_p95_s"] or 0.0, r)
+                  for r in fits]  # fmt: skip
+        good = [p for p in priced if (p[2]["token_hit_rate"] or 0.0) >= goal - 1e-12]
+        reached = bool(good)
+        cost, _, best = min(good, key=lambda p: (p[0], p[1])) if good else max(
+            priced, key=lambda p: (p[2]["token_hit_rate"] or 0.0, -p[0])
+        )  # fmt: skip
+        gpu, gpus = fleet_gpu(best)
+        note = (
+            ""
+            if reached
+            else f"the closest ({best['replicas']} × {gpu.upper()}"
+            f"{f'x{gpus}' if gpus > 1 else ''}, {best['router']} routing) keeps "
+            f"{best['token_hit_rate'] or 0:.4f}: simulate more replicas, GPUs per replica or "
+            "tiers"
+        )
+        if best.get("filled") is False:
+            note = "; ".join(x for x in (note, "its caches never filled: no steady state") if x)
+        skipped = len(mine) - len(fits)
+        if skipped:
+            note = "; ".join(x for x in (note, f"{skipped} simulated configurations hold more "
+                                         "KV than their GPUs' HBM: not priced") if x)  # fmt: skip
+        out.append(
+            {
+                **base,
+                "policy": best["policy"],
+                "reached": reached,
+                "capacity_blocks": best["capacity_blocks"],
+                "capacity_tokens": best["capacity_tokens"],
+                "capacity_gib": sizing.gib(best["capacity_blocks"]),
+                "token_hit_rate": best["token_hit_rate"],
+                "method": f"cheapest of {len(priced)} simulated configurations that fit",
+                "router": best["router"],
+                "replicas": best["replicas"],
+                "dram_blocks": best["dram_blocks"],
+                "store_blocks": best["store_blocks"],
+                "store_unbounded": best["store_unbounded"],
+                "load_scale": best["load_scale"],
+                "cost_per_hour": cost,
+                "ttft_p95_s": best["ttft_p95_s"],
+                "steady": best.get("filled"),
+                "source_run_id": best["run_id"],
+                "note": note,
+                "deployment": best.get("deployment"),
+                "gpus": gpus,
+                "fleet_gpu": gpu,
+                "gpu_hour": prices.gpu_price(gpu),
+            }
+        )
+    return out
+
+
+def _cost(r: dict, prices: Prices, sizing: Sizing, working_set_blocks: int) -> float:
+    dram_gb = sizing.gib(r["dram_blocks"] or 0) * 2**30 / 1e9
+    store = working_set_blocks if r["store_unbounded"] else (r["store_blocks"] or 0)
+    store_gb = sizing.gib(store) * 2**30 / 1e9
+    gpu, gpus = fleet_gpu(r)
+    return prices.per_hour(r["replicas"], dram_gb, store_gb, gpus, gpu)
+
+
+def _none_fits(base: dict, rows: Sequence[dict]) -> dict:
+    """No simulated fleet fits its HBM: no answer, and which to simulate instead."""
+    best = max(rows, key=lambda r: r["token_hit_rate"] or 0.0)
+    return {
+        **dict.fromkeys(PLAN_SCHEMA.names),  # no fleet: its columns NULL
+        **base,
+        "policy": best["policy"],
+        "reached": False,
+        "token_hit_rate": best["token_hit_rate"],
+        "method": f"none of {len(rows)} simulated configurations fits its GPUs' HBM",
+        "source_run_id": best["run_id"],
+        "note": f"every simulated fleet holds more KV per replica than its GPUs' HBM (the "
+        f"largest capacity, {max(r['capacity_blocks'] for r in rows):,} blocks): none is a "
+        "fleet that can exist; simulate with `prefixscope fleet --deployment GPU[xTP]`",
+    }
