@@ -153,16 +153,16 @@ def test_layouts_are_told_apart_line_by_line(tmp_path, wh) -> None:
     [
         # neither a request object nor top-level messages
         ({"timestamp": START, "prompt_tokens": 9}, {}, "missing_field",
-         "missing or null: request (or top-level messages)"),
+         "missing or null: request (or top-level messages, input, "),
         # a path a flag names is never second-guessed
         (litellm(), {"request": "request"}, "missing_field", "missing or null: request"),
         # the line itself, but it holds no prompt
         ({"timestamp": START, "usage": USAGE}, {"request": "."}, "missing_field",
-         "missing or null: messages (or prompt)"),
+         "missing or null: messages or input or prompt"),
         # no timestamp and no startTime
-        ({"messages": MESSAGES}, {}, "missing_field", "missing or null: timestamp (or startTime)"),
+        ({"messages": MESSAGES}, {}, "missing_field", "missing or null: timestamp (or "),
         ({**litellm(), "startTime": "soon"}, {}, "wrong_type",
-         "timestamp (or startTime) is VARCHAR"),
+         "timestamp (or startTime or metrics.arrival_time) is VARCHAR"),
     ],
 )  # fmt: skip
 def test_lines_in_no_layout_are_rejected_with_their_reason(
@@ -201,7 +201,7 @@ def test_the_command_reads_a_litellm_log_and_keeps_no_text(tmp_path, capsys) -> 
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT tenant FROM requests").fetchall() == [("team-a",)]
         rejects = con.execute("SELECT reason, detail FROM rejects").fetchall()
-    assert rejects[0] == ("missing_field", "missing or null: messages (or prompt)")
+    assert rejects[0] == ("missing_field", "missing or null: messages or input or prompt")
     raw = db.read_bytes()
     for text in (b"SECRET-GAMMA", b"Umbrella", b"Refunded"):
         assert text not in raw and text.decode() not in out.out + out.err + json.dumps(rejects)

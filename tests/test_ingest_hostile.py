@@ -346,11 +346,12 @@ def test_a_reported_cached_count_that_is_no_count_names_its_field(
 
 BODIES = [
     ("no_prompt", {"request": {"model": "m"}}, {}, "missing_field",
-     "missing or null: request.messages (or request.prompt)"),
+     "missing or null: request.messages or request.input or request.prompt"),
     ("wrong_request_field", {}, {"request": "response"}, "missing_field",
-     "missing or null: response.messages (or response.prompt)"),
+     "missing or null: response.messages or response.input or response.prompt"),
     ("request_not_an_object", {"request": ["a"]}, {}, "wrong_type",
-     "request (or top-level messages) is ARRAY, expected an object"),
+     "request (or top-level messages, input, prompt_token_ids, input_ids, prompt or "
+     "text) is ARRAY, expected an object"),
     ("messages_not_a_list", {"request": {"messages": "hi"}}, {}, "wrong_type",
      "request.messages is VARCHAR, expected an array"),
     ("message_without_role", {"request": {"messages": [{"content": "x"}]}}, {}, "missing_field",
@@ -358,7 +359,7 @@ BODIES = [
     ("prompt_not_a_string", {"request": {"prompt": 5}}, {}, "wrong_type",
      "request.prompt is BIGINT, expected a string"),
     ("dotted_request_field", {"a.b": {"x": 1}}, {"request": '["a.b"]'}, "missing_field",
-     'missing or null: ["a.b"].messages (or ["a.b"].prompt)'),
+     'missing or null: ["a.b"].messages or ["a.b"].input or ["a.b"].prompt'),
 ]  # fmt: skip
 
 

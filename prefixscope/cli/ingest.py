@@ -8,6 +8,7 @@ from pathlib import Path
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
+from prefixscope.ingest.formats.usage import LAYOUT_CHOICES
 
 #: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats; the tenant
 #: field is read by every format.
@@ -61,6 +62,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--chat-template", metavar="FILE", help="openai: Jinja chat template")
     p.add_argument("--tokenizer", metavar="FILE", help="openai: the model's tokenizer.json")
+    p.add_argument(
+        "--layout",
+        choices=LAYOUT_CHOICES,
+        default="auto",
+        help="openai: whose usage the lines carry (auto: told apart line by line)",
+    )
     p.add_argument(
         "--replace",
         action="store_true",
@@ -135,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         chat_template=args.chat_template,
         tokenizer=args.tokenizer,
+        layout=args.layout,
         pseudonymize_key=args.pseudonymize_tenants,
         replace=args.replace,
     )

@@ -50,6 +50,8 @@ STAGE_SCHEMA = pa.schema(
         ("turn", pa.int32()),
         ("request_type", pa.string()),
         ("reported_cached_tokens", pa.int64()),
+        ("reported_prompt_tokens", pa.int64()),
+        ("reported_cache_creation_tokens", pa.int64()),
     ]
 )
 
@@ -70,6 +72,8 @@ class IngestOptions:
     fields: tuple[tuple[str, str], ...] = ()
     chat_template: str | None = None  # openai: Jinja chat template file
     tokenizer: str | None = None  # openai: tokenizer.json of the model
+    # openai: whose usage the lines carry (docs/ingest.md#usage-layouts); "auto": each line's own
+    layout: str = "auto"
     pseudonymize_key: str | None = None  # replace tenant names by a keyed hash
     # Replace a file's earlier rows even when that turns lines accepted before into rejects
     # (``--replace``); without it such a re-ingest stops and changes nothing.
@@ -98,6 +102,12 @@ class IngestOptions:
         if self.field("tenant") and self.tenant_from:
             raise ValueError(
                 "give --tenant-field or --tenant-from, not both — they both name the tenant"
+            )
+        from prefixscope.ingest.formats.usage import LAYOUT_CHOICES
+
+        if self.layout not in LAYOUT_CHOICES:
+            raise ValueError(
+                f"layout must be one of {', '.join(LAYOUT_CHOICES)}, got {self.layout!r}"
             )
         if self.timestamp_unit not in ("s", "ms", "us"):
             raise ValueError(f"timestamp unit must be s, ms or us, got {self.timestamp_unit!r}")

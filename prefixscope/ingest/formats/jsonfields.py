@@ -64,9 +64,10 @@ class Field:
     start_us: int = 0
     #: Where else to look, in order, on a line where ``path`` is absent or null: for a
     #: format's defaults only (a path a flag names is never second-guessed). :data:`ROOT` is
-    #: the line itself, taken only when the line has the top-level key ``root_if`` (not null).
+    #: the line itself, taken only when the line has one of the top-level keys ``root_if``
+    #: (not null).
     fallbacks: tuple[str, ...] = ()
-    root_if: str | None = None
+    root_if: tuple[str, ...] = ()
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -79,7 +80,12 @@ class Field:
         def name(path: str) -> str:
             if path != ROOT:
                 return show_path(parse_path(path))
-            return f"top-level {self.root_if}" if self.root_if else "the line"
+            if not self.root_if:
+                return "the line"
+            keys = self.root_if
+            return "top-level " + (
+                keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " or " + keys[-1]
+            )
 
         also = f" (or {' or '.join(map(name, self.fallbacks))})" if self.fallbacks else ""
         return name(self.path) + also
@@ -182,8 +188,9 @@ def _raw_columns(fields: Sequence[Field], p: _Params) -> tuple[str, list[str]]:
         whens = []
         for alt in f.fallbacks:
             if alt == ROOT and f.root_if:
-                where = p.bind(json_pointer(parse_path(f.root_if)))
-                whens.append((_present(f"json_extract(j, {where})"), "j"))
+                wheres = [p.bind(json_pointer(parse_path(k))) for k in f.root_if]
+                present = " OR ".join(_present(f"json_extract(j, {w})") for w in wheres)
+                whens.append((f"({present})", "j"))
             else:
                 v = slot(alt)
                 whens.append((_present(v), v))

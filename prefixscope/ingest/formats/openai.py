@@ -39,12 +39,19 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from prefixscope.ingest.formats.base import IngestOptions, JsonLines
 from prefixscope.ingest.formats.jsonfields import ROOT, Field, parse_fields
 from prefixscope.ingest.formats.paths import join_path
+from prefixscope.ingest.formats.prompts import (
+    PROMPT_KEYS,
+    Problem,
+    Prompt,
+    flatten_content,
+    prompt_of,
+)
 from prefixscope.ingest.formats.tokensource import arrival_field, finish_token_rows
+from prefixscope.ingest.formats.usage import AUTO, LAYOUTS, Counts, Usage, check, detect
 
 #: The layout used without ``--chat-template``: ChatML, as Qwen and many open models use it.
 DEFAULT_CHAT_TEMPLATE = (
@@ -114,100 +121,53 @@ def check_chat_template(options: IngestOptions) -> None:
         ) from exc
 
 
-def _flatten_content(content: Any) -> Any:
-    """Message content as text: the text parts of a multi-part content, a placeholder per image."""
-    if isinstance(content, list):
-        out = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                out.append(str(part.get("text", "")))
-            elif isinstance(part, dict):
-                out.append(f"<|{part.get('type', 'part')}|>")
-        return "".join(out)
-    return "" if content is None else content
-
-
-def _tools(body: dict[str, Any]) -> Any:
-    """The body's ``tools``, else ``model_parameters.tools`` (where LiteLLM's standard logging
-    payload keeps the request's parameters)."""
-    if body.get("tools") is not None:
-        return body["tools"]
-    parameters = body.get("model_parameters")
-    return parameters.get("tools") if isinstance(parameters, dict) else None
-
-
-def render(body: dict[str, Any], template_source: str) -> str:
-    """The prompt text of one request body (raises ValueError when it has none)."""
-    if isinstance(body.get("messages"), list):
-        messages = []
-        for m in body["messages"]:
-            if not isinstance(m, dict) or "role" not in m:
-                raise ValueError("a message without a role")
-            messages.append({**m, "content": _flatten_content(m.get("content"))})
+def render(prompt: Prompt, template_source: str) -> str:
+    """The prompt text of one request: its messages through the chat template, or its string."""
+    if prompt.messages is not None:
         return str(
             _template(template_source).render(
-                messages=messages,
-                tools=_tools(body),
+                messages=list(prompt.messages),
+                tools=prompt.tools,
                 add_generation_prompt=True,
                 bos_token="",
                 eos_token="",
             )
         )
-    if isinstance(body.get("prompt"), str):
-        return body["prompt"]
-    raise ValueError("the request has neither messages nor a prompt string")
+    return prompt.text or ""
 
 
 def _response_text(response: Any) -> str | None:
-    try:
-        choice = response["choices"][0]
-    except (KeyError, IndexError, TypeError):
+    """The generated text of a response: OpenAI Chat/Completions ``choices[0]``, Anthropic's
+    ``content`` blocks, the Responses API's ``output`` messages, SGLang's ``text``, vLLM's
+    ``outputs[0].text``."""
+    if not isinstance(response, dict):
         return None
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if isinstance(message, dict):
-        return str(_flatten_content(message.get("content")))
-    text = choice.get("text") if isinstance(choice, dict) else None
-    return text if isinstance(text, str) else None
+    choices = response.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message")
+        if isinstance(message, dict):
+            return flatten_content(message.get("content"))
+        text = choices[0].get("text")
+        return text if isinstance(text, str) else None
+    if isinstance(response.get("content"), list):  # Anthropic
+        return flatten_content(response["content"])
+    if isinstance(response.get("output"), list):  # Responses API
+        return "".join(
+            flatten_content(item.get("content"))
+            for item in response["output"]
+            if isinstance(item, dict) and item.get("type") == "message"
+        )
+    outputs = response.get("outputs")
+    if isinstance(outputs, list) and outputs and isinstance(outputs[0], dict):  # vLLM
+        text = outputs[0].get("text")
+        return text if isinstance(text, str) else None
+    text = response.get("text")  # SGLang /generate
+    return text if isinstance(text, str) and "meta_info" in response else None
 
 
-def _under(base: str, path: str) -> str:
-    """The dotted ``path`` (this module's own, e.g. ``usage.completion_tokens``) under the
-    field path ``base`` (a flag's)."""
-    return join_path(base, *path.split("."))
-
-
-def body_problem(body: Any, where: str) -> tuple[str, str] | None:
-    """Why the request ``body`` (found at the path ``where``) holds no prompt, as a reject
-    reason and its message naming the field; None when it has one to render."""
-    messages, prompt = join_path(where, "messages"), join_path(where, "prompt")
-    has_messages = body.get("messages") is not None
-    if not has_messages and body.get("prompt") is None:
-        return "missing_field", f"missing or null: {messages} (or {prompt})"
-    if not has_messages:
-        if not isinstance(body["prompt"], str):
-            return "wrong_type", f"{prompt} is {_kind(body['prompt'])}, expected a string"
-        return None
-    if not isinstance(body["messages"], list):
-        if isinstance(body.get("prompt"), str):
-            return None
-        return "wrong_type", f"{messages} is {_kind(body['messages'])}, expected an array"
-    for i, m in enumerate(body["messages"]):
-        if not isinstance(m, dict):
-            return "wrong_type", f"{join_path(messages, str(i))} is {_kind(m)}, expected an object"
-        if m.get("role") is None:
-            return "missing_field", f"missing or null: {join_path(messages, str(i), 'role')}"
-    return None
-
-
-def _kind(value: Any) -> str:
-    """The JSON type of a parsed value, in the words of DuckDB's ``json_type`` (as every other
-    wrong_type message names types)."""
-    if isinstance(value, bool):
-        return "BOOLEAN"
-    if isinstance(value, int):
-        return "BIGINT"
-    names = {float: "DOUBLE", str: "VARCHAR", list: "ARRAY", dict: "OBJECT"}
-    return next((n for t, n in names.items() if isinstance(value, t)), "NULL")
+#: Top-level keys that make a line its own request body, or its own response.
+BODY_KEYS = PROMPT_KEYS
+REPLY_KEYS = ("usage", "meta_info", "num_cached_tokens")
 
 
 def layout_fields(options: IngestOptions) -> tuple[Field, ...]:
@@ -216,20 +176,18 @@ def layout_fields(options: IngestOptions) -> tuple[Field, ...]:
 
     - nested: ``request`` (the body) and ``response`` objects, a ``timestamp``;
     - top level, as gateways such as LiteLLM log (its standard logging payload): the line is
-      the body when it has no ``request`` and a top-level ``messages``; the line is also the
-      response when it has no ``response`` and a top-level ``usage``; the request id is
-      ``response.id``, else a top-level ``id``; the time is ``timestamp``, else ``startTime``.
+      the body when it has no ``request`` and a top-level prompt key (:data:`BODY_KEYS`);
+      the line is also the response when it has no ``response`` and a top-level ``usage``,
+      ``meta_info`` or ``num_cached_tokens``; the request id is ``response.id``, else a
+      top-level ``id``, else ``request_id``; the time is ``timestamp``, else ``startTime``,
+      else ``metrics.arrival_time``.
     """
     request = options.field("request")
     response = options.field("response")
     reply = response or "response"
-    usage = (
-        ("usage.completion_tokens", "output_tokens"),
-        ("usage.prompt_tokens_details.cached_tokens", "reported_cached_tokens"),
-    )
     arrival = arrival_field(options)
     if options.field("timestamp") is None:
-        arrival = replace(arrival, fallbacks=("startTime",))
+        arrival = replace(arrival, fallbacks=("startTime", "metrics.arrival_time"))
     return (
         arrival,
         Field(
@@ -237,7 +195,7 @@ def layout_fields(options: IngestOptions) -> tuple[Field, ...]:
             request or "request",
             "object",
             fallbacks=() if request else (ROOT,),
-            root_if="messages",
+            root_if=BODY_KEYS,
         ),
         Field(
             "response",
@@ -245,27 +203,88 @@ def layout_fields(options: IngestOptions) -> tuple[Field, ...]:
             "json",
             required=False,
             fallbacks=() if response else (ROOT,),
-            root_if="usage",
+            root_if=REPLY_KEYS,
         ),
         Field(
             "log_request_id",
             options.field("request_id") or _under(reply, "id"),
             "id",
             required=False,
-            fallbacks=() if response or options.field("request_id") else ("id",),
+            fallbacks=() if response or options.field("request_id") else ("id", "request_id"),
         ),
-        *(
-            Field(
-                name,
-                _under(reply, path),
-                "integer",
-                required=False,
-                minimum=0,
-                fallbacks=() if response else (path,),
-            )
-            for path, name in usage
-        ),
+        Field("line_json", ROOT, "json"),
     )
+
+
+def _under(base: str, path: str) -> str:
+    """The dotted ``path`` (this module's own, e.g. ``usage.completion_tokens``) under the
+    field path ``base`` (a flag's)."""
+    return join_path(base, *path.split("."))
+
+
+def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as DuckDB reads it: the first of duplicate keys wins."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        out.setdefault(k, v)
+    return out
+
+
+def loads(text: str) -> Any:
+    return json.loads(text, object_pairs_hook=_first_wins)
+
+
+def _decoded(value: Any) -> Any:
+    """A JSON column that a database export wrote as a string (LiteLLM_SpendLogs' ``messages``,
+    ``metadata``): its value, when the string is JSON; else the value as it is."""
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        try:
+            return loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+@dataclass(frozen=True)
+class Request:
+    """One line, read: its prompt, its counts with its API's semantics, its response text."""
+
+    prompt: Prompt
+    usage: Usage
+    reply_text: str | None
+
+
+def read_request(
+    line: dict[str, Any], body: Any, reply: Any, options: IngestOptions, at: str
+) -> Request | Problem:
+    """One line's prompt and usage under its layout (``--layout``, else :func:`detect`)."""
+    layout = options.layout
+    if layout == AUTO:
+        found = detect(line, body, reply)
+        if isinstance(found, Problem):
+            return found
+        layout = found
+    if layout == "litellm":  # spend logs keep JSON columns, maybe as strings
+        line = {**line, "metadata": _decoded(line.get("metadata"))}
+        body = {**body, "messages": _decoded(body.get("messages"))}
+        proxied = _decoded(line.get("proxy_server_request"))
+        if body.get("messages") is None and isinstance(proxied, dict):
+            body, at = proxied, join_path(at, "proxy_server_request")
+    prompt = prompt_of(body, at)
+    if isinstance(prompt, Problem):
+        return prompt
+    response = options.field("response")
+    counts = Counts(reply, response or "response", None if response else ROOT)
+    on_line = Counts(line, ROOT)
+    usage = LAYOUTS[layout].read(counts, on_line)
+    problem = counts.problem or on_line.problem
+    if problem is None:
+        ids = len(prompt.token_ids) if prompt.token_ids is not None else None
+        problem = check(usage, ids, LAYOUTS[layout].fields)
+    if problem is not None:
+        return problem
+    text = None if usage.output_tokens is not None else _response_text(reply)
+    return Request(prompt, usage, text)
 
 
 @dataclass(frozen=True)
@@ -285,69 +304,105 @@ class OpenAI(JsonLines):
             if path:  # a mapped field is required: a row without it is rejected, not guessed
                 fields.append(Field(name, path, "id"))
         rows = parse_fields(con, batch, fields, (), options.max_line_bytes)
-        template = (
-            Path(options.chat_template).read_text("utf-8")
-            if options.chat_template
-            else DEFAULT_CHAT_TEMPLATE
-        )
-        encode = _tokenizer(options.tokenizer) if options.tokenizer else fallback_encode
-
+        given = rows["request_given"].to_pylist() if request is None else [True] * rows.num_rows
         reasons = rows["reason"].to_pylist()
         details = rows["detail"].to_pylist()
-        outputs = rows["output_tokens"].to_pylist()
-        prompts: list[str] = []
-        replies: list[tuple[int, str]] = []
-        where: list[int] = []
-        given = rows["request_given"].to_pylist() if request is None else [True] * rows.num_rows
-        for i, (reason, body, resp) in enumerate(
-            zip(reasons, rows["body"].to_pylist(), rows["response"].to_pylist(), strict=True)
-        ):
+        read: list[Request | None] = [None] * rows.num_rows
+        columns = zip(
+            reasons,
+            rows["line_json"].to_pylist(),
+            rows["body"].to_pylist(),
+            rows["response"].to_pylist(),
+            strict=True,
+        )
+        for i, (reason, line, body, resp) in enumerate(columns):
             if reason is not None:
                 continue
-            request_body = json.loads(body)
             at = request or ("request" if given[i] not in (None, "null") else ROOT)
-            problem = body_problem(request_body, at)
-            if problem is not None:  # named as the log has it, before any template runs
-                reasons[i], details[i] = problem
-                continue
+            got = read_request(
+                loads(line), loads(body), None if resp is None else loads(resp), options, at
+            )
+            if isinstance(got, Problem):
+                reasons[i], details[i] = got.reason, got.detail
+            else:
+                read[i] = got
+        rows = rows.drop_columns(
+            ["body", "response", "line_json", "reason", "detail"]
+            + (["request_given"] if request is None else [])
+        )
+        rows = rows.append_column("reason", pa.array(reasons, pa.string())).append_column(
+            "detail", pa.array(details, pa.string())
+        )
+        if "tenant" not in rows.column_names:
+            rows = rows.append_column("tenant", pa.array([options.tenant] * rows.num_rows))
+        return finish_requests(rows, read, options, options.block_size or self.default_block_size)
+
+
+def finish_requests(
+    rows: pa.Table, read: Sequence[Request | None], options: IngestOptions, block_size: int
+) -> pa.Table:
+    """Stage rows from parsed ``rows`` (``line``, ``reason``, ``detail``, ``arrival_us``,
+    ``tenant``, ...) and each accepted row's :class:`Request` (None where rejected): prompts
+    rendered and tokenized, counts kept, full blocks hashed. A template that fails is that
+    row's ``template_error``; a prompt of no tokens is ``out_of_range``."""
+    template = (
+        Path(options.chat_template).read_text("utf-8")
+        if options.chat_template
+        else DEFAULT_CHAT_TEMPLATE
+    )
+    encode = _tokenizer(options.tokenizer) if options.tokenizer else fallback_encode
+    reasons = rows["reason"].to_pylist()
+    details = rows["detail"].to_pylist()
+    token_ids: list[list[int] | None] = [None] * rows.num_rows
+    prompts: list[str] = []
+    where: list[int] = []
+    replies: list[tuple[int, str]] = []
+    for i, got in enumerate(read):
+        if got is None or reasons[i] is not None:
+            continue
+        if got.prompt.token_ids is not None:
+            token_ids[i] = list(got.prompt.token_ids)
+        else:
             try:
-                prompts.append(render(request_body, template))
+                prompts.append(render(got.prompt, template))
                 where.append(i)
             except Exception as exc:  # noqa: BLE001 -- any template failure is this row's reject
                 reasons[i] = "template_error"
                 details[i] = f"the prompt could not be rendered ({type(exc).__name__})"
                 continue
-            if outputs[i] is None and resp is not None:
-                text = _response_text(json.loads(resp))
-                if text is not None:
-                    replies.append((i, text))
-        token_ids: list[list[int] | None] = [None] * rows.num_rows
-        for i, ids in zip(where, encode(prompts), strict=True):
-            token_ids[i] = ids
-            if not ids:
-                reasons[i], details[i] = "out_of_range", "the prompt renders to no tokens"
-        for (i, _), ids in zip(replies, encode([t for _, t in replies]), strict=True):
-            outputs[i] = len(ids)
-        del prompts, replies  # the text goes no further than this function
-        rows = (
-            rows.drop_columns(
-                ["body", "response", "reason", "detail", "output_tokens"]
-                + (["request_given"] if request is None else [])
-            )
-            .append_column("reason", pa.array(reasons, pa.string()))
-            .append_column("detail", pa.array(details, pa.string()))
-            .append_column("output_tokens", pa.array(outputs, pa.int64()))
-            .append_column("token_ids", pa.array(token_ids, pa.list_(pa.uint64())))
-        )
-        if "tenant" not in rows.column_names:
-            rows = rows.append_column("tenant", pa.array([options.tenant] * rows.num_rows))
-        rows = rows.set_column(
-            rows.schema.get_field_index("token_ids"),
+        if got.reply_text is not None:
+            replies.append((i, got.reply_text))
+    for i, ids in zip(where, encode(prompts), strict=True):
+        token_ids[i] = ids
+        if not ids:
+            reasons[i], details[i] = "out_of_range", "the prompt renders to no tokens"
+    outputs = [None if g is None else g.usage.output_tokens for g in read]
+    for (i, _), ids in zip(replies, encode([t for _, t in replies]), strict=True):
+        outputs[i] = len(ids)
+    del prompts, replies  # the text goes no further than this function
+    ok = [r is None for r in reasons]
+
+    def count(name: str) -> pa.Array:
+        values = [
+            getattr(g.usage, name) if g is not None and good else None
+            for g, good in zip(read, ok, strict=True)
+        ]
+        return pa.array(values, pa.int64())
+
+    rows = (
+        rows.drop_columns(["reason", "detail"])
+        .append_column("reason", pa.array(reasons, pa.string()))
+        .append_column("detail", pa.array(details, pa.string()))
+        .append_column("output_tokens", pa.array(outputs, pa.int64()))
+        .append_column("reported_cached_tokens", count("cached_tokens"))
+        .append_column("reported_prompt_tokens", count("prompt_tokens"))
+        .append_column("reported_cache_creation_tokens", count("cache_creation_tokens"))
+        .append_column(
             "token_ids",
-            pc.if_else(
-                pc.is_null(rows["reason"]),
-                rows["token_ids"],
-                pa.scalar(None, pa.list_(pa.uint64())),
+            pa.array(
+                [t if good else None for t, good in zip(token_ids, ok, strict=True)],
+                pa.list_(pa.uint64()),
             ),
         )
-        return finish_token_rows(rows, options, options.block_size or self.default_block_size)
+    )
+    return finish_token_rows(rows, options, block_size)

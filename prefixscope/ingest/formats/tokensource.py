@@ -60,4 +60,6 @@ _STAGE_NAMES = {
     "log_request_id",
     "output_tokens",
     "reported_cached_tokens",
+    "reported_prompt_tokens",
+    "reported_cache_creation_tokens",
 }

@@ -24,3 +24,9 @@ CREATE TABLE IF NOT EXISTS requests (
     source                  STRUCT(file VARCHAR, line BIGINT) NOT NULL,
     ingest_run_id           VARCHAR NOT NULL
 );
+-- The usage counts as the log's API reports them, its semantics applied (docs/ingest.md#usage-
+-- layouts): the prompt's tokens (Anthropic: input + cache read + cache creation) and the tokens
+-- written to the provider's cache. reported_cached_tokens <= reported_prompt_tokens where both
+-- are given (a line that says otherwise is rejected).
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS reported_prompt_tokens BIGINT;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS reported_cache_creation_tokens BIGINT;
