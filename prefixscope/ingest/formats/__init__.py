@@ -17,9 +17,12 @@ from prefixscope.ingest.formats.base import (
 )
 from prefixscope.ingest.formats.mooncake import Mooncake
 from prefixscope.ingest.formats.openai import OpenAI
+from prefixscope.ingest.formats.otlp import Otlp
 from prefixscope.ingest.formats.tokens import Tokens
 
-FORMATS: dict[str, LogFormat] = {f.name: f for f in (Mooncake(), Bailian(), OpenAI(), Tokens())}
+FORMATS: dict[str, LogFormat] = {
+    f.name: f for f in (Mooncake(), Bailian(), OpenAI(), Otlp(), Tokens())
+}
 
 __all__ = [
     "DEFAULT_START",

@@ -62,9 +62,7 @@ class Counts:
             value = value.get(k) if isinstance(value, dict) else None
         if value is None or self.problem is not None:
             return None
-        label = join_path(self.base, *keys)
-        if self.also is not None:
-            label += f" (or {join_path(self.also, *keys)})"
+        label = self.label(keys)
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.problem = Problem("wrong_type", f"{label} is {kind(value)}, expected an integer")
             return None
@@ -77,6 +75,13 @@ class Counts:
             self.problem = Problem("wrong_type", f"{label} is DOUBLE, expected an integer")
             return None
         return value
+
+    def label(self, keys: tuple[str, ...]) -> str:
+        """How messages name the count at ``keys``."""
+        label = join_path(self.base, *keys)
+        if self.also is not None:
+            label += f" (or {join_path(self.also, *keys)})"
+        return label
 
 
 @dataclass(frozen=True)
