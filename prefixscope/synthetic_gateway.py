@@ -95,9 +95,13 @@ class Draft:
         outputs = np.array([line["response"]["usage"]["completion_tokens"] for line in lines])
         return cls(lines, trace, outputs)
 
-    def write(self, path: str | Path, engine: EngineCache, seed: int = 0) -> GatewayLog:
+    def write(
+        self, path: str | Path, engine: EngineCache, seed: int = 0, layout: str = "chat"
+    ) -> GatewayLog:
         """The log with ``engine``'s reports, at ``path`` (ingest it with
-        :data:`INGEST_OPTIONS`)."""
+        :data:`INGEST_OPTIONS`, and ``--format otlp`` for ``layout="otlp"``), each line in
+        ``layout``'s form (:func:`in_layout`): the same requests and reports whatever the
+        layout."""
         trace = self.trace
         capacities = _capacities(trace, self.outputs, engine)
         reported = engine_reports(trace, capacities)
@@ -111,7 +115,100 @@ class Draft:
             usage = line["response"]["usage"]
             usage["prompt_tokens"] = int(tokens)
             usage["prompt_tokens_details"] = {"cached_tokens": int(cached)}
+        lines = [in_layout(line, layout, trace.block_size) for line in lines]
         return GatewayLog(_write(Path(path), lines), capacities, reported)
+
+
+#: The layouts :meth:`Draft.write` writes: the APIs' own, as docs/ingest.md shows them.
+LAYOUTS = ("chat", "responses", "anthropic", "otlp")
+
+
+def in_layout(line: dict, layout: str, block_size: int) -> dict:
+    """A chat-layout line as another API logs the same request and the same report:
+
+    - ``responses``: the system prompt as ``instructions``, the turns as ``input`` items with
+      ``input_text``/``output_text`` parts; ``usage.input_tokens`` and
+      ``input_tokens_details.cached_tokens``;
+    - ``anthropic``: the top-level ``system``; ``usage.input_tokens`` excludes the cached
+      tokens: ``input_tokens = prompt - cache_read - cache_creation``, the creation being the
+      rest of the prompt's whole blocks (what a cache write at the last breakpoint stores);
+    - ``otlp``: one OTLP export request holding one chat span, with the GenAI attributes.
+    """
+    if layout == "chat":
+        return line
+    messages = line["request"]["messages"]
+    system = messages[0]["content"]
+    usage = line["response"]["usage"]
+    prompt, cached = usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+    output = usage["completion_tokens"]
+    answer = line["response"]["choices"][0]["message"]["content"]
+    if layout == "responses":
+        part = {"user": "input_text", "assistant": "output_text"}
+        items = [
+            {"role": m["role"], "content": [{"type": part[m["role"]], "text": m["content"]}]}
+            for m in messages[1:]
+        ]
+        reply = [{"type": "message", "role": "assistant",
+                  "content": [{"type": "output_text", "text": answer}]}]  # fmt: skip
+        return {
+            "timestamp": line["timestamp"],
+            "user": line["user"],
+            "request": {"model": "synthetic", "instructions": system, "input": items},
+            "response": {
+                "id": line["response"]["id"],
+                "object": "response",
+                "output": reply,
+                "usage": {
+                    "input_tokens": prompt,
+                    "input_tokens_details": {"cached_tokens": cached},
+                    "output_tokens": output,
+                    "total_tokens": prompt + output,
+                },
+            },  # fmt: skip
+        }
+    if layout == "anthropic":
+        created = max(prompt // block_size * block_size - cached, 0)
+        return {
+            "timestamp": line["timestamp"],
+            "user": line["user"],
+            "request": {"model": "synthetic", "system": system, "messages": messages[1:]},
+            "response": {
+                "id": line["response"]["id"],
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "text", "text": answer}],
+                "usage": {
+                    "input_tokens": prompt - cached - created,
+                    "cache_read_input_tokens": cached,
+                    "cache_creation_input_tokens": created,
+                    "output_tokens": output,
+                },
+            },  # fmt: skip
+        }
+    if layout == "otlp":
+        parts = [{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]}
+                 for m in messages]  # fmt: skip
+        attributes = {
+            "gen_ai.operation.name": {"stringValue": "chat"},
+            "gen_ai.response.id": {"stringValue": line["response"]["id"]},
+            "gen_ai.usage.input_tokens": {"intValue": str(prompt)},
+            "gen_ai.usage.cache_read.input_tokens": {"intValue": str(cached)},
+            "gen_ai.usage.output_tokens": {"intValue": str(output)},
+            "gen_ai.input.messages": {"stringValue": json.dumps(parts)},
+        }
+        number = int(line["response"]["id"].split("-")[-1])
+        span = {
+            "traceId": f"{number + 1:032x}",
+            "spanId": f"{number + 1:016x}",
+            "name": "chat synthetic",
+            "startTimeUnixNano": str(round(line["timestamp"] * 1000) * 1_000_000),
+            "attributes": [{"key": k, "value": v} for k, v in attributes.items()],
+        }
+        resource = {"attributes": [{"key": "user", "value": {"stringValue": line["user"]}}]}
+        return {"resourceSpans": [{"resource": resource,
+                                   "scopeSpans": [{"scope": {"name": "synthetic"},
+                                                   "spans": [span]}]}]}  # fmt: skip
+    raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
 
 
 def write_gateway_log(
