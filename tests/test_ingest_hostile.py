@@ -350,8 +350,8 @@ BODIES = [
     ("wrong_request_field", {}, {"request": "response"}, "missing_field",
      "missing or null: response.messages or response.input or response.prompt"),
     ("request_not_an_object", {"request": ["a"]}, {}, "wrong_type",
-     "request (or top-level messages, input, prompt_token_ids, input_ids, prompt or "
-     "text) is ARRAY, expected an object"),
+     "request (or top-level messages, input, prompt_token_ids, input_ids, prompt, text or "
+     "proxy_server_request) is ARRAY, expected an object"),
     ("messages_not_a_list", {"request": {"messages": "hi"}}, {}, "wrong_type",
      "request.messages is VARCHAR, expected an array"),
     ("message_without_role", {"request": {"messages": [{"content": "x"}]}}, {}, "missing_field",

@@ -165,8 +165,9 @@ def _response_text(response: Any) -> str | None:
     return text if isinstance(text, str) and "meta_info" in response else None
 
 
-#: Top-level keys that make a line its own request body, or its own response.
-BODY_KEYS = PROMPT_KEYS
+#: Top-level keys that make a line its own request body, or its own response
+#: (``proxy_server_request``: a LiteLLM spend log that kept the request but not its messages).
+BODY_KEYS = (*PROMPT_KEYS, "proxy_server_request")
 REPLY_KEYS = ("usage", "meta_info", "num_cached_tokens")
 
 
@@ -268,8 +269,14 @@ def read_request(
         line = {**line, "metadata": _decoded(line.get("metadata"))}
         body = {**body, "messages": _decoded(body.get("messages"))}
         proxied = _decoded(line.get("proxy_server_request"))
-        if body.get("messages") is None and isinstance(proxied, dict):
+        if not body["messages"] and isinstance(proxied, dict) and proxied.get("messages"):
             body, at = proxied, join_path(at, "proxy_server_request")
+        elif not body["messages"]:  # "{}" or "[]": LiteLLM stored no prompt
+            return Problem(
+                "prompt_not_captured",
+                f"{join_path(at, 'messages')} is empty: LiteLLM stores the prompt in its spend "
+                "logs only with store_prompts_in_spend_logs",
+            )
     prompt = prompt_of(body, at)
     if isinstance(prompt, Problem):
         return prompt
@@ -319,9 +326,12 @@ class OpenAI(JsonLines):
             if reason is not None:
                 continue
             at = request or ("request" if given[i] not in (None, "null") else ROOT)
-            got = read_request(
-                loads(line), loads(body), None if resp is None else loads(resp), options, at
-            )
+            try:
+                parsed = loads(line), loads(body), None if resp is None else loads(resp)
+            except RecursionError:  # DuckDB read it; Python's parser has a depth limit
+                reasons[i], details[i] = "invalid_json", "the line nests too deeply to read"
+                continue
+            got = read_request(*parsed, options, at)
             if isinstance(got, Problem):
                 reasons[i], details[i] = got.reason, got.detail
             else:

@@ -86,7 +86,10 @@ class Otlp:
         for i, raw in enumerate(batch["raw"].to_pylist()):
             if reasons[i] is not None:
                 continue
-            got = _span(loads(raw.decode("utf-8")), tenant_key)
+            try:
+                got = _span(loads(raw.decode("utf-8")), tenant_key)
+            except RecursionError:
+                got = Problem("malformed_attribute", "an attribute nests too deeply to read")
             if isinstance(got, Problem):
                 reasons[i], details[i] = got.reason, got.detail
                 continue
@@ -107,27 +110,33 @@ class Otlp:
 
 
 def _rows(lines: list[bytes]) -> Iterator[tuple[bytes | None, str | None, str | None]]:
-    """``(span JSON, reason, detail)`` per row: one per span, or one rejected per bad line."""
+    """``(span JSON, reason, detail)`` per row, in file order: one per span, or one rejected
+    per line (or document) that holds no export request."""
     whole = b"\n".join(lines)
     try:
-        requests = [(loads(whole.decode("utf-8")), None)] if whole.strip() else []
-    except ValueError:  # not one document: JSON lines of export requests
-        requests = []
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                requests.append((loads(line.decode("utf-8")), number))
-            except ValueError:
-                yield None, "invalid_json", f"line {number} of the file is not valid JSON"
-    for request, number in requests:
+        requests = [(None, loads(whole.decode("utf-8")))] if whole.strip() else []
+    except (ValueError, RecursionError):  # not one document: JSON lines of export requests
+        requests = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    for number, request in requests:
         where = f"line {number}" if number else "the document"
+        if isinstance(request, bytes):
+            try:
+                request = loads(request.decode("utf-8"))
+            except UnicodeDecodeError:
+                yield None, "invalid_utf8", f"{where} of the file is not valid UTF-8"
+                continue
+            except (ValueError, RecursionError):
+                yield None, "invalid_json", f"{where} of the file is not valid JSON"
+                continue
         spans = _spans(request)
         if isinstance(spans, Problem):
             yield None, spans.reason, f"{where}: {spans.detail}"
             continue
         for span in spans:
-            yield json.dumps(span).encode(), None, None
+            try:
+                yield json.dumps(span).encode(), None, None
+            except RecursionError:
+                yield None, "invalid_json", f"{where}: a span nests too deeply to read"
 
 
 def _spans(request: Any) -> list[dict[str, Any]] | Problem:
