@@ -183,15 +183,33 @@ ACCEPTED = [
 ]  # fmt: skip
 
 
+def parsed(cases: list[tuple]) -> dict[str, dict]:
+    """The stage row of each case's line (``(name, line, layout, ...)``), by name: one parse
+    per layout flag, the lines side by side (a line's row never depends on its neighbours:
+    the property test below)."""
+    out = {}
+    for layout in {case[2] for case in cases}:
+        group = [case for case in cases if case[2] == layout]
+        rows = parse([case[1] for case in group], layout=layout).to_pylist()
+        out.update({case[0]: row for case, row in zip(group, rows, strict=True)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def accepted() -> dict[str, dict]:
+    return parsed(ACCEPTED)
+
+
 @pytest.mark.parametrize(
-    ("row", "layout", "prompt", "rid", "cached", "total", "created", "output"),
-    [case[1:] for case in ACCEPTED],
+    ("name", "prompt", "rid", "cached", "total", "created", "output"),
+    [(case[0], *case[3:]) for case in ACCEPTED],
     ids=[case[0] for case in ACCEPTED],
 )
 def test_each_api_gives_its_prompt_and_its_counts(
-    reference, row, layout, prompt, rid, cached, total, created, output
+    reference, accepted, name, prompt, rid, cached, total, created, output
 ) -> None:
-    got = one(row, layout=layout)
+    got = accepted[name]
+    assert got["reason"] is None, got["detail"]
     assert got["block_hashes"] == reference[prompt] and len(got["block_hashes"]) >= 2
     assert got["arrival_ts"].timestamp() == pytest.approx(START)
     assert (got["log_request_id"], got["output_tokens"]) == (rid, output)
@@ -266,17 +284,22 @@ REJECTED = [
 ]  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def rejected() -> dict[str, dict]:
+    return parsed([("good", chat(), "auto"), *REJECTED])
+
+
 @pytest.mark.parametrize(
-    ("row", "layout", "reason", "detail"),
-    [case[1:] for case in REJECTED],
+    ("name", "reason", "detail"),
+    [(case[0], *case[3:]) for case in REJECTED],
     ids=[case[0] for case in REJECTED],
 )
-def test_a_bad_count_or_prompt_is_rejected_naming_its_field(row, layout, reason, detail) -> None:
-    got = parse([chat(), row], layout=layout).to_pylist()
-    assert got[0]["reason"] is None
-    assert (got[1]["reason"], got[1]["detail"][: len(detail)]) == (reason, detail)
-    for name in ("reported_cached_tokens", "reported_prompt_tokens", "block_hashes"):
-        assert got[1][name] in (None, [])  # a rejected line keeps nothing
+def test_a_bad_count_or_prompt_is_rejected_naming_its_field(rejected, name, reason, detail) -> None:
+    assert rejected["good"]["reason"] is None
+    got = rejected[name]
+    assert (got["reason"], got["detail"][: len(detail)]) == (reason, detail)
+    for column in ("reported_cached_tokens", "reported_prompt_tokens", "block_hashes"):
+        assert got[column] in (None, [])  # a rejected line keeps nothing
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
