@@ -457,3 +457,37 @@ def test_a_file_of_spans_without_prompts_stops_the_command_with_one_line(tmp_pat
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "prompt_not_captured" in err
     assert not db.exists()
+
+
+# --- generated logs in each layout ------------------------------------------------------------
+
+
+def test_a_generated_log_reads_the_same_in_every_layout(tmp_path) -> None:
+    """``synthetic_gateway.in_layout`` writes the same requests and reports as each API logs
+    them (what benchmarks/validate_layouts.py validates): every layout gives the chat layout's
+    hashes and counts, Anthropic's through its own arithmetic."""
+    from prefixscope.synthetic_gateway import (
+        LAYOUTS,
+        GatewayWorkload,
+        conversation_lines,
+        in_layout,
+    )
+
+    lines = conversation_lines(GatewayWorkload(sessions=4, tenants=("acme",)), seed=3)
+    for i, line in enumerate(lines):  # reports as an engine would give them: whole blocks
+        usage = line["response"]["usage"]
+        usage["prompt_tokens"] = 100 + 7 * i
+        usage["prompt_tokens_details"] = {"cached_tokens": 16 * (i % 5)}
+    columns = ("tenant", "arrival_ts", "block_hashes", "reported_cached_tokens",
+               "reported_prompt_tokens", "output_tokens")  # fmt: skip
+    got = {}
+    for layout in LAYOUTS:
+        written = [in_layout(line, layout, 16) for line in lines]
+        if layout == "otlp":
+            rows = read_otlp(write_jsonl(tmp_path / "otlp.jsonl", written), tenant="user")
+        else:
+            rows = parse(written, tenant="user")
+        assert rows["reason"].null_count == rows.num_rows == len(lines)
+        got[layout] = [tuple(r[c] for c in columns) for r in rows.to_pylist()]
+    assert all(got[layout] == got["chat"] for layout in LAYOUTS)
+    assert [g[3:5] for g in got["chat"]] == [(16 * (i % 5), 100 + 7 * i) for i in range(len(lines))]
