@@ -165,6 +165,9 @@ def _response_text(response: Any) -> str | None:
     return text if isinstance(text, str) and "meta_info" in response else None
 
 
+#: The top-level keys a layout reads from the line itself (LiteLLM's spend logs): only these
+#: are taken from it, not the whole line, which the body and response already hold.
+LINE_KEYS = ("spend", "request_id", "metadata", "prompt_tokens", "completion_tokens")
 #: Top-level keys that make a line its own request body, or its own response
 #: (``proxy_server_request``: a LiteLLM spend log that kept the request but not its messages).
 BODY_KEYS = (*PROMPT_KEYS, "proxy_server_request")
@@ -213,7 +216,7 @@ def layout_fields(options: IngestOptions) -> tuple[Field, ...]:
             required=False,
             fallbacks=() if response or options.field("request_id") else ("id", "request_id"),
         ),
-        Field("line_json", ROOT, "json"),
+        *(Field(f"top_{key}", key, "json", required=False) for key in LINE_KEYS),
     )
 
 
@@ -223,16 +226,11 @@ def _under(base: str, path: str) -> str:
     return join_path(base, *path.split("."))
 
 
-def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object as DuckDB reads it: the first of duplicate keys wins."""
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        out.setdefault(k, v)
-    return out
-
-
 def loads(text: str) -> Any:
-    return json.loads(text, object_pairs_hook=_first_wins)
+    """A JSON value DuckDB has validated (Python's parser keeps the last of duplicate keys,
+    DuckDB's the first: a line that repeats a key it is read by is read at the first in the
+    fields DuckDB extracts, the last in the values taken apart here)."""
+    return json.loads(text)
 
 
 def _decoded(value: Any) -> Any:
@@ -268,7 +266,7 @@ def read_request(
     if layout == "litellm":  # spend logs keep JSON columns, maybe as strings
         line = {**line, "metadata": _decoded(line.get("metadata"))}
         body = {**body, "messages": _decoded(body.get("messages"))}
-        proxied = _decoded(line.get("proxy_server_request"))
+        proxied = _decoded(body.get("proxy_server_request"))
         if not body["messages"] and isinstance(proxied, dict) and proxied.get("messages"):
             body, at = proxied, join_path(at, "proxy_server_request")
         elif not body["messages"]:  # "{}" or "[]": LiteLLM stored no prompt
@@ -315,19 +313,15 @@ class OpenAI(JsonLines):
         reasons = rows["reason"].to_pylist()
         details = rows["detail"].to_pylist()
         read: list[Request | None] = [None] * rows.num_rows
-        columns = zip(
-            reasons,
-            rows["line_json"].to_pylist(),
-            rows["body"].to_pylist(),
-            rows["response"].to_pylist(),
-            strict=True,
-        )
-        for i, (reason, line, body, resp) in enumerate(columns):
+        tops = [rows[f"top_{key}"].to_pylist() for key in LINE_KEYS]
+        columns = zip(reasons, rows["body"].to_pylist(), rows["response"].to_pylist(), strict=True)
+        for i, (reason, body, resp) in enumerate(columns):
             if reason is not None:
                 continue
             at = request or ("request" if given[i] not in (None, "null") else ROOT)
             try:
-                parsed = loads(line), loads(body), None if resp is None else loads(resp)
+                line = {k: loads(t[i]) for k, t in zip(LINE_KEYS, tops, strict=True) if t[i]}
+                parsed = line, loads(body), None if resp is None else loads(resp)
             except RecursionError:  # DuckDB read it; Python's parser has a depth limit
                 reasons[i], details[i] = "invalid_json", "the line nests too deeply to read"
                 continue
@@ -337,7 +331,8 @@ class OpenAI(JsonLines):
             else:
                 read[i] = got
         rows = rows.drop_columns(
-            ["body", "response", "line_json", "reason", "detail"]
+            ["body", "response", "reason", "detail"]
+            + [f"top_{key}" for key in LINE_KEYS]
             + (["request_given"] if request is None else [])
         )
         rows = rows.append_column("reason", pa.array(reasons, pa.string())).append_column(
