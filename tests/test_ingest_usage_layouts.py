@@ -491,3 +491,20 @@ def test_a_generated_log_reads_the_same_in_every_layout(tmp_path) -> None:
         got[layout] = [tuple(r[c] for c in columns) for r in rows.to_pylist()]
     assert all(got[layout] == got["chat"] for layout in LAYOUTS)
     assert [g[3:5] for g in got["chat"]] == [(16 * (i % 5), 100 + 7 * i) for i in range(len(lines))]
+
+
+def test_a_cut_gzip_export_keeps_its_whole_spans_and_counts_the_tail(tmp_path, capsys) -> None:
+    import gzip
+
+    lines = [export(*(span(i) for i in range(10 * j, 10 * j + 10))) for j in range(1, 7)]
+    packed = gzip.compress(b"".join(json.dumps(x).encode() + b"\n" for x in lines))
+    log = tmp_path / "spans.jsonl.gz"
+    log.write_bytes(packed[: len(packed) * 2 // 3])
+    db = tmp_path / "o.duckdb"
+    assert main(["ingest", "--format", "otlp", "--input", str(log), "--warehouse", str(db)]) == 0
+    out = capsys.readouterr().out
+    with duckdb.connect(str(db), read_only=True) as con:
+        (kept,) = con.execute("SELECT count(*) FROM requests").fetchone()  # type: ignore[misc]
+        assert con.execute("SELECT reason FROM rejects").fetchall() == [("truncated_file",)]
+    assert 0 < kept < 60 and kept % 10 == 0  # whole export lines only
+    assert f"{kept + 1} lines, {kept} accepted, 1 rejected — the file ends early" in out

@@ -57,6 +57,9 @@ class Otlp:
     def batches(self, path: Path, state: FileReadState) -> Iterator[pa.Table]:
         raw = [r.as_py() for b in read_line_batches(path, state) for r in b.table["raw"]]
         rows = list(_rows(raw))
+        cut = f"line {len(raw)} of the file is not valid JSON"
+        if state.truncated is not None and rows and rows[-1][2] == cut:
+            rows.pop()  # the cut tail itself: the truncated_file row stands for it
         if state.truncated is not None:  # the cut tail is one more row (staging marks it)
             state.truncated = (len(rows) + 1, state.truncated[1])
         state.lines = len(rows) + (state.truncated is not None)
