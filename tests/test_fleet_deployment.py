@@ -265,3 +265,33 @@ def test_the_flow_refuses_a_savings_model_its_gpu_cannot_hold(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "does not fit on h100x1" in err and " — " in err
     assert not wh.exists()
+
+
+def test_a_tp_deployment_prices_its_steps_on_its_gpus(small: Path) -> None:
+    """The fleet's step cost of ``GPUxTP`` is the roofline of one GPU of TP (FLOPs and bytes
+    over TP, the all-reduces added); at one what-if capacity two H100s serve faster than one."""
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.stages.fleet import FleetSettings, engine_for
+
+    shape = resolve_model("llama-3.3-70b")
+    settings = FleetSettings(model="llama-3.3-70b", gpu="h100", cost_model="roofline")
+    for tp in (1, 2, 4):
+        engine, pricing = engine_for(settings, None, tp)
+        assert engine.cost == from_roofline(shape, GPUS["h100"], tp=tp)
+        assert (pricing.gpu, pricing.cost_model) == ("h100", "roofline")
+    # TP 4 halves no term exactly (the all-reduces and the replicated head), but every term falls
+    one, four = (engine_for(settings, None, tp)[0].cost for tp in (1, 4))
+    assert four.b < one.b / 2 and four.e < one.e / 2 and four.a < one.a
+    # in the stage: the same capacity, one GPU against two
+    assert fleet(small, "--deployment", "h100x1,h100x2", "--capacity-blocks", "8",
+                 "--replicas", "1", "--cost-model", "roofline") == 0  # fmt: skip
+    ttft = dict(rows(small, "SELECT deployment, ttft_p50_s FROM fleet_hit_rates "
+                            "WHERE tenant = '*'"))  # fmt: skip
+    assert ttft["h100x2"] < ttft["h100x1"]
+
+
+def test_a_calibrated_cost_model_is_not_stretched_over_tp(small: Path, capsys) -> None:  # noqa: ANN001
+    assert fleet(small, "--deployment", "h100x2", "--cost-model", "calibrated") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "times one GPU, not h100x2's 2" in err, err
+    assert rows(small, "SELECT count(*) FROM runs") == [(1,)]  # the ingest's alone
