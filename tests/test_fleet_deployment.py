@@ -232,7 +232,9 @@ def test_a_target_no_fleet_meets_is_said_in_words() -> None:
     assert "0.1000" in text
 
 
-@pytest.mark.parametrize("command", ["fleet", "plan", "savings"])
+@pytest.mark.parametrize(
+    "command", ["fleet", "plan", "savings", "replay", "roofline", "deployment"]
+)
 def test_every_command_that_takes_a_model_takes_a_config(command, tmp_path, capsys) -> None:  # noqa: ANN001
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({**CONFIG, "num_hidden_layers": 0}))

@@ -63,6 +63,9 @@ def roofline(args: argparse.Namespace) -> int:
 def replay_arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
     p.add_argument("--model", help="catalog model (cpu: tiny-llama, cuda: llama-3-8b)")
+    p.add_argument(
+        "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda (%(default)s)")
     p.add_argument(
         "--samples",
@@ -104,6 +107,7 @@ def replay(args: argparse.Namespace) -> int:
     options = ReplayOptions(
         device=args.device,
         model=args.model,
+        model_config=args.model_config,
         samples=args.samples,
         max_tokens=args.max_tokens,
         gpu=args.gpu,
