@@ -46,13 +46,18 @@ def test_choosing_a_configuration_and_a_cost_model(wh, write_lines, capsys) -> N
     )
     assert main(["savings", "--warehouse", str(path)]) == 2
     assert "simulate --outcomes" in capsys.readouterr().err
-    argv = ["simulate", "--warehouse", str(path), "--policy", "lru", "--capacity-blocks", "2,3"]
-    assert main([*argv, "--outcomes"]) == 0
+    argv = ["simulate", "--warehouse", str(path), "--policy", "lru,fifo", "--capacity-blocks"]
+    assert main([*argv, "2,3", "--outcomes"]) == 0
     assert main(["savings", "--warehouse", str(path)]) == 2
-    assert "several configurations match" in capsys.readouterr().err
-    assert main(["savings", "--warehouse", str(path), "--capacity-blocks", "3"]) == 0
+    assert "several configurations match" in capsys.readouterr().err  # two policies
+    # of one policy's capacities, the largest the deployment's pool holds (h100x1: 885 blocks)
+    assert main(["savings", "--warehouse", str(path), "--policy", "lru"]) == 0
     out = capsys.readouterr().out
     assert "lru shared @ 3 blocks" in out and "roofline" in out and "Decode time" in out
+    assert "on h100x1 (885-block KV pool)" in out
+    assert main(["savings", "--warehouse", str(path), "--policy", "lru", "--capacity-blocks",
+                 "2"]) == 0  # fmt: skip
+    assert "lru shared @ 2 blocks" in capsys.readouterr().out
     assert calibrated(con, "llama-3-8b", "h100") is None  # no replay run fitted one
     with pytest.raises(ValueError, match="no calibrated cost model"):
         cost_model("llama-3-8b", "h100", "calibrated", None)

@@ -145,6 +145,14 @@ def savings_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_GPU,
         help="a100, h100, h200, NAME:TFLOPS:TBPS, cpu",
     )
+    p.add_argument(
+        "--deployment",
+        type=flags.deployment,
+        metavar="GPU[xTP]",
+        help="the GPUs that price a prefill, e.g. h100x1 or h200x8; their KV pool of --model "
+        "bounds the capacity priced (default: the fewest GPUs of --gpu that hold the model)",
+    )
+    p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument("--cost-model", default="auto", choices=COST_MODEL_KINDS)
     _outcomes(p)
 
@@ -162,7 +170,10 @@ def savings(args: argparse.Namespace) -> int:
         policy=args.policy,
         capacity_blocks=args.capacity_blocks,
         isolation=args.isolation,
+        deployment=args.deployment,
+        kv_dtype=args.kv_dtype,
     )
+    settings.check()  # the deployment, before the warehouse is opened
     print(format_savings(stage.run(args.warehouse, settings)))
     return 0
 

@@ -267,6 +267,14 @@ def deployments(text: str) -> list[str]:
     return distinct(out, text)
 
 
+def deployment(text: str) -> str:
+    """One ``GPU[xTP]`` (``cost/deployment.py``), checked here; kept as given for a TOML file,
+    else in its own spelling (``h100`` → ``h100x1``)."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"give one deployment, GPU or GPUxTP, got {text!r}")
+    return deployments(text)[0]
+
+
 def capacities(p: argparse.ArgumentParser, blocks_help: str | None = None) -> None:
     """One of ``--capacity-blocks``, ``--capacity-tokens``, ``--capacity-gib`` (of ``--model``),
     each a comma-separated list."""

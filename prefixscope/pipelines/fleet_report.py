@@ -44,7 +44,6 @@ from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaul
     DEFAULT_WINDOWS,
     RECENT_LOOKUPS,
     expand_inputs,
-    fleet_deployment,
     fleet_settings,
     outcomes_scenario,
     structure_settings,
@@ -251,6 +250,7 @@ def fleet_report(
         dask_address=dask_address,
     )
     capacities_blocks = list(checked.capacities_blocks)
+    simulated_blocks = list(checked.simulated_blocks or capacities_blocks)
     windows = list(checked.windows)
     priced = checked.priced
     wh = warehouse_path
@@ -276,7 +276,7 @@ def fleet_report(
             wh,
             simulate_stage.SimulateSettings(
                 policies=checked.policies,
-                capacities=Capacities(blocks=capacities_blocks),
+                capacities=Capacities(blocks=simulated_blocks),  # the priced pool among them
                 isolations=checked.isolations,
                 measure=Settings(windows=tuple(windows), outcomes=True),
                 outcomes_for=priced,
@@ -307,7 +307,7 @@ def fleet_report(
                 checked.fleet_replicas,
                 dask_address,
                 workers,
-                fleet_deployment(savings_gpu),
+                checked.deployment,
             ),
         )
         step("plan")
@@ -331,6 +331,11 @@ def fleet_report(
             savings_stage.SavingsSettings(
                 model=model,
                 gpu=gpu,
+                # the flow's deployment where it prices with the flow's GPU; a replay's own
+                # device (calibrated) takes the fewest of its GPUs that hold its model
+                deployment=checked.deployment
+                if (model, gpu) == (savings_model, savings_gpu)
+                else None,
                 policy=priced.policy,
                 capacity_blocks=priced.capacity_blocks,
                 isolation=priced.isolation,

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefixscope import warehouse
-from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.deployment import fitting_deployment
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
+from prefixscope.analysis.fleet.hardware import of_deployment
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Scenario, scenarios
@@ -58,6 +59,11 @@ class Checked:
     fleet_replicas: tuple[int, ...]
     grid: tuple[Scenario, ...]
     priced: Scenario  # the scenario whose outcomes the savings price
+    #: What the savings and the fleet price: the fewest GPUs of ``savings_gpu`` that hold the
+    #: model (None: a GPU without an HBM figure, or the CPU); the savings price its KV pool.
+    deployment: str | None = None
+    #: The capacities simulated: those given, and the deployment's pool (the priced one).
+    simulated_blocks: tuple[int, ...] = ()
 
 
 def check(
@@ -118,17 +124,26 @@ def check(
         twice = sorted({str(v) for v in values if values.count(v) > 1})
         if twice:
             raise ValueError(f"{flag} gives {', '.join(twice)} twice — give each value once")
-    grid = scenarios(resolved["--policy"], resolved["--capacity-blocks"], resolved["--isolation"])
     check_windows(resolved["--window"])
-    resolve_model(savings_model)
+    shape = resolve_model(savings_model)
     gpu_key(savings_gpu)
+    deployment = fleet_deployment(savings_gpu, savings_model)
+    pool = deployment_pool(deployment, savings_model, FORMATS[format_name].default_block_size)
+    if pool is not None and savings_capacity_blocks is not None and savings_capacity_blocks > pool:
+        raise ValueError(
+            f"--savings-capacity-blocks {savings_capacity_blocks:,} is more KV than {deployment}'s "
+            f"pool of {pool:,} blocks of {shape.name} — give at most {pool:,}, or a GPU that holds "
+            "more (--savings-gpu)"
+        )
+    simulated = tuple(sorted({*resolved["--capacity-blocks"], *([pool] if pool else [])}))
+    grid = scenarios(resolved["--policy"], simulated, resolved["--isolation"])
     for what, value in (("--replay-samples", replay_samples), ("--workers", workers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{what} must be a whole number from 0, got {value!r}")
     caps = resolved["--capacity-blocks"]
     settings = fleet_settings(caps, resolved["--window"], savings_model, savings_gpu,
                               resolved["--fleet-replicas"], dask_address, workers,
-                              fleet_deployment(savings_gpu))  # fmt: skip
+                              deployment)  # fmt: skip
     settings.check()
     plan_stage.PlanSettings(target=plan_target, model=savings_model, gpu=savings_gpu).check()
     if serving:
@@ -145,7 +160,9 @@ def check(
         isolations=resolved["--isolation"],
         fleet_replicas=resolved["--fleet-replicas"],
         grid=tuple(grid),
-        priced=outcomes_scenario(grid, savings_policy, savings_capacity_blocks),
+        priced=outcomes_scenario(grid, savings_policy, savings_capacity_blocks or pool),
+        deployment=deployment,
+        simulated_blocks=simulated,
     )
 
 
@@ -219,15 +236,18 @@ def readable(paths: Sequence[str]) -> list[str]:
     return list(paths)
 
 
-def fleet_deployment(gpu: str) -> str | None:
-    """The flow's replicas: one ``gpu`` each (``GPUx1``), where ``gpu`` has an HBM figure to
-    size its pool by; None for a ``NAME:TFLOPS:TBPS`` spec or ``cpu``."""
-    if gpu.lower() == "cpu" or ":" in gpu:
+def fleet_deployment(gpu: str, model: str = DEFAULT_MODEL) -> str | None:
+    """The flow's replicas, and what its savings price: the fewest ``gpu`` that hold ``model``
+    (``GPUxTP``), where ``gpu`` has an HBM figure to size its pool by; None for a
+    ``NAME:TFLOPS:TBPS`` spec or ``cpu``."""
+    return fitting_deployment(gpu, resolve_model(model))
+
+
+def deployment_pool(deployment: str | None, model: str, block_size: int) -> int | None:
+    """The KV pool of ``deployment`` serving ``model``, in blocks of ``block_size``."""
+    if deployment is None:
         return None
-    spec = resolve_gpu(gpu)
-    if spec.hbm_gib is None:
-        return None
-    return f"{gpu.strip()}x1" if gpu.strip().lower().endswith(".toml") else f"{spec.name}x1"
+    return of_deployment(deployment, resolve_model(model), block_size, "bf16").kv_pool_blocks
 
 
 def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
