@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
+from prefixscope.analysis.cost.gpufile import read_gpu_file
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.plan.prices import load_prices
 from prefixscope.cli import main
 from prefixscope.pipelines import parameters
 from tests.conftest import mooncake_line
@@ -203,3 +205,32 @@ def test_the_flows_savings_capacity_is_the_pool_it_prices() -> None:
     assert (checked.priced.policy, checked.priced.capacity_blocks) == ("lru", pool.kv_pool_blocks)
     seventy = parameters.check([__file__], savings_model="llama-3.3-70b", serving=True)
     assert seventy.deployment == "h100x2"  # the fewest H100s that hold 70B's weights
+
+
+@pytest.mark.parametrize(
+    ("read", "limit"),
+    [
+        (lambda p: resolve_model(None, p), "16 MiB"),
+        (read_gpu_file, "64 KiB"),
+        (load_prices, "64 KiB"),
+    ],
+    ids=["config.json", "gpu.toml", "prices.toml"],
+)
+def test_every_flag_file_is_read_with_one_bound_and_the_same_words(
+    tmp_path: Path, read, limit
+) -> None:  # noqa: ANN001
+    """``prefixscope/textfile.py``: a missing file, a folder, bytes that are not UTF-8, and a
+    file past the reader's bound are each one line, before any parsing."""
+    big = tmp_path / "big"
+    big.write_bytes(b" " * (16 * 2**20 + 1))
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\xff\xfe name")
+    for path, says in [
+        (tmp_path / "missing", "cannot read"),
+        (tmp_path, "cannot read"),
+        (bad, "is not UTF-8 text"),
+        (big, f"is larger than {limit}"),
+    ]:
+        with pytest.raises(ValueError, match=says) as caught:
+            read(str(path))
+        assert str(caught.value).count("\n") == 0 and " — " in str(caught.value)

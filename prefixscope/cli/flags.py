@@ -327,13 +327,10 @@ def model_config(text: str) -> str:
 
 
 def _read_with(text: str, read: Callable[[str], object]) -> str:
-    """``text`` when ``read`` takes the file it names; else the flag's one-line error."""
+    """``text`` when ``read`` takes the file it names (``prefixscope/textfile.py`` reads it,
+    so a file that cannot be opened is a ValueError too); else the flag's one-line error."""
     try:
         read(text)
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(
-            f"cannot read {text}: {exc.strerror or exc} — check the path"
-        ) from None
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
