@@ -86,7 +86,9 @@ class MemorySplit:
 
     @property
     def kv_pool_tokens(self) -> int:
-        """Tokens of KV the replica holds: each GPU holds its share of every token's KV."""
+        """Tokens of KV the replica holds: each GPU holds its share of every token's KV.
+        ``memory_split`` returns a split only when this is at least one block (GiB are bytes
+        / 2**30, exact in floating point, so these are the bytes it checked)."""
         return int(self.kv_pool_gib * GIB // self.kv_bytes_per_token)
 
     @property
