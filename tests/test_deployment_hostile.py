@@ -126,6 +126,7 @@ CASES: list[tuple[Argv, list[str], str]] = [
     (plan, ["--model-config", "{config-zero-layers}"], "num_hidden_layers"),
     (savings, ["--model-config", "{config-text-heads}"], "num_attention_heads"),
     (deployment, ["--deployment", "h100", "--model-config", "{config-not-json}"], "not JSON"),
+    (flow, ["--savings-model-config", "{config-zero-layers}"], "num_hidden_layers"),
     # a TP that does not shard the heads: vLLM divides the attention heads evenly
     (fleet, ["--deployment", "h100x3"], "TP 3 does not divide llama-3-8b's 32 attention heads"),
     (savings, ["--deployment", "h100x5"], "TP 5 does not divide llama-3-8b's 32"),
@@ -205,6 +206,21 @@ def test_the_flows_savings_capacity_is_the_pool_it_prices() -> None:
     assert (checked.priced.policy, checked.priced.capacity_blocks) == ("lru", pool.kv_pool_blocks)
     seventy = parameters.check([__file__], savings_model="llama-3.3-70b", serving=True)
     assert seventy.deployment == "h100x2"  # the fewest H100s that hold 70B's weights
+
+
+def test_the_flows_savings_model_may_be_a_config(tmp_path: Path) -> None:
+    """``--savings-model-config``: the flow sizes its deployment and pool by that shape (here
+    Llama-3-8B's with twice the KV heads: half the pool)."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**CONFIG, "num_key_value_heads": 16}))
+    checked = parameters.check(
+        [__file__], savings_model="mine", savings_model_config=str(config), serving=True
+    )
+    shape = resolve_model("mine", str(config))
+    pool = memory_split(shape, parse_deployment("h100x1"), block_size=512).kv_pool_blocks
+    eight = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)
+    assert checked.deployment == "h100x1" and pool in checked.simulated_blocks
+    assert checked.priced.capacity_blocks == pool and pool < eight.kv_pool_blocks
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,7 @@ def check(
     savings_policy: str = "lru",
     savings_capacity_blocks: int | None = None,
     savings_model: str = DEFAULT_MODEL,
+    savings_model_config: str | None = None,
     savings_gpu: str = DEFAULT_GPU,
     replay_samples: int = 0,
     fleet_replicas: Sequence[int] | None = None,
@@ -125,10 +126,11 @@ def check(
         if twice:
             raise ValueError(f"{flag} gives {', '.join(twice)} twice — give each value once")
     check_windows(resolved["--window"])
-    shape = resolve_model(savings_model)
+    shape = resolve_model(savings_model, savings_model_config)
     gpu_key(savings_gpu)
-    deployment = fleet_deployment(savings_gpu, savings_model)
-    pool = deployment_pool(deployment, savings_model, FORMATS[format_name].default_block_size)
+    deployment = fleet_deployment(savings_gpu, savings_model, savings_model_config)
+    block_size = FORMATS[format_name].default_block_size
+    pool = deployment_pool(deployment, savings_model, block_size, savings_model_config)
     if pool is not None and savings_capacity_blocks is not None and savings_capacity_blocks > pool:
         raise ValueError(
             f"--savings-capacity-blocks {savings_capacity_blocks:,} is more KV than {deployment}'s "
@@ -143,9 +145,14 @@ def check(
     caps = resolved["--capacity-blocks"]
     settings = fleet_settings(caps, resolved["--window"], savings_model, savings_gpu,
                               resolved["--fleet-replicas"], dask_address, workers,
-                              deployment)  # fmt: skip
+                              deployment, savings_model_config)  # fmt: skip
     settings.check()
-    plan_stage.PlanSettings(target=plan_target, model=savings_model, gpu=savings_gpu).check()
+    plan_stage.PlanSettings(
+        target=plan_target,
+        model=savings_model,
+        gpu=savings_gpu,
+        model_config=savings_model_config,
+    ).check()
     if serving:
         paths = tuple(pending_inputs(inputs))
     else:
@@ -242,18 +249,23 @@ def readable(paths: Sequence[str]) -> list[str]:
     return list(paths)
 
 
-def fleet_deployment(gpu: str, model: str = DEFAULT_MODEL) -> str | None:
+def fleet_deployment(
+    gpu: str, model: str = DEFAULT_MODEL, model_config: str | None = None
+) -> str | None:
     """The flow's replicas, and what its savings price: the fewest ``gpu`` that hold ``model``
-    (``GPUxTP``), where ``gpu`` has an HBM figure to size its pool by; None for a
-    ``NAME:TFLOPS:TBPS`` spec or ``cpu``."""
-    return fitting_deployment(gpu, resolve_model(model))
+    (the shape of ``model_config`` where given) as ``GPUxTP``, where ``gpu`` has an HBM figure
+    to size its pool by; None for a ``NAME:TFLOPS:TBPS`` spec or ``cpu``."""
+    return fitting_deployment(gpu, resolve_model(model, model_config))
 
 
-def deployment_pool(deployment: str | None, model: str, block_size: int) -> int | None:
+def deployment_pool(
+    deployment: str | None, model: str, block_size: int, model_config: str | None = None
+) -> int | None:
     """The KV pool of ``deployment`` serving ``model``, in blocks of ``block_size``."""
     if deployment is None:
         return None
-    return of_deployment(deployment, resolve_model(model), block_size, "bf16").kv_pool_blocks
+    shape = resolve_model(model, model_config)
+    return of_deployment(deployment, shape, block_size, "bf16").kv_pool_blocks
 
 
 def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
@@ -275,6 +287,7 @@ def fleet_settings(
     dask_address: str | None,
     workers: int = 1,
     deployment: str | None = None,
+    model_config: str | None = None,
 ) -> fleet_stage.FleetSettings:
     """Every router at each replica count, each replica ``deployment`` at its own KV pool (a
     fleet that can exist); without one, the grid's middle capacity."""
@@ -287,6 +300,7 @@ def fleet_settings(
         load_scales=DEFAULT_FLEET_LOAD_SCALES,
         windows=tuple(windows),
         model=model,
+        model_config=model_config,
         gpu=gpu,
         workers=workers if dask_address is None else None,
         dask_address=dask_address,
