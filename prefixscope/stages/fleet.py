@@ -269,7 +269,7 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
         tiers = settings.tiers(trace.block_size)
         runs = [(f, h) for b, g, h in options for f in settings.grid([b], [g], tiers)]
         outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
-        pricing = [priced[_priced_by(h, settings)][1] for _, h in runs]
+        pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
         hardware = [h for _, h in runs]
         hit_rates, replicas = tables(trace, outcomes, settings.windows, pricing, hardware)
         with run.publishing() as con:
@@ -281,19 +281,10 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
 def _gpu_texts(settings: FleetSettings) -> list[tuple[str, int]]:
     """The GPUs that price the steps and the TP they run at: each deployment's, else one
     ``gpu``."""
-    if not settings.deployments:
-        return [(settings.gpu, 1)]
-    shape = settings.shape
-    return [
-        _priced_by(of_deployment(d, shape, 1, settings.kv_dtype), settings)
-        for d in settings.deployments
+    hardware = [
+        of_deployment(d, settings.shape, 1, settings.kv_dtype) for d in settings.deployments
     ]
-
-
-def _priced_by(hardware: Hardware, settings: FleetSettings) -> tuple[str, int]:
-    """(GPU, TP) whose step cost prices a row of ``hardware``: its deployment's, else one
-    ``gpu``."""
-    return hardware.gpu or settings.gpu, hardware.gpus or 1
+    return [h.priced_by(settings.gpu) for h in hardware] or [(settings.gpu, 1)]
 
 
 def simulate_by_gpu(
@@ -308,14 +299,14 @@ def simulate_by_gpu(
     capacity) simulated once."""
     done: dict[tuple[tuple[str, int], Fleet], FleetOutcome] = {}
     for key, (engine, _) in priced.items():
-        mine = list(dict.fromkeys(f for f, h in runs if _priced_by(h, settings) == key))
+        mine = list(dict.fromkeys(f for f, h in runs if h.priced_by(settings.gpu) == key))
         done |= {
             (key, f): o
             for f, o in zip(
                 mine, simulate_grid(trace, traffic, mine, engine, settings), strict=True
             )
         }
-    return [done[(_priced_by(h, settings), f)] for f, h in runs]
+    return [done[(h.priced_by(settings.gpu), f)] for f, h in runs]
 
 
 def load_traffic(con: duckdb.DuckDBPyConnection) -> Traffic:

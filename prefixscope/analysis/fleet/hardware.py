@@ -45,6 +45,10 @@ class Hardware:
     gpu: str | None = None  # the deployment's GPU as resolve_gpu reads it (it prices steps)
     judged_blocks: int | None = None
 
+    def priced_by(self, gpu: str) -> tuple[str, int]:
+        """(GPU, TP) whose step cost prices this replica: its deployment's, else one ``gpu``."""
+        return self.gpu or gpu, self.gpus or 1
+
     def exceeds(self, capacity_blocks: int) -> bool | None:
         """Whether ``capacity_blocks`` per replica is more than the HBM holds."""
         return None if self.judged_blocks is None else capacity_blocks > self.judged_blocks
