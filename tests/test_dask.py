@@ -32,6 +32,8 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(
 ) -> None:
     from distributed import Client, get_task_stream
 
+    from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
+    from prefixscope.analysis.cost.models import resolve_model
     from prefixscope.analysis.simulation.grid import simulate_grid
     from prefixscope.analysis.simulation.scenarios import Settings, scenarios
     from prefixscope.analysis.trace.load import load_trace
@@ -49,7 +51,9 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(
             windows=["all"],
             dask_address=cluster.scheduler_address,
         )
-    grid = scenarios(policies, capacities)
+    # the grid, and the KV pool of the H100 the savings price (the priced scenario)
+    pool = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)
+    grid = scenarios(policies, sorted([*capacities, pool.kv_pool_blocks]))
     assert outcome.accepted == 12_031
     # Every scenario was one task on the cluster, spread over both workers.
     ran = [t for t in stream.data if "simulate_scenario" in t["key"]]
@@ -73,7 +77,7 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(
         if r["tenant"] == "*"
     )
     assert stored == expected
-    assert outcomes == [("lru", 64_000)]
+    assert outcomes == [("lru", pool.kv_pool_blocks)]
 
 
 def test_a_grid_curve_on_the_dask_workers_equals_the_one_computed_here(cluster) -> None:

@@ -4,7 +4,7 @@ figures, the TP rules of GQA and MLA, and the refusals."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscope.analysis.cost.deployment import (
@@ -147,3 +147,27 @@ def test_the_command_prints_the_split_and_refuses_in_one_line(capsys) -> None:  
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("prefixscope deployment: error: ")
     assert "use h100x2" in err
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    utilization=st.floats(0.2, 1.0),
+    block_size=st.sampled_from([1, 16, 512, 4096, 65536]),
+    gpu=st.sampled_from(["l40s", "a100", "h100"]),
+)
+def test_a_split_it_returns_holds_a_whole_block(
+    utilization: float, block_size: int, gpu: str
+) -> None:
+    """``memory_split`` is the one check that a pool holds a block (the fleet does not check
+    again): every split it returns, whatever the budget, holds at least one."""
+    try:
+        split = memory_split(
+            CATALOG["llama-3-8b"],
+            parse_deployment(gpu),
+            gpu_memory_utilization=utilization,
+            block_size=block_size,
+        )
+    except ValueError as exc:
+        assert "does not fit" in str(exc)
+        return
+    assert split.kv_pool_blocks >= 1

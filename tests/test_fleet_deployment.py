@@ -102,13 +102,23 @@ def test_each_deployment_runs_at_its_own_pool_with_its_split(small: Path) -> Non
         (["--capacity-blocks", "1", "--model", "llama-3.1-70b"], {1: True}),
     ],
 )
-def test_a_capacity_is_judged_against_the_hbm(small: Path, flags: list[str], exceeds) -> None:  # noqa: ANN001
+def test_a_capacity_is_judged_against_the_hbm(
+    small: Path, capsys, flags: list[str], exceeds
+) -> None:  # noqa: ANN001
     assert fleet(small, *flags) == 0
     found = rows(small, "SELECT DISTINCT capacity_blocks, deployment, exceeds_hbm FROM "
                         "fleet_hit_rates")  # fmt: skip
     assert {c: e for c, _, e in found} == exceeds
     with_deployment = "--deployment" in flags
     assert all((d is not None) == with_deployment for _, d, _ in found)
+    # the printed table says the same, beside each row's deployment
+    head, *lines = capsys.readouterr().out.splitlines()
+    assert head.split()[:5] == ["window", "replicas", "deployment", "capacity", "HBM"]
+    word = {False: "ok", True: "over", None: "—"}
+    printed = {int(x[3].replace(",", "")): (x[2], x[5]) for x in map(str.split, lines)}
+    assert printed == {
+        c: ("h100x1" if with_deployment else "—", word[e]) for c, e in exceeds.items()
+    }
 
 
 @pytest.mark.parametrize(
@@ -232,7 +242,9 @@ def test_a_target_no_fleet_meets_is_said_in_words() -> None:
     assert "0.1000" in text
 
 
-@pytest.mark.parametrize("command", ["fleet", "plan", "savings"])
+@pytest.mark.parametrize(
+    "command", ["fleet", "plan", "savings", "replay", "roofline", "deployment"]
+)
 def test_every_command_that_takes_a_model_takes_a_config(command, tmp_path, capsys) -> None:  # noqa: ANN001
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({**CONFIG, "num_hidden_layers": 0}))
@@ -256,12 +268,31 @@ def test_plan_reads_a_model_config(small: Path, tmp_path: Path, capsys) -> None:
     assert shape.name != "llama-3-8b" and shape.name in capsys.readouterr().out
 
 
-def test_the_flow_refuses_a_savings_model_its_gpu_cannot_hold(
-    tmp_path, sample_path, capsys
-) -> None:  # noqa: ANN001
-    wh = tmp_path / "wh.duckdb"
-    assert main(["fleet-report", "--input", str(sample_path), "--savings-model", "llama-3.1-70b",
-                 "--warehouse", str(wh), "--out", str(tmp_path / "r.html")]) == 2  # fmt: skip
+def test_a_tp_deployment_prices_its_steps_on_its_gpus(small: Path) -> None:
+    """The fleet's step cost of ``GPUxTP`` is the roofline of one GPU of TP (FLOPs and bytes
+    over TP, the all-reduces added); at one what-if capacity two H100s serve faster than one."""
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.stages.fleet import FleetSettings, engine_for
+
+    shape = resolve_model("llama-3.3-70b")
+    settings = FleetSettings(model="llama-3.3-70b", gpu="h100", cost_model="roofline")
+    for tp in (1, 2, 4):
+        engine, pricing = engine_for(settings, None, tp)
+        assert engine.cost == from_roofline(shape, GPUS["h100"], tp=tp)
+        assert (pricing.gpu, pricing.cost_model) == ("h100", "roofline")
+    # TP 4 halves no term exactly (the all-reduces and the replicated head), but every term falls
+    one, four = (engine_for(settings, None, tp)[0].cost for tp in (1, 4))
+    assert four.b < one.b / 2 and four.e < one.e / 2 and four.a < one.a
+    # in the stage: the same capacity, one GPU against two
+    assert fleet(small, "--deployment", "h100x1,h100x2", "--capacity-blocks", "8",
+                 "--replicas", "1", "--cost-model", "roofline") == 0  # fmt: skip
+    ttft = dict(rows(small, "SELECT deployment, ttft_p50_s FROM fleet_hit_rates "
+                            "WHERE tenant = '*'"))  # fmt: skip
+    assert ttft["h100x2"] < ttft["h100x1"]
+
+
+def test_a_calibrated_cost_model_is_not_stretched_over_tp(small: Path, capsys) -> None:  # noqa: ANN001
+    assert fleet(small, "--deployment", "h100x2", "--cost-model", "calibrated") == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "does not fit on h100x1" in err and " — " in err
-    assert not wh.exists()
+    assert len(err.splitlines()) == 1 and "times one GPU, not h100x2's 2" in err, err
+    assert rows(small, "SELECT count(*) FROM runs") == [(1,)]  # the ingest's alone

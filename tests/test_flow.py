@@ -77,7 +77,8 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
             "WHERE tenant = '*' AND measure_window = 'all' AND policy IN ('ceiling', 'lru')"
         ).fetchall()
     )
-    assert set(rates) == {-1, 4_000, 64_000}
+    # the grid, and the pool of the H100 the savings price (see the fleet's pool above)
+    assert set(rates) == {-1, 4_000, 64_000, pool}
     assert rates[4_000] < rates[64_000] < rates[-1] == pytest.approx(0.3736, abs=5e-4)
     # The curve ends at the ceiling: at the working set LRU holds every block.
     curve = dict(
@@ -102,16 +103,17 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     ).fetchall()
     assert sources == [(64_000, sources[0][1], sources[0][1])]
     assert "id='hit-sources'" in page.read_text()
-    # the savings stage priced the lru outcomes of the middle capacity with the roofline
+    # the savings stage priced the lru outcomes at the KV pool of one H100, with the roofline
     outcomes = con.execute(
         "SELECT DISTINCT policy, capacity_blocks FROM request_outcomes"
     ).fetchall()
-    assert outcomes == [("lru", 64_000)]
+    assert outcomes == [("lru", pool)]
     saved = con.execute(
-        "SELECT cost_model, requests, prefill_gpu_seconds_no_cache > prefill_gpu_seconds_with_cache"
-        " FROM savings WHERE tenant = '*'"
+        "SELECT cost_model, requests, prefill_gpu_seconds_no_cache > "
+        "prefill_gpu_seconds_with_cache, deployment, gpus, kv_pool_blocks FROM savings "
+        "WHERE tenant = '*'"
     ).fetchall()
-    assert saved == [("roofline", 12_031, True)]
+    assert saved == [("roofline", 12_031, True, "h100x1", 1, pool)]
     assert "Decode time is unchanged" in outcome.savings
     con.close()
 

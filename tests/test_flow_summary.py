@@ -11,6 +11,8 @@ import anyio
 import duckdb
 import pytest
 
+from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
+from prefixscope.analysis.cost.models import resolve_model
 from tests.conftest import DemoRun
 from tests.test_history import TENANTS, write_hour
 from tests.test_report import figures
@@ -32,11 +34,26 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
     assert lines[0].startswith("trace:     14,823 requests (0 lines rejected) from 2 files")
     assert "4 tenants: kimi" in lines[0]
     assert re.search(r"^ceiling: +41\.98% ", text, re.M)
-    assert re.search(r"^policies: +at 16,000 blocks .*lru 31\.94%.*belady 41\.98%", text, re.M)
+    # the priced capacity is the KV pool of the fewest H100s that hold llama-3-8b: one
+    pool = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)
+    with duckdb.connect(str(wh), read_only=True) as con:
+        rate = dict(
+            con.execute(
+                "SELECT policy, token_hit_rate FROM latest_hit_rates WHERE tenant = '*' AND "
+                "isolation = 'shared' AND measure_window = 'all' AND capacity_blocks = ?",
+                [pool.kv_pool_blocks],
+            ).fetchall()
+        )
+    lru, belady = (f"{rate[p]:.2%}".replace(".", r"\.") for p in ("lru", "belady"))
+    at = f"{pool.kv_pool_blocks:,} blocks"
+    assert re.search(rf"^policies: +at {at} .*lru {lru}.*belady {belady}", text, re.M)
     assert re.search(r"^gap: +to belady, the offline optimum", text, re.M)
-    assert re.search(r"^tenants: +lru shared 31\.94%, salted ", text, re.M)
+    assert re.search(rf"^tenants: +lru shared {lru}, salted ", text, re.M)
     assert re.search(r"^plan: +To keep 90% of the ceiling", text, re.M)
     assert re.search(r"^saves: +[\d,.]+ prefill GPU-s an hour", text, re.M)
+    # the savings priced on that deployment, its whole pool (the line may wrap anywhere)
+    words = f"lru shared at {at}, the whole KV pool of h100x1 serving llama-3-8b".split()
+    assert re.search(r"\s+".join(map(re.escape, words)), text), text
     assert f"page:      {page.resolve()}" in lines and f"duckdb {wh} " in lines[-1]
     # the page and the warehouse hold the rest: every tenant, both isolations
     with duckdb.connect(str(wh), read_only=True) as con:
@@ -95,7 +112,9 @@ def test_two_scheduled_runs_publish_their_summary_and_add_to_the_trend(
             "SELECT tenant, count(*), list(policy || ' ' || capacity_blocks) FROM run_history "
             "GROUP BY tenant ORDER BY tenant"
         ).fetchall()
-    assert per_tenant == [(t, 2, ["lru 128"] * 2) for t in ("*", *TENANTS)]
+    # the priced configuration: lru at the KV pool of h100x1 (llama-3-8b) in bailian's blocks
+    pool = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=16)
+    assert per_tenant == [(t, 2, [f"lru {pool.kv_pool_blocks}"] * 2) for t in ("*", *TENANTS)]
     trend = next(d for d, layout in figures(page.read_text()) if "across runs" in str(layout))
     fleet = next(t for t in trend if t["name"] == "fleet")
     assert len(fleet["x"]) == 2

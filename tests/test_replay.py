@@ -77,7 +77,7 @@ def test_replay_then_savings_end_to_end_on_cpu(simulated: Path, capsys) -> None:
     assert main(["savings", "--warehouse", wh, "--model", "tiny-llama", "--gpu", "cpu"]) == 0
     assert "calibrated cost model" in capsys.readouterr().out
     assert main(["savings", "--warehouse", wh]) == 0
-    assert "llama-3-8b on h100, roofline cost model" in capsys.readouterr().out
+    assert "llama-3-8b on h100x1 (" in capsys.readouterr().out
     con = warehouse.connect(simulated, read_only=True)
     kinds = con.execute(
         "SELECT cost_model, count(*) FROM savings GROUP BY ALL ORDER BY 1"

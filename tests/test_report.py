@@ -132,7 +132,9 @@ def test_the_page_is_self_contained_and_holds_the_figures(page: Path) -> None:
     assert "id='shared-prefixes'" in html and "id='reuse-times'" in html
     assert "first never-seen block" in html
     assert "miss cost is not measured" not in html and "No savings computed yet" not in html
-    assert "llama-3-8b</b> on <b>h100</b>, cost model: <b>roofline</b>" in html
+    # priced on the fewest H100s that hold the model, its pool bounding the capacity
+    assert "llama-3-8b</b> on <b>h100x1 (" in html
+    assert "-block KV pool)</b>, cost model: <b>roofline</b>" in html
     assert "Decode time is unchanged by the prefix cache" in html
 
 

@@ -141,11 +141,18 @@ def test_tp_splits_a_dense_model_and_adds_the_all_reduces() -> None:
     assert eight.allreduce_s == pytest.approx(2 * 2 * 7 / 8 * 8192 * 8192 * 2 / 450e9)
 
 
+def test_tp_without_nvlink_all_reduces_over_pcie() -> None:
+    # the L40S has no NVLink: its pair exchanges over its PCIe 4.0 x16 link, 31.5 GB/s one way
+    shape = CATALOG["llama-3-8b"]
+    cost = prefill_cost(shape, GPUS["l40s"], 1024, 0, tp=2)
+    assert cost.allreduce_s == pytest.approx(2 * 2 * 1 / 2 * 1024 * 4096 * 2 / 31.5e9)
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
         (["--gpu", "h200", "--tp", "3"], "TP 3 does not divide"),
-        (["--gpu", "l40s", "--tp", "2"], "no NVLink"),
+        (["--gpu", "mygpu:400:1.6", "--tp", "2"], "no NVLink or host link"),
         (["--deployment", "h200x8", "--tp", "4"], "disagree"),
         (["--deployment", "h200y8"], "unknown GPU"),
     ],

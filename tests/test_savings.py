@@ -46,13 +46,18 @@ def test_choosing_a_configuration_and_a_cost_model(wh, write_lines, capsys) -> N
     )
     assert main(["savings", "--warehouse", str(path)]) == 2
     assert "simulate --outcomes" in capsys.readouterr().err
-    argv = ["simulate", "--warehouse", str(path), "--policy", "lru", "--capacity-blocks", "2,3"]
-    assert main([*argv, "--outcomes"]) == 0
+    argv = ["simulate", "--warehouse", str(path), "--policy", "lru,fifo", "--capacity-blocks"]
+    assert main([*argv, "2,3", "--outcomes"]) == 0
     assert main(["savings", "--warehouse", str(path)]) == 2
-    assert "several configurations match" in capsys.readouterr().err
-    assert main(["savings", "--warehouse", str(path), "--capacity-blocks", "3"]) == 0
+    assert "several configurations match" in capsys.readouterr().err  # two policies
+    # of one policy's capacities, the largest the deployment's pool holds (h100x1: 885 blocks)
+    assert main(["savings", "--warehouse", str(path), "--policy", "lru"]) == 0
     out = capsys.readouterr().out
     assert "lru shared @ 3 blocks" in out and "roofline" in out and "Decode time" in out
+    assert "on h100x1 (885-block KV pool)" in out
+    assert main(["savings", "--warehouse", str(path), "--policy", "lru", "--capacity-blocks",
+                 "2"]) == 0  # fmt: skip
+    assert "lru shared @ 2 blocks" in capsys.readouterr().out
     assert calibrated(con, "llama-3-8b", "h100") is None  # no replay run fitted one
     with pytest.raises(ValueError, match="no calibrated cost model"):
         cost_model("llama-3-8b", "h100", "calibrated", None)
@@ -66,3 +71,27 @@ def test_the_roofline_command_prints_the_worked_example(capsys) -> None:  # type
     out = capsys.readouterr().out
     assert "68.98 B parameters" in out
     assert "32.76" in out  # miss / hit attention FLOPs
+
+
+@pytest.mark.parametrize(
+    ("kind", "calibrated", "shipped"),
+    [("calibrated", True, False), ("shipped:h100-2026-11", True, True), ("roofline", False, False)],
+)
+def test_the_page_says_which_cost_models_rest_on_a_measurement(kind, calibrated, shipped) -> None:  # noqa: ANN001
+    """A model shipped with prefixscope was measured on its GPU: the page says so, as it does
+    for the warehouse's own calibration; only the roofline is not a measurement."""
+    from prefixscope.dashboards.savings import _configuration
+
+    row = {
+        "tenant": "*", "policy": "lru", "isolation": "shared", "capacity_blocks": 885,
+        "model": "llama-3-8b", "gpu": "h100", "deployment": "h100x1", "kv_pool_blocks": 885,
+        "cost_model": kind, "cost_model_run_id": None, "cost_model_device": None,
+        "holdout_median_abs_pct_err": None, "holdout_p90_abs_pct_err": None, "requests": 3,
+        "hit_tokens": 1, "input_tokens": 2, "prefill_gpu_seconds_no_cache": 2.0,
+        "prefill_gpu_seconds_with_cache": 1.0, "saved_share": 0.5,
+        "gpu_seconds_saved_per_hour": 1.0, "ttft_p50_no_cache_s": 0.1,
+        "ttft_p50_with_cache_s": 0.05, "ttft_p95_no_cache_s": 0.2, "ttft_p95_with_cache_s": 0.1,
+    }  # fmt: skip
+    shown = _configuration(0, [row])
+    assert (shown["calibrated"], shown["shipped"]) == (calibrated, shipped)
+    assert shown["gpu"] == "h100x1 (885-block KV pool)"

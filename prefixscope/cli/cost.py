@@ -63,6 +63,9 @@ def roofline(args: argparse.Namespace) -> int:
 def replay_arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
     p.add_argument("--model", help="catalog model (cpu: tiny-llama, cuda: llama-3-8b)")
+    p.add_argument(
+        "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda (%(default)s)")
     p.add_argument(
         "--samples",
@@ -104,6 +107,7 @@ def replay(args: argparse.Namespace) -> int:
     options = ReplayOptions(
         device=args.device,
         model=args.model,
+        model_config=args.model_config,
         samples=args.samples,
         max_tokens=args.max_tokens,
         gpu=args.gpu,
@@ -141,6 +145,14 @@ def savings_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_GPU,
         help="a100, h100, h200, NAME:TFLOPS:TBPS, cpu",
     )
+    p.add_argument(
+        "--deployment",
+        type=flags.deployment,
+        metavar="GPU[xTP]",
+        help="the GPUs that price a prefill, e.g. h100x1 or h200x8; their KV pool of --model "
+        "bounds the capacity priced (default: the fewest GPUs of --gpu that hold the model)",
+    )
+    p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument("--cost-model", default="auto", choices=COST_MODEL_KINDS)
     _outcomes(p)
 
@@ -158,7 +170,10 @@ def savings(args: argparse.Namespace) -> int:
         policy=args.policy,
         capacity_blocks=args.capacity_blocks,
         isolation=args.isolation,
+        deployment=args.deployment,
+        kv_dtype=args.kv_dtype,
     )
+    settings.check()  # the deployment, before the warehouse is opened
     print(format_savings(stage.run(args.warehouse, settings)))
     return 0
 

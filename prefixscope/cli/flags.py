@@ -267,6 +267,14 @@ def deployments(text: str) -> list[str]:
     return distinct(out, text)
 
 
+def deployment(text: str) -> str:
+    """One ``GPU[xTP]`` (``cost/deployment.py``), checked here; kept as given for a TOML file,
+    else in its own spelling (``h100`` → ``h100x1``)."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"give one deployment, GPU or GPUxTP, got {text!r}")
+    return deployments(text)[0]
+
+
 def capacities(p: argparse.ArgumentParser, blocks_help: str | None = None) -> None:
     """One of ``--capacity-blocks``, ``--capacity-tokens``, ``--capacity-gib`` (of ``--model``),
     each a comma-separated list."""
@@ -319,13 +327,10 @@ def model_config(text: str) -> str:
 
 
 def _read_with(text: str, read: Callable[[str], object]) -> str:
-    """``text`` when ``read`` takes the file it names; else the flag's one-line error."""
+    """``text`` when ``read`` takes the file it names (``prefixscope/textfile.py`` reads it,
+    so a file that cannot be opened is a ValueError too); else the flag's one-line error."""
     try:
         read(text)
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(
-            f"cannot read {text}: {exc.strerror or exc} — check the path"
-        ) from None
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

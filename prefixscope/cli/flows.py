@@ -43,7 +43,13 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         help="replica counts of the fleet step, every router at each (4,8)",
     )
     flags.windows(p)
-    p.add_argument("--savings-model", default="llama-3-8b", help="model the savings price")
+    p.add_argument("--savings-model", help="model the savings price (llama-3-8b)")
+    p.add_argument(
+        "--savings-model-config",
+        type=flags.model_config,
+        metavar="FILE",
+        help="a Hugging Face config.json of the model the savings price",
+    )
     p.add_argument(
         "--dask-address",
         type=flags.dask_address,
@@ -86,12 +92,22 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
         "policies": args.policy or None,
         "capacities_blocks": args.capacity_blocks or list(DEFAULT_CAPACITIES),
         "windows": args.window or None,
-        "savings_model": args.savings_model,
+        "savings_model": savings_model(args),
+        "savings_model_config": args.savings_model_config,
         "savings_gpu": args.savings_gpu,
         "replay_samples": args.replay_samples,
         "fleet_replicas": args.fleet_replicas or None,
         "workers": args.workers,
     }
+
+
+def savings_model(args: argparse.Namespace) -> str:
+    """``--savings-model``, else the name ``--savings-model-config``'s shape takes, else
+    llama-3-8b."""
+    return flags.model_named(
+        argparse.Namespace(model=args.savings_model, model_config=args.savings_model_config),
+        "llama-3-8b",
+    )
 
 
 def check(args: argparse.Namespace, serving: bool = False) -> dict[str, object]:

@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from prefixscope.analysis.cost.shipped import PREFIX
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.views import read_view
 
@@ -26,7 +27,7 @@ def format_savings(table: pa.Table) -> str:
     r0 = rows[0]
     cap = "unbounded" if r0["capacity_blocks"] is None else f"{r0['capacity_blocks']:,}"
     lines = [
-        f"{r0['policy']} {r0['isolation']} @ {cap} blocks; {r0['model']} on {r0['gpu']}, "
+        f"{r0['policy']} {r0['isolation']} @ {cap} blocks; {r0['model']} on {priced_on(r0)}, "
         f"{r0['cost_model']} cost model",
         f"{'tenant':<14}{'hit':>7}{'GPU-s no cache':>16}{'with cache':>12}{'saved/h':>10}"
         f"{'TTFT p50 no/with (s)':>24}{'p95 no/with (s)':>20}",
@@ -46,6 +47,21 @@ def format_savings(table: pa.Table) -> str:
     return "\n".join(lines)
 
 
+def priced_on(r: dict[str, Any]) -> str:
+    """What a savings row was priced on: its deployment and the KV pool that bounds its
+    capacity (``h100x1, a 885-block KV pool``), else its GPU (a warehouse written before the
+    column, a GPU without an HBM figure, the CPU)."""
+    if not r.get("deployment"):
+        return str(r["gpu"])
+    return f"{r['deployment']} ({r['kv_pool_blocks']:,}-block KV pool)"
+
+
+def is_calibrated(cost_model: str) -> bool:
+    """Whether rows priced by ``cost_model`` rest on a measurement: a warehouse's own fit
+    (``calibrated``) or a shipped one (``shipped:FILE``), not the roofline."""
+    return cost_model != "roofline"
+
+
 def savings_section(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """What ``templates/savings.html`` shows: one entry per priced configuration of
     ``latest_savings`` (newest first), each with its cost model and its rows, the fleet first.
@@ -58,12 +74,20 @@ def savings_section(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 #: The columns of ``latest_savings`` that name one priced configuration.
-CONFIGURATION = ("policy", "isolation", "capacity_blocks", "model", "gpu", "cost_model")
+CONFIGURATION = (
+    "policy",
+    "isolation",
+    "capacity_blocks",
+    "model",
+    "gpu",
+    "deployment",
+    "cost_model",
+)
 
 
 def _configuration(i: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
     r0 = rows[0]
-    calibrated = r0["cost_model"] == "calibrated"
+    calibrated = is_calibrated(r0["cost_model"])
     quality = ""
     if calibrated and r0["holdout_median_abs_pct_err"] is not None:
         quality = (
@@ -73,9 +97,10 @@ def _configuration(i: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "id_suffix": "" if i == 0 else f"-{i + 1}",  # element ids stay unique on the page
         "model": r0["model"],
-        "gpu": r0["gpu"],
+        "gpu": priced_on(r0),
         "cost_model": r0["cost_model"],
         "calibrated": calibrated,
+        "shipped": r0["cost_model"].startswith(PREFIX),
         "device": str(r0["cost_model_device"]),
         "cost_model_run_id": str(r0["cost_model_run_id"]),
         "quality": quality,

@@ -21,6 +21,7 @@ import polars as pl
 
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.plan import sentences
+from prefixscope.dashboards.savings import priced_on
 from prefixscope.dashboards.views import read_view
 
 MAX_LINES = 15
@@ -226,9 +227,17 @@ def _saves(r: dict[str, Any]) -> Item:
         "saves",
         f"{saved}{share}; TTFT p50 {_ms(r['ttft_p50_no_cache_s'])} → "
         f"{_ms(r['ttft_p50_with_cache_s'])}, p95 {_ms(r['ttft_p95_no_cache_s'])} → "
-        f"{_ms(r['ttft_p95_with_cache_s'])} ({r['policy']} {r['isolation']} at {cap}; "
-        f"{r['model']} on {r['gpu']}, {r['cost_model']})",
+        f"{_ms(r['ttft_p95_with_cache_s'])} ({r['policy']} {r['isolation']} at {cap}{_on(r)}, "
+        f"{r['cost_model']})",
     )
+
+
+def _on(r: dict[str, Any]) -> str:
+    """What the savings were priced on: the deployment whose whole KV pool is the capacity
+    priced, or the deployment (or GPU) beside a smaller capacity."""
+    if r.get("deployment") and r["capacity_blocks"] == r["kv_pool_blocks"]:
+        return f", the whole KV pool of {r['deployment']} serving {r['model']}"
+    return f"; {r['model']} on {priced_on(r)}"
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -95,18 +95,20 @@ def format_curve(table: pa.Table) -> str:
 
 
 def format_fleet(table: pa.Table) -> str:
-    """``fleet_hit_rates`` fleet rows: per window, replica count, capacity and load, one line
-    per router with its hit rate beside what it costs in TTFT and balance."""
+    """``fleet_hit_rates`` fleet rows: per window, replica count, deployment, capacity and
+    load, one line per router with its hit rate beside what it costs in TTFT and balance.
+    ``HBM`` says whether the capacity fits the deployment's KV pool (``ok``), exceeds it (a
+    what-if, ``over``) or cannot be judged (``—``: a GPU without an HBM figure)."""
     df = pl.from_arrow(table)
     assert isinstance(df, pl.DataFrame)
     df = df.filter(pl.col("tenant") == FLEET).sort(
-        ["measure_window", "replicas", "capacity_blocks", "dram_blocks", "store_unbounded",
-         "store_blocks", "load_scale", "router"],
+        ["measure_window", "replicas", "deployment", "capacity_blocks", "dram_blocks",
+         "store_unbounded", "store_blocks", "load_scale", "router"],
         nulls_last=False,
     )  # fmt: skip
     tiered = bool(df["dram_blocks"].max()) or df["store_gbps"].drop_nulls().len() > 0
     lines = [
-        f"{'window':<10} {'replicas':>8} {'capacity':>12} "
+        f"{'window':<10} {'replicas':>8} {'deployment':<10} {'capacity':>12} {'HBM':>4} "
         + (f"{'DRAM':>10} {'store':>10} " if tiered else "")
         + f"{'load':>5} {'router':<13} "
         f"{'token hit':>9} {'ceiling':>8} {'TTFT p50':>9} {'p95':>8} {'p99':>8} {'imbalance':>9}"
@@ -114,13 +116,18 @@ def format_fleet(table: pa.Table) -> str:
     for r in df.iter_rows(named=True):
         tiers = f"{_tier(r['dram_blocks'] or None):>10} {_store(r):>10} " if tiered else ""
         lines.append(
-            f"{r['measure_window']:<10} {r['replicas']:>8} "
-            f"{r['capacity_blocks']:>8,} blk {tiers}{r['load_scale']:>4g}x {r['router']:<13} "
+            f"{r['measure_window']:<10} {r['replicas']:>8} {r['deployment'] or '—':<10} "
+            f"{r['capacity_blocks']:>8,} blk {_hbm(r['exceeds_hbm']):>4} "
+            f"{tiers}{r['load_scale']:>4g}x {r['router']:<13} "
             f"{_num(r['token_hit_rate'], 9)} {_num(r['ceiling_token_hit_rate'], 8)} "
             f"{_seconds(r['ttft_p50_s'], 9)} {_seconds(r['ttft_p95_s'], 8)} "
             f"{_seconds(r['ttft_p99_s'], 8)} {_num(r['load_imbalance'], 9)}"
         )
     return "\n".join(lines)
+
+
+def _hbm(exceeds: bool | None) -> str:
+    return "—" if exceeds is None else ("over" if exceeds else "ok")
 
 
 def _tier(blocks: int | None) -> str:

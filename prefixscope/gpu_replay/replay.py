@@ -34,6 +34,7 @@ DEFAULT_MAX_TOKENS = {"cpu": 1024, "cuda": 32768}
 class ReplayOptions:
     device: str = "cpu"
     model: str | None = None  # default: DEFAULT_MODELS[device]
+    model_config: str | None = None  # a config.json whose shape is replayed (``model`` names it)
     samples: int = 24
     max_tokens: int | None = None  # default: DEFAULT_MAX_TOKENS[device]
     gpu: str | None = None  # roofline spec; default: the CUDA device's name, or measured (CPU)
@@ -58,7 +59,7 @@ class ReplayOptions:
             raise ValueError("--device cuda: torch sees no CUDA device")
         return replace(
             self,
-            model=self.model or DEFAULT_MODELS[kind],
+            model=self.model or (None if self.model_config else DEFAULT_MODELS[kind]),
             max_tokens=self.max_tokens or DEFAULT_MAX_TOKENS[kind],
             dtype=self.dtype or ("bf16" if kind == "cuda" else "fp32"),
         )
@@ -117,8 +118,8 @@ def replay_requests(
     """Time sampled requests of ``outcomes`` (request id, tenant, input and hit tokens) as a
     miss and as a hit, and fit a cost model to the times; touches no warehouse."""
     o = options.resolved()
-    assert o.model is not None and o.max_tokens is not None and o.dtype is not None
-    shape = resolve_model(o.model)
+    assert o.max_tokens is not None and o.dtype is not None
+    shape = resolve_model(o.model, o.model_config)
     picks = stratified_sample(outcomes, o.samples, o.seed)
     if picks.height < 2:
         raise ValueError("replay needs at least two requests in request_outcomes")

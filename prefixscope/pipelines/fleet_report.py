@@ -44,7 +44,6 @@ from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaul
     DEFAULT_WINDOWS,
     RECENT_LOOKUPS,
     expand_inputs,
-    fleet_deployment,
     fleet_settings,
     outcomes_scenario,
     structure_settings,
@@ -208,6 +207,7 @@ def fleet_report(
     savings_policy: str = "lru",
     savings_capacity_blocks: int | None = None,
     savings_model: str = DEFAULT_MODEL,
+    savings_model_config: str | None = None,
     savings_gpu: str = DEFAULT_GPU,
     replay_samples: int = 0,
     dask_address: str | None = None,
@@ -243,6 +243,7 @@ def fleet_report(
         savings_policy=savings_policy,
         savings_capacity_blocks=savings_capacity_blocks,
         savings_model=savings_model,
+        savings_model_config=savings_model_config,
         savings_gpu=savings_gpu,
         replay_samples=replay_samples,
         fleet_replicas=fleet_replicas,
@@ -251,6 +252,7 @@ def fleet_report(
         dask_address=dask_address,
     )
     capacities_blocks = list(checked.capacities_blocks)
+    simulated_blocks = list(checked.simulated_blocks or capacities_blocks)
     windows = list(checked.windows)
     priced = checked.priced
     wh = warehouse_path
@@ -276,7 +278,7 @@ def fleet_report(
             wh,
             simulate_stage.SimulateSettings(
                 policies=checked.policies,
-                capacities=Capacities(blocks=capacities_blocks),
+                capacities=Capacities(blocks=simulated_blocks),  # the priced pool among them
                 isolations=checked.isolations,
                 measure=Settings(windows=tuple(windows), outcomes=True),
                 outcomes_for=priced,
@@ -296,6 +298,8 @@ def fleet_report(
             step("replay")
             calibrated = replay(wh, priced, replay_samples)
         model, gpu = calibrated or (savings_model, savings_gpu)
+        # a replay calibrates a catalog model; the config.json is the savings model's shape
+        config = savings_model_config if model == savings_model else None
         step("fleet")
         fleet(
             wh,
@@ -307,7 +311,8 @@ def fleet_report(
                 checked.fleet_replicas,
                 dask_address,
                 workers,
-                fleet_deployment(savings_gpu),
+                checked.deployment,
+                config,
             ),
         )
         step("plan")
@@ -317,6 +322,7 @@ def fleet_report(
                 target=plan_target,
                 model=model,
                 gpu=gpu,
+                model_config=config,
                 max_lookups=RECENT_LOOKUPS,
                 workers=workers if dask_address is None else None,
                 dask_address=dask_address,
@@ -324,13 +330,19 @@ def fleet_report(
         )
         step("validate")
         if validate_stage.has_reports(wh):  # the engines' own counts: the effective capacity
-            validate(wh, validate_stage.ValidateSettings(model=model))
+            validate(wh, validate_stage.ValidateSettings(model=model, model_config=config))
         step("savings")
         saved = savings(
             wh,
             savings_stage.SavingsSettings(
                 model=model,
                 gpu=gpu,
+                model_config=config,
+                # the flow's deployment where it prices with the flow's GPU; a replay's own
+                # device (calibrated) takes the fewest of its GPUs that hold its model
+                deployment=checked.deployment
+                if (model, gpu) == (savings_model, savings_gpu)
+                else None,
                 policy=priced.policy,
                 capacity_blocks=priced.capacity_blocks,
                 isolation=priced.isolation,

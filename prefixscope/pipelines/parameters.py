@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prefixscope import warehouse
-from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.deployment import fitting_deployment
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
+from prefixscope.analysis.fleet.hardware import of_deployment
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Scenario, scenarios
@@ -58,6 +59,11 @@ class Checked:
     fleet_replicas: tuple[int, ...]
     grid: tuple[Scenario, ...]
     priced: Scenario  # the scenario whose outcomes the savings price
+    #: What the savings and the fleet price: the fewest GPUs of ``savings_gpu`` that hold the
+    #: model (None: a GPU without an HBM figure, or the CPU); the savings price its KV pool.
+    deployment: str | None = None
+    #: The capacities simulated: those given, and the deployment's pool (the priced one).
+    simulated_blocks: tuple[int, ...] = ()
 
 
 def check(
@@ -77,6 +83,7 @@ def check(
     savings_policy: str = "lru",
     savings_capacity_blocks: int | None = None,
     savings_model: str = DEFAULT_MODEL,
+    savings_model_config: str | None = None,
     savings_gpu: str = DEFAULT_GPU,
     replay_samples: int = 0,
     fleet_replicas: Sequence[int] | None = None,
@@ -118,19 +125,34 @@ def check(
         twice = sorted({str(v) for v in values if values.count(v) > 1})
         if twice:
             raise ValueError(f"{flag} gives {', '.join(twice)} twice — give each value once")
-    grid = scenarios(resolved["--policy"], resolved["--capacity-blocks"], resolved["--isolation"])
     check_windows(resolved["--window"])
-    resolve_model(savings_model)
+    shape = resolve_model(savings_model, savings_model_config)
     gpu_key(savings_gpu)
+    deployment = fleet_deployment(savings_gpu, savings_model, savings_model_config)
+    block_size = FORMATS[format_name].default_block_size
+    pool = deployment_pool(deployment, savings_model, block_size, savings_model_config)
+    if pool is not None and savings_capacity_blocks is not None and savings_capacity_blocks > pool:
+        raise ValueError(
+            f"--savings-capacity-blocks {savings_capacity_blocks:,} is more KV than {deployment}'s "
+            f"pool of {pool:,} blocks of {shape.name} — give at most {pool:,}, or a GPU that holds "
+            "more (--savings-gpu)"
+        )
+    simulated = tuple(sorted({*resolved["--capacity-blocks"], *([pool] if pool else [])}))
+    grid = scenarios(resolved["--policy"], simulated, resolved["--isolation"])
     for what, value in (("--replay-samples", replay_samples), ("--workers", workers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{what} must be a whole number from 0, got {value!r}")
     caps = resolved["--capacity-blocks"]
     settings = fleet_settings(caps, resolved["--window"], savings_model, savings_gpu,
                               resolved["--fleet-replicas"], dask_address, workers,
-                              fleet_deployment(savings_gpu))  # fmt: skip
+                              deployment, savings_model_config)  # fmt: skip
     settings.check()
-    plan_stage.PlanSettings(target=plan_target, model=savings_model, gpu=savings_gpu).check()
+    plan_stage.PlanSettings(
+        target=plan_target,
+        model=savings_model,
+        gpu=savings_gpu,
+        model_config=savings_model_config,
+    ).check()
     if serving:
         paths = tuple(pending_inputs(inputs))
     else:
@@ -145,7 +167,9 @@ def check(
         isolations=resolved["--isolation"],
         fleet_replicas=resolved["--fleet-replicas"],
         grid=tuple(grid),
-        priced=outcomes_scenario(grid, savings_policy, savings_capacity_blocks),
+        priced=outcomes_scenario(grid, savings_policy, savings_capacity_blocks or pool),
+        deployment=deployment,
+        simulated_blocks=simulated,
     )
 
 
@@ -191,7 +215,13 @@ def refuse_nothing_to_report(paths: Sequence[str], warehouse_path: str | None) -
     """ValueError when every input is empty (or blank) and the warehouse holds no request of
     an earlier run: the flow would have nothing to measure, and would stop only after its
     ingest had created the warehouse. Empty inputs beside earlier requests are a run like
-    any other (a scheduled run between two logs)."""
+    any other (a scheduled run between two logs).
+
+    This opens an input a second time, before ingest reads it, and keeps it so: it reads only
+    up to the first byte that is not whitespace of the first input that has one (one chunk:
+    3.8 ms for the bundled trace, gzip included), so only an all-blank input is read through;
+    and it must answer before the flow's first write, which the ingest stage's own reading
+    (inside its run, after Prefect starts) cannot."""
     if any(holds_text(Path(p)) for p in paths):
         return
     if warehouse_path is not None and Path(warehouse_path).is_file():
@@ -219,15 +249,23 @@ def readable(paths: Sequence[str]) -> list[str]:
     return list(paths)
 
 
-def fleet_deployment(gpu: str) -> str | None:
-    """The flow's replicas: one ``gpu`` each (``GPUx1``), where ``gpu`` has an HBM figure to
-    size its pool by; None for a ``NAME:TFLOPS:TBPS`` spec or ``cpu``."""
-    if gpu.lower() == "cpu" or ":" in gpu:
+def fleet_deployment(
+    gpu: str, model: str = DEFAULT_MODEL, model_config: str | None = None
+) -> str | None:
+    """The flow's replicas, and what its savings price: the fewest ``gpu`` that hold ``model``
+    (the shape of ``model_config`` where given) as ``GPUxTP``, where ``gpu`` has an HBM figure
+    to size its pool by; None for a ``NAME:TFLOPS:TBPS`` spec or ``cpu``."""
+    return fitting_deployment(gpu, resolve_model(model, model_config))
+
+
+def deployment_pool(
+    deployment: str | None, model: str, block_size: int, model_config: str | None = None
+) -> int | None:
+    """The KV pool of ``deployment`` serving ``model``, in blocks of ``block_size``."""
+    if deployment is None:
         return None
-    spec = resolve_gpu(gpu)
-    if spec.hbm_gib is None:
-        return None
-    return f"{gpu.strip()}x1" if gpu.strip().lower().endswith(".toml") else f"{spec.name}x1"
+    shape = resolve_model(model, model_config)
+    return of_deployment(deployment, shape, block_size, "bf16").kv_pool_blocks
 
 
 def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
@@ -249,6 +287,7 @@ def fleet_settings(
     dask_address: str | None,
     workers: int = 1,
     deployment: str | None = None,
+    model_config: str | None = None,
 ) -> fleet_stage.FleetSettings:
     """Every router at each replica count, each replica ``deployment`` at its own KV pool (a
     fleet that can exist); without one, the grid's middle capacity."""
@@ -261,6 +300,7 @@ def fleet_settings(
         load_scales=DEFAULT_FLEET_LOAD_SCALES,
         windows=tuple(windows),
         model=model,
+        model_config=model_config,
         gpu=gpu,
         workers=workers if dask_address is None else None,
         dask_address=dask_address,

@@ -165,7 +165,12 @@ class FleetSettings:
         shape = self.shape
         gpu_key(self.gpu)
         for text in self.deployments:  # at the smallest block: one that cannot fit, fits nowhere
-            of_deployment(text, shape, 1, self.kv_dtype)
+            hw = of_deployment(text, shape, 1, self.kv_dtype)
+            if self.cost_model == "calibrated" and (hw.gpus or 1) > 1:
+                raise ValueError(
+                    f"a calibrated cost model times one GPU, not {hw.deployment}'s {hw.gpus} — "
+                    "price it with --cost-model roofline (or auto), or give a deployment of one GPU"
+                )
         check_windows(self.windows)
         for dram in self.drams:
             if dram is not None:
@@ -229,15 +234,20 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
         with run.reading() as con:
             trace = load_trace(con)
             traffic = load_traffic(con)
+            # a calibrated model is one GPU's (a replay times one device): it prices TP 1 only
             fitted = {
-                g: None if settings.cost_model == "roofline" else calibrated(con, settings.shape, g)
-                for g in gpus
+                (g, tp): None
+                if settings.cost_model == "roofline" or tp > 1
+                else calibrated(con, settings.shape, g)
+                for g, tp in gpus
             }
         first = tail_start(trace, settings.max_lookups)
         if first:
             trace = tail(trace, first)
             traffic = traffic.take(np.arange(first, first + trace.n_requests))
-        priced = {g: engine_for(replace(settings, gpu=g), fitted[g]) for g in gpus}
+        priced = {
+            (g, tp): engine_for(replace(settings, gpu=g), fitted[(g, tp)], tp) for g, tp in gpus
+        }
         given = settings.capacities
         capacities = replace(
             given,
@@ -259,7 +269,7 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
         tiers = settings.tiers(trace.block_size)
         runs = [(f, h) for b, g, h in options for f in settings.grid([b], [g], tiers)]
         outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
-        pricing = [priced[h.gpu or settings.gpu][1] for _, h in runs]
+        pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
         hardware = [h for _, h in runs]
         hit_rates, replicas = tables(trace, outcomes, settings.windows, pricing, hardware)
         with run.publishing() as con:
@@ -268,35 +278,35 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
     return FleetResult(run.run_id, hit_rates, replicas, tuple(outcomes))
 
 
-def _gpu_texts(settings: FleetSettings) -> list[str]:
-    """The GPUs that price the steps: each deployment's, else ``gpu``."""
-    if not settings.deployments:
-        return [settings.gpu]
-    shape = settings.shape
-    return [of_deployment(d, shape, 1, settings.kv_dtype).gpu or settings.gpu
-            for d in settings.deployments]  # fmt: skip
+def _gpu_texts(settings: FleetSettings) -> list[tuple[str, int]]:
+    """The GPUs that price the steps and the TP they run at: each deployment's, else one
+    ``gpu``."""
+    hardware = [
+        of_deployment(d, settings.shape, 1, settings.kv_dtype) for d in settings.deployments
+    ]
+    return [h.priced_by(settings.gpu) for h in hardware] or [(settings.gpu, 1)]
 
 
 def simulate_by_gpu(
     trace: Trace,
     traffic: Traffic,
     runs: Sequence[tuple[Fleet, Hardware]],
-    priced: dict[str, tuple[Engine, Pricing]],
+    priced: dict[tuple[str, int], tuple[Engine, Pricing]],
     settings: FleetSettings,
 ) -> list[FleetOutcome]:
-    """Each configuration's outcome, in ``runs`` order: those of one GPU under its engine, a
-    configuration that two rows share (deployments of one GPU at one what-if capacity)
-    simulated once."""
-    done: dict[tuple[str, Fleet], FleetOutcome] = {}
-    for gpu, (engine, _) in priced.items():
-        mine = list(dict.fromkeys(f for f, h in runs if (h.gpu or settings.gpu) == gpu))
+    """Each configuration's outcome, in ``runs`` order: those of one (GPU, TP) under its
+    engine, a configuration that two rows share (deployments of one GPU and TP at one what-if
+    capacity) simulated once."""
+    done: dict[tuple[tuple[str, int], Fleet], FleetOutcome] = {}
+    for key, (engine, _) in priced.items():
+        mine = list(dict.fromkeys(f for f, h in runs if h.priced_by(settings.gpu) == key))
         done |= {
-            (gpu, f): o
+            (key, f): o
             for f, o in zip(
                 mine, simulate_grid(trace, traffic, mine, engine, settings), strict=True
             )
         }
-    return [done[(h.gpu or settings.gpu, f)] for f, h in runs]
+    return [done[(h.priced_by(settings.gpu), f)] for f, h in runs]
 
 
 def load_traffic(con: duckdb.DuckDBPyConnection) -> Traffic:
@@ -313,10 +323,12 @@ def load_traffic(con: duckdb.DuckDBPyConnection) -> Traffic:
 
 
 def engine_for(
-    settings: FleetSettings, fitted: tuple[str, tuple[float, ...], tuple[float, float]] | None
+    settings: FleetSettings,
+    fitted: tuple[str, tuple[float, ...], tuple[float, float]] | None,
+    tp: int = 1,
 ) -> tuple[Engine, Pricing]:
-    """The step cost: the calibrated model where there is one (and allowed), else the
-    roofline of ``model`` on ``gpu``."""
+    """The step cost: the calibrated model where there is one (and allowed: one GPU's, so at
+    TP 1 only), else the roofline of ``model`` on ``tp`` GPUs of ``gpu`` (``stepcost.py``)."""
     shape = settings.shape
     key = gpu_key(settings.gpu)
     if fitted is not None:
@@ -330,7 +342,7 @@ def engine_for(
     elif key == "cpu":
         raise ValueError("the roofline needs a GPU spec — give --gpu h100, or NAME:TFLOPS:TBPS")
     else:
-        cost = from_roofline(shape, resolve_gpu(settings.gpu))
+        cost = from_roofline(shape, resolve_gpu(settings.gpu), tp=tp)
     engine = Engine(
         cost,
         settings.budget_tokens,

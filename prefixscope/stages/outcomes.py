@@ -18,15 +18,24 @@ def choose_configuration(
     policy: str | None = None,
     capacity_blocks: int | None = None,
     isolation: str | None = None,
+    pool: tuple[str, int] | None = None,
 ) -> Configuration:
     """The one configuration with request_outcomes that matches (the newest run's, when no run
-    is named); an error lists the candidates when none or several match."""
+    is named); an error lists the candidates when none or several match. ``pool``: a
+    deployment's name and its KV pool in blocks: only a configuration whose cache that pool
+    holds is a candidate, and of several capacities the largest (the most the deployment
+    holds) is taken; a capacity asked beyond the pool is refused."""
     rows = [
         Configuration(r, p, i, c)
         for r, p, i, c, _ in con.execute(sql.load("views/outcome_configurations")).fetchall()
     ]
     if not rows:
         raise ValueError("no request_outcomes yet — run `prefixscope simulate --outcomes` first")
+    if pool is not None and capacity_blocks is not None and capacity_blocks > pool[1]:
+        raise ValueError(
+            f"--capacity-blocks {capacity_blocks:,} is more KV than {pool[0]}'s pool of "
+            f"{pool[1]:,} blocks — give at most {pool[1]:,}, or a deployment with more GPUs"
+        )
     match = [
         c
         for c in rows
@@ -35,8 +44,20 @@ def choose_configuration(
         and (capacity_blocks is None or c.capacity_blocks == capacity_blocks)
         and (isolation is None or c.isolation == isolation)
     ]
+    if pool is not None:
+        fits = [c for c in match if c.capacity_blocks is not None and c.capacity_blocks <= pool[1]]
+        if match and not fits:
+            raise ValueError(
+                f"no simulated configuration fits {pool[0]}'s KV pool of {pool[1]:,} blocks "
+                f"(the smallest matching holds {_smallest(match)}) — simulate one that does: "
+                f"`prefixscope simulate --outcomes --capacity-blocks {pool[1]}`"
+            )
+        match = fits
     if match and run_id is None:
         match = [c for c in match if c.run_id == match[0].run_id]  # the newest run's
+    if pool is not None and match:
+        largest = max(int(c.capacity_blocks or 0) for c in match)
+        match = [c for c in match if c.capacity_blocks == largest]
     if len(match) != 1:
         known = "; ".join(
             f"{c.policy} {c.isolation} {c.capacity_blocks or 'unbounded'} (run {c.run_id})"
@@ -47,6 +68,11 @@ def choose_configuration(
             f"{what} — choose one with --policy/--capacity-blocks/--outcomes-run: {known}"
         )
     return match[0]
+
+
+def _smallest(configs: list[Configuration]) -> str:
+    caps = [c.capacity_blocks for c in configs if c.capacity_blocks is not None]
+    return f"{min(caps):,} blocks" if caps else "an unbounded cache"
 
 
 def load_outcomes(

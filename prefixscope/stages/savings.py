@@ -1,5 +1,11 @@
 """Stage ``savings``: one configuration's ``request_outcomes`` priced with a prefill cost model
-→ ``savings`` (prefill GPU-seconds and TTFT with and without the cache, per tenant)."""
+on a deployment → ``savings`` (prefill GPU-seconds and TTFT with and without the cache, per
+tenant).
+
+The deployment (``GPU[xTP]``; default: the fewest GPUs of ``gpu`` that hold the model) bounds
+what is priced: its KV pool, in the trace's blocks, is the largest cache it can keep, so only a
+configuration at most that large is priced as that GPU, and a prefill runs on its TP GPUs.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,18 @@ from pathlib import Path
 import pyarrow as pa
 
 from prefixscope import warehouse
-from prefixscope.analysis.cost.models import resolve_model
-from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, savings_table
+from prefixscope.analysis.cost.deployment import fitting_deployment
+from prefixscope.analysis.cost.models import ModelShape, resolve_model
+from prefixscope.analysis.cost.savings import (
+    COST_MODEL_KINDS,
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    cost_model,
+    gpu_key,
+    savings_table,
+)
+from prefixscope.analysis.fleet.hardware import Hardware, of_deployment
+from prefixscope.analysis.trace.load import block_size_of
 from prefixscope.stages.outcomes import calibrated, choose_configuration, load_outcomes
 
 
@@ -18,7 +34,7 @@ from prefixscope.stages.outcomes import calibrated, choose_configuration, load_o
 class SavingsSettings:
     """The model and GPU that price a miss, the cost model (auto: calibrated when the
     warehouse holds one, else the roofline), and which configuration's outcomes (default: the
-    only one of the newest run)."""
+    only one of the newest run that the deployment holds)."""
 
     model: str = DEFAULT_MODEL
     gpu: str = DEFAULT_GPU
@@ -29,23 +45,60 @@ class SavingsSettings:
     isolation: str | None = None
     #: A config.json whose shape ``model`` names (``resolve_model``).
     model_config: str | None = None
+    #: ``GPU[xTP]`` whose KV pool bounds the capacity priced and whose GPU prices a prefill
+    #: (in ``gpu``'s place); None: ``fitting_deployment(gpu)``, none for ``cpu`` or a GPU
+    #: without an HBM figure.
+    deployment: str | None = None
+    kv_dtype: str = "bf16"
+
+    @property
+    def shape(self) -> ModelShape:
+        return resolve_model(self.model, self.model_config)
+
+    def resolved_deployment(self) -> str | None:
+        return self.deployment or fitting_deployment(self.gpu, self.shape)
+
+    def check(self) -> Hardware:
+        """Names and numbers, before the warehouse is opened: the deployment (refused in one
+        line when it does not hold the model, naming the TP that does), at the smallest block."""
+        if self.cost_model not in COST_MODEL_KINDS:
+            raise ValueError(
+                f"unknown cost model {self.cost_model!r}; known: {', '.join(COST_MODEL_KINDS)}"
+            )
+        gpu_key(self.gpu)
+        text = self.resolved_deployment()
+        if text is None:
+            return Hardware()
+        hardware = of_deployment(text, self.shape, 1, self.kv_dtype)
+        if self.cost_model == "calibrated" and (hardware.gpus or 1) > 1:
+            raise ValueError(
+                f"a calibrated cost model times one GPU, not {hardware.deployment}'s "
+                f"{hardware.gpus} — price it with --cost-model roofline (or auto), or give a "
+                "deployment of one GPU"
+            )
+        return hardware
 
 
 def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
     s = settings
+    # the deployment as given (a TOML file's path reads back; the GPU's own name may not)
+    text = s.resolved_deployment() if s.check().deployment else None
+    hardware, pool = Hardware(), None
+    with warehouse.reading(wh) as con:  # the choice first: a refusal writes nothing
+        if text is not None:
+            hardware = of_deployment(text, s.shape, block_size_of(con), s.kv_dtype)
+            pool = (str(hardware.deployment), int(hardware.kv_pool_blocks or 0))
+        config = choose_configuration(
+            con, s.outcomes_run, s.policy, s.capacity_blocks, s.isolation, pool
+        )
+    gpu, tp = hardware.gpu or s.gpu, hardware.gpus or 1
     with warehouse.StageRun(wh, "savings", s) as run:
         with run.reading() as con:
-            config = choose_configuration(
-                con, s.outcomes_run, s.policy, s.capacity_blocks, s.isolation
-            )
-            fitted = (
-                None
-                if s.cost_model == "roofline"
-                else calibrated(con, resolve_model(s.model, s.model_config), s.gpu)
-            )
+            # a calibrated model times one GPU: it prices TP 1 only
+            fitted = None if s.cost_model == "roofline" or tp > 1 else calibrated(con, s.shape, gpu)
             outcomes, traffic = load_outcomes(con, config)
-        cost = cost_model(s.model, s.gpu, s.cost_model, fitted, s.model_config)
-        table = savings_table(config, outcomes, traffic, cost)
+        cost = cost_model(s.model, gpu, s.cost_model, fitted, s.model_config, tp)
+        table = savings_table(config, outcomes, traffic, cost, hardware.columns(0))
         with run.publishing() as con:
             warehouse.append(con, "savings", table, run.run_id)
     return table

@@ -86,7 +86,9 @@ class MemorySplit:
 
     @property
     def kv_pool_tokens(self) -> int:
-        """Tokens of KV the replica holds: each GPU holds its share of every token's KV."""
+        """Tokens of KV the replica holds: each GPU holds its share of every token's KV.
+        ``memory_split`` returns a split only when this is at least one block (GiB are bytes
+        / 2**30, exact in floating point, so these are the bytes it checked)."""
         return int(self.kv_pool_gib * GIB // self.kv_bytes_per_token)
 
     @property
@@ -244,6 +246,26 @@ def smallest_fitting_tp(
         if budget - weights - reserve >= block * block_size:
             return tp
     return None
+
+
+def fitting_deployment(gpu: str, shape: ModelShape, weight_dtype: str | None = None) -> str | None:
+    """The deployment of ``gpu`` (a catalog name, alias or TOML file) that holds ``shape`` on
+    the fewest GPUs, as ``GPUxTP``: what a command prices when it is given a GPU and no
+    deployment. None for ``cpu`` or a GPU without an HBM figure (nothing to size by);
+    ValueError, in one line, when no TP of it holds the model."""
+    text = gpu.strip()
+    if text.lower() == "cpu" or ":" in text:
+        return None
+    spec = resolve_gpu(text)
+    if spec.hbm_gib is None:
+        return None
+    tp = smallest_fitting_tp(shape, spec, weight_dtype=weight_dtype)
+    if tp is None:
+        raise ValueError(
+            f"no TP of {spec.name} holds {shape.name}'s weights — give a larger GPU, or a smaller "
+            "weight dtype"
+        )
+    return f"{text}x{tp}" if text.lower().endswith(".toml") else Deployment(spec, tp).name
 
 
 def format_splits(splits: list[MemorySplit]) -> str:

@@ -24,6 +24,8 @@ import re
 import tomllib
 from pathlib import Path
 
+from prefixscope.textfile import read_text
+
 #: Bounds of a custom spec's figures, far beyond any part: an H200 does 989 TFLOP/s and
 #: 4.8 TB/s. Outside them a roofline divides into NaN, overflows or rounds a prefill to 0 s.
 MIN_TFLOPS, MAX_TFLOPS = 0.001, 100_000.0
@@ -75,17 +77,9 @@ def read_gpu_file(path: str | Path) -> dict[str, str | float]:
 
 
 def _read(path: str | Path) -> dict[str, object]:
+    text = read_text(path, MAX_BYTES, "a GPU spec", FIX)
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc} — check the path") from None
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_BYTES // 2**10} KiB: not a GPU spec — {FIX}")
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text — give a TOML file") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path} is not TOML: {' '.join(str(exc).split())} — {FIX}") from None
 

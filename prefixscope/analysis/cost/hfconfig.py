@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prefixscope.textfile import read_text
+
 #: The largest config file read: published ones are a few KB.
 MAX_BYTES = 16 * 2**20
 #: key: (smallest, largest) integer it may hold.
@@ -145,14 +147,9 @@ def _sliding(c: dict[str, Any], out: dict[str, Any], path: str | Path) -> None:
 
 
 def _read(path: str | Path) -> Any:
-    with open(path, "rb") as f:
-        data = f.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_BYTES // 2**20} MiB: not a config — {FIX}")
+    text = read_text(path, MAX_BYTES, "a config.json", FIX)
     try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text: not a config.json — {FIX}") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(
             f"{path} is not JSON ({exc.msg} at line {exc.lineno}): not a config.json — {FIX}"

@@ -40,8 +40,8 @@ the expanded form are in docs/miss_cost.md.
 **Tensor parallelism.** Every figure is one GPU's of ``tp``: FLOPs and weights split over TP
 (but the weights vLLM replicates: MLA's down-projections and norms, the router), query heads
 ``H / TP``, KV heads ``max(1, K / TP)`` (the latent whole on every GPU), and two ring
-all-reduces per layer of the step's activations, ``2·(TP − 1)/TP × new·h·2 B / NVLink``, not
-overlapped with compute.
+all-reduces per layer of the step's activations, ``2·(TP − 1)/TP × new·h·2 B / NVLink`` (over
+PCIe on a part without NVLink), not overlapped with compute.
 
 Weights are read at the shape's published dtypes (fp8 for DeepSeek-V3, mxfp4 experts for
 gpt-oss) and the KV and activations in bf16, unless ``dtype`` sets them all; FLOPs run at the
@@ -111,11 +111,18 @@ def allreduce_seconds_per_token(
     shape: ModelShape, gpu: GpuSpec, tp: int, dtype: str | None
 ) -> float:
     """Both ring all-reduces of one layer (after attention, after the MLP), per token of the
-    step: ``2 × 2·(TP − 1)/TP × h × 2 B / NVLink``; 0 at TP 1."""
+    step: ``2 × 2·(TP − 1)/TP × h × 2 B / link``; 0 at TP 1 (``link``: ``tp_link_gbps``)."""
     if tp == 1:
         return 0.0
     ring = 2 * (tp - 1) / tp * shape.hidden_size * DTYPE_BYTES[dtype or "bf16"]
-    return 2 * ring / (float(gpu.nvlink_gbps or 0) * 1e9)
+    return 2 * ring / (tp_link_gbps(gpu) * 1e9)
+
+
+def tp_link_gbps(gpu: GpuSpec) -> float:
+    """GB/s one way between two GPUs of a tensor-parallel group: NVLink where the part has it,
+    else its PCIe link to the host (a part without NVLink, the L40S, exchanges over PCIe);
+    0 where neither is known."""
+    return float(gpu.nvlink_gbps or gpu.host_link_gbps or 0)
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,7 @@ class GpuShare:
 
     @classmethod
     def of(cls, shape: ModelShape, gpu: GpuSpec, tp: int = 1, dtype: str | None = None) -> GpuShare:
-        """ValueError, in one line, for a TP vLLM would refuse or a GPU without NVLink."""
+        """ValueError, in one line, for a TP vLLM would refuse or a GPU with no link."""
         _check(shape, gpu, tp)
         h = shape.hidden_size
         heads = shape.num_attention_heads // tp
@@ -182,10 +189,10 @@ def _check(shape: ModelShape, gpu: GpuSpec, tp: int) -> None:
         raise ValueError(f"TP must be 1 or more, got {tp} — give --tp 1, 2, 4 or 8")
     if tp > 1:
         check_tp(shape, tp)
-        if not gpu.nvlink_gbps:
+        if not tp_link_gbps(gpu):
             raise ValueError(
-                f"GPU {gpu.name!r} has no NVLink figure, which tensor parallelism's all-reduces "
-                "need — give nvlink_gbps in its TOML file, or TP 1"
+                f"GPU {gpu.name!r} has no NVLink or host link figure, which tensor "
+                "parallelism's all-reduces need — give nvlink_gbps in its TOML file, or TP 1"
             )
 
 

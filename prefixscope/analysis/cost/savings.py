@@ -53,8 +53,15 @@ SAVINGS_SCHEMA = pa.schema(
         ("ttft_p95_no_cache_s", pa.float64()),
         ("ttft_p50_with_cache_s", pa.float64()),
         ("ttft_p95_with_cache_s", pa.float64()),
+        # the deployment priced (GPU[xTP]), its GPUs and its KV pool in the trace's blocks:
+        # NULL for a GPU without an HBM figure, or the CPU
+        ("deployment", pa.string()),
+        ("gpus", pa.int32()),
+        ("kv_pool_blocks", pa.int64()),
     ]
 )
+#: The deployment columns of ``SAVINGS_SCHEMA``.
+DEPLOYMENT_COLUMNS = ("deployment", "gpus", "kv_pool_blocks")
 
 
 @dataclass(frozen=True)
@@ -125,16 +132,23 @@ def cost_model(
     kind: str = "auto",
     calibrated: tuple[str, tuple[float, ...], tuple[float, float]] | None = None,
     config: str | None = None,
+    tp: int = 1,
 ) -> MissCost:
     """The cost model that prices (model, gpu): ``calibrated`` (the run id that fitted it, or
     ``shipped:FILE``; coefficients; knees) for ``auto`` and ``calibrated``; the
     roofline for ``roofline``, or for ``auto`` when none was calibrated. ``config``: a
-    config.json whose shape ``model`` names (``resolve_model``)."""
+    config.json whose shape ``model`` names (``resolve_model``). ``tp``: the GPUs one prefill
+    runs on; a calibrated model times one GPU, so above 1 only the roofline prices."""
     if kind not in COST_MODEL_KINDS:
         raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODEL_KINDS)}")
     shape = resolve_model(model, config)
     key = gpu_key(gpu)
-    if kind != "roofline" and calibrated is not None:
+    if kind == "calibrated" and tp > 1:
+        raise ValueError(
+            f"a calibrated cost model times one GPU, not {tp} — price {key}x{tp} with "
+            "--cost-model roofline (or auto), or give a deployment of one GPU"
+        )
+    if kind != "roofline" and calibrated is not None and tp == 1:
         source, coefficients, knees = calibrated
         fitted = CostModel(tuple(float(c) for c in coefficients), knees)
         cost_kind, run_id = kind_of(source)
@@ -148,7 +162,7 @@ def cost_model(
         "roofline",
         shape.name,
         spec.name,
-        lambda new, cached: np.asarray(prefill_cost(shape, spec, new, cached).seconds),
+        lambda new, cached: np.asarray(prefill_cost(shape, spec, new, cached, tp=tp).seconds),
     )
 
 
@@ -158,9 +172,15 @@ def gpu_key(gpu: str) -> str:
 
 
 def savings_table(
-    config: Configuration, outcomes: pl.DataFrame, traffic_s: float | None, cost: MissCost
+    config: Configuration,
+    outcomes: pl.DataFrame,
+    traffic_s: float | None,
+    cost: MissCost,
+    deployment: dict | None = None,
 ) -> pa.Table:
-    """The ``savings`` rows of one configuration's outcomes."""
+    """The ``savings`` rows of one configuration's outcomes; ``deployment``: the values of
+    ``DEPLOYMENT_COLUMNS`` (None: all NULL)."""
+    hardware = {k: (deployment or {}).get(k) for k in DEPLOYMENT_COLUMNS}
     rows = [
         {
             "outcomes_run_id": config.run_id,
@@ -168,6 +188,7 @@ def savings_table(
             "isolation": config.isolation,
             "capacity_blocks": config.capacity_blocks,
             **row,
+            **hardware,
         }
         for row in savings_rows(outcomes, traffic_s, cost)
     ]

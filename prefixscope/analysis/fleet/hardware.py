@@ -45,6 +45,10 @@ class Hardware:
     gpu: str | None = None  # the deployment's GPU as resolve_gpu reads it (it prices steps)
     judged_blocks: int | None = None
 
+    def priced_by(self, gpu: str) -> tuple[str, int]:
+        """(GPU, TP) whose step cost prices this replica: its deployment's, else one ``gpu``."""
+        return self.gpu or gpu, self.gpus or 1
+
     def exceeds(self, capacity_blocks: int) -> bool | None:
         """Whether ``capacity_blocks`` per replica is more than the HBM holds."""
         return None if self.judged_blocks is None else capacity_blocks > self.judged_blocks
@@ -65,14 +69,10 @@ class Hardware:
 def of_deployment(text: str, shape: ModelShape, block_size: int, kv_dtype: str) -> Hardware:
     """``text`` (``GPU[xTP]``) serving ``shape``, its pool in blocks of ``block_size``;
     ValueError in one line (``WHAT — WHAT TO DO``) when it is unknown, its TP does not shard
-    the model, or the model does not fit, or its pool holds no whole block."""
+    the model, or the model does not fit, or its pool holds no whole block (``memory_split``'s
+    one check: a split it returns holds at least one block of ``block_size``)."""
     deployment = parse_deployment(text)
     split = memory_split(shape, deployment, block_size=block_size, kv_dtype=kv_dtype)
-    if split.kv_pool_blocks < 1:  # memory_split checks at least one block, of these tokens
-        raise ValueError(
-            f"{shape.name} on {deployment.name} leaves no block of {block_size} tokens of KV "
-            f"— use more GPUs per replica"
-        )
     return Hardware(
         deployment=deployment.name,
         gpus=split.gpus,

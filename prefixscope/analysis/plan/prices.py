@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from prefixscope.analysis.cost.gpus import GPUS
+from prefixscope.textfile import read_text
 
 #: Each price's bounds, $ per hour: a GPU-hour is never free (every fleet would cost the
 #: same) and the largest is far above any rental; a GB-hour of DRAM or of a store may be free.
@@ -90,17 +91,20 @@ def price_problem(key: str, value: object) -> str | None:
     return None
 
 
+#: The largest prices file read: one is a few lines.
+MAX_BYTES = 64 * 2**10
+
+
 def load_prices(path: str | Path | None) -> Prices:
     """The defaults, overridden by the keys of ``path`` (a TOML file); an unknown key is an
     error, so a typo does not silently keep a default."""
     if path is None:
         return Prices()
+    text = read_text(path, MAX_BYTES, "a prices file", "give a TOML file of prices")
     try:
-        data = tomllib.loads(Path(path).read_text("utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path} is not TOML: {exc} — fix the prices file") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text — give a TOML file of prices") from None
     known = {f.name for f in fields(Prices)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -40,8 +40,10 @@ def fast_query(tenant_path: str | None) -> tuple[str, dict[str, object]] | None:
     without case: the structure's names must differ so): then every line takes the full rule
     chain. The path's keys are parameters, never SQL text."""
     structure: dict[str, object] = dict.fromkeys(FIELDS, "JSON")
-    if not tenant_path:
-        return sql.load("ingest/mooncake_fast"), {"structure": json.dumps(structure)}
+    query = sql.load("ingest/mooncake_fast")
+    if not tenant_path:  # one query either way: the tenant column is then NULL, never read
+        params = {"structure": json.dumps(structure), "tenant_key": FIELDS[0]}
+        return query, {**params, "tenant_rest": "$", "has_tenant": False}
     keys = parse_path(tenant_path)
     if not keys or keys[0].lower() in FIELDS:
         return None
@@ -50,8 +52,9 @@ def fast_query(tenant_path: str | None) -> tuple[str, dict[str, object]] | None:
         "structure": json.dumps(structure),
         "tenant_key": keys[0],
         "tenant_rest": json_pointer(keys[1:]),
+        "has_tenant": True,
     }
-    return sql.load("ingest/mooncake_fast_tenant"), params
+    return query, params
 
 
 def plain_rows(

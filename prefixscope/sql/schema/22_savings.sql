@@ -30,3 +30,9 @@ CREATE TABLE IF NOT EXISTS savings (
     ttft_p50_with_cache_s           DOUBLE NOT NULL,
     ttft_p95_with_cache_s           DOUBLE NOT NULL
 );
+-- The deployment priced (GPU[xTP]), its GPUs, and its KV pool in the trace's blocks: the
+-- configuration priced holds at most that pool. NULL where the GPU has no HBM figure (a
+-- NAME:TFLOPS:TBPS spec) or the cost model is a CPU's.
+ALTER TABLE savings ADD COLUMN IF NOT EXISTS deployment VARCHAR;
+ALTER TABLE savings ADD COLUMN IF NOT EXISTS gpus INTEGER;
+ALTER TABLE savings ADD COLUMN IF NOT EXISTS kv_pool_blocks BIGINT;
