@@ -44,6 +44,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
     p.add_argument(
+        "--full-blocks",
+        action="store_true",
+        help="mooncake: hash_ids name full blocks only and the last prompt token is always "
+        "computed (a token source's rules; as `prefixscope export` writes gateway logs)",
+    )
+    p.add_argument(
         "--timestamp-unit",
         choices=["s", "ms", "us"],
         default="s",
@@ -117,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.stages import ingest
 
     check_files(args)
+    if args.full_blocks and args.format != "mooncake":
+        raise ValueError("--full-blocks is for --format mooncake — leave it out")
     # Before the warehouse is created or opened: a missing or unreadable input leaves no file
     # and no failed run behind.
     check_inputs(args.input, args.format)
@@ -137,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         pseudonymize_key=args.pseudonymize_tenants,
         replace=args.replace,
+        full_blocks=args.full_blocks,
     )
     settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)
     result = ingest.run(args.warehouse, settings)

@@ -24,3 +24,7 @@ CREATE TABLE IF NOT EXISTS requests (
     source                  STRUCT(file VARCHAR, line BIGINT) NOT NULL,
     ingest_run_id           VARCHAR NOT NULL
 );
+-- Added later (NULL on older rows, and on rows whose format decides): true when the engine
+-- always computes the prompt's last token, the rule of token sources, for Mooncake lines
+-- ingested with --full-blocks (an export of a gateway-log warehouse).
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS last_token_rule BOOLEAN;
