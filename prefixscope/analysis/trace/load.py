@@ -48,12 +48,11 @@ def replay_relation(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
 
 
 def _has_rule(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(
-        con.execute(
-            "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'requests' "
-            "AND column_name = 'last_token_rule' AND database_name = current_database()"
-        ).fetchone()[0]
-    )
+    [(found,)] = con.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'requests' "
+        "AND column_name = 'last_token_rule' AND database_name = current_database()"
+    ).fetchall()
+    return bool(found)
 
 
 def trace_from_table(table: pa.Table, block_size: int) -> Trace:
