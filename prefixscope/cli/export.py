@@ -61,11 +61,36 @@ def export_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def metrics_arguments(p: argparse.ArgumentParser) -> None:
+    flags.warehouse(p)
+    p.add_argument(
+        "--out",
+        type=flags.out_file,
+        required=True,
+        metavar="FILE.prom",
+        help="the OpenMetrics text file, e.g. in node_exporter's --collector.textfile.directory",
+    )
+
+
+def metrics_run(args: argparse.Namespace) -> int:
+    from prefixscope.export.metrics import write_metrics
+
+    result = write_metrics(args.warehouse, args.out)
+    print(f"{result.out}: {result.samples:,} samples in {result.families} metric families")
+    return 0
+
+
 COMMANDS = (
     Command(
         "export",
         "write the requests as a Mooncake or Bailian trace (no text; block ids renumbered)",
         export_arguments,
         export_run,
+    ),
+    Command(
+        "metrics",
+        "write the latest figures as OpenMetrics text (node_exporter's textfile collector)",
+        metrics_arguments,
+        metrics_run,
     ),
 )
