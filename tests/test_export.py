@@ -7,6 +7,8 @@ import gzip
 import json
 import os
 import random
+import re
+import shlex
 from pathlib import Path
 
 import duckdb
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 
 from prefixscope.cli import main
 from prefixscope.export.ids import dense_ids
+from prefixscope.terminal import MAX_ROWS, More, clip
 
 POLICIES = "ceiling,lru,fifo,lfu,ttl,s3fifo,belady,pinned"
 COMPARED = (
@@ -303,3 +306,34 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     assert out.read_text() == "an earlier export\n"  # untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.jsonl", "locked"]
     assert not (tmp_path / "absent.duckdb").exists()
+
+
+@pytest.mark.parametrize("name", ["w h.duckdb", "it's $HOME`x`.duckdb", 'q"uote.duckdb'])
+def test_a_long_table_shows_20_rows_and_the_query_that_shows_them_all(
+    warehouses, tmp_path, capsys, name
+) -> None:
+    """The hint is one shell line: split as a shell splits it, its query, run on its
+    warehouse, gives every row of the table (the printed ones and the rest)."""
+    wh = tmp_path / name
+    wh.write_bytes(warehouses["hash_ids"][0].read_bytes())
+    capsys.readouterr()
+    assert main(["simulate", "--warehouse", str(wh), "--policy", "lru,fifo",
+                 "--capacity-blocks", "5,10,20,40,80,160"]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    *table, last = lines
+    assert len(table) == 1 + MAX_ROWS  # the header, then 20 rows
+    rest, hint = re.fullmatch(r"… (\d+) more rows: (.*)", last).groups()
+    program, path, query = shlex.split(hint)
+    assert (program, path) == ("duckdb", str(wh))
+    with duckdb.connect(path, read_only=True) as con:
+        [(total,)] = con.execute(f"SELECT count(*) FROM ({query})").fetchall()
+    assert total == MAX_ROWS + int(rest) == 3 * 2 * 6  # fleet and two tenants, 2 × 6 caches
+
+
+@pytest.mark.parametrize(("rows", "shown"), [(0, 0), (20, 20), (21, 21), (500, 21)])
+def test_clip_keeps_twenty_and_counts_the_rest(rows, shown) -> None:
+    lines = clip([f"r{i}" for i in range(rows)], More("wh", "SELECT 1"))
+    assert len(lines) == shown and lines[: min(rows, 20)] == [f"r{i}" for i in range(min(rows, 20))]
+    if rows > MAX_ROWS:
+        assert lines[-1] == f'… {rows - 20} more rows: duckdb wh "SELECT 1"'
+    assert clip([str(i) for i in range(rows)], None) == [str(i) for i in range(rows)]

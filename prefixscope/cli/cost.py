@@ -148,6 +148,7 @@ def savings_arguments(p: argparse.ArgumentParser) -> None:
 def savings(args: argparse.Namespace) -> int:
     from prefixscope.dashboards.savings import format_savings
     from prefixscope.stages import savings as stage
+    from prefixscope.terminal import More
 
     settings = stage.SavingsSettings(
         model=flags.model_named(args, DEFAULT_MODEL),
@@ -159,7 +160,8 @@ def savings(args: argparse.Namespace) -> int:
         capacity_blocks=args.capacity_blocks,
         isolation=args.isolation,
     )
-    print(format_savings(stage.run(args.warehouse, settings)))
+    more = More.of_latest(args.warehouse, "savings", "savings")
+    print(format_savings(stage.run(args.warehouse, settings), more))
     return 0
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
+from prefixscope.terminal import More, clip
 
 #: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats; the tenant
 #: field is read by every format.
@@ -149,15 +150,22 @@ def run(args: argparse.Namespace) -> int:
     )
     settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)
     result = ingest.run(args.warehouse, settings)
+    lines = []
     for f in result.files:
         note = " (replaced an earlier ingest of the same content)" if f.replaced else ""
         cut = "" if f.complete else " — the file ends early"
         counts = f"{f.lines:,} lines, {f.accepted:,} accepted, {f.rejected:,} rejected"
-        print(f"{f.path}: {counts}{cut}{note}")
+        line = f"{f.path}: {counts}{cut}{note}"
         if f.reasons:
-            print("  rejected: " + ", ".join(f"{r} {n:,}" for r, n in f.reasons))
+            line += "\n  rejected: " + ", ".join(f"{r} {n:,}" for r, n in f.reasons)
         if f.out_of_order:
-            print(f"  {f.out_of_order:,} accepted requests arrive before an earlier line's (kept)")
+            line += (
+                f"\n  {f.out_of_order:,} accepted requests arrive before an earlier line's (kept)"
+            )
+        lines.append(line)
+    more = More.of_run(args.warehouse, "sources", result.run_id, column="ingest_run_id")
+    for line in clip(lines, more, "files"):
+        print(line)
     total = f"{result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected"
     print(f"total: {total}")
     if result.rejected:
