@@ -221,9 +221,11 @@ def test_fields_times_sessions_and_ids(warehouses, tmp_path) -> None:
         (r["timestamp"], r["input_length"], r["output_length"], r["tenant"], len(r["hash_ids"]))
         for r in rows
     ] == [t[:4] + t[5:] for t in truth]
-    # sessions renumbered from 0 by first appearance: the same grouping, none of the log's names
-    first: dict[str, int] = {}
-    assert [r["session_id"] for r in rows] == [first.setdefault(t[4], len(first)) for t in truth]
+    # sessions renamed s0, s1, … by first appearance: the same grouping, none of the log's names
+    first: dict[str, str] = {}
+    assert [r["session_id"] for r in rows] == [
+        first.setdefault(t[4], f"s{len(first)}") for t in truth
+    ]
     ids = [i for r in rows for i in r["hash_ids"]]
     assert sorted(set(ids)) == list(range(len(set(ids))))  # dense
     assert [i for k, i in enumerate(ids) if i not in ids[:k]] == sorted(set(ids))  # by first use

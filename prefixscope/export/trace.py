@@ -78,11 +78,12 @@ class Rows:
     ids as CSR (``offsets`` into ``ids``)."""
 
     n: int
+    block_size: int
     rel_us: list[int]  # µs after the first exported arrival
     input_tokens: list[int]
     output_tokens: list[int]  # 0 where the log said nothing
     tenants: list[str]
-    sessions: list[int | None]  # dense per export, by first appearance
+    sessions: list[str | None]  # s0, s1, … per export, by first appearance
     parents: list[int | None]  # the parent request's index in the export, when known
     turns: list[int | None]
     types: list[str | None]
@@ -103,7 +104,7 @@ def export_trace(wh: str | Path, settings: ExportSettings) -> ExportResult:
             params={"tenants": list(settings.tenants) if settings.tenants else None},
         ).to_arrow_table()
     block_size, full_blocks = _one_rule(table, settings)
-    rows = _rows(table, settings.salt)
+    rows = _rows(table, settings.salt, block_size)
     if settings.format == "bailian" and not _prefix_chained(rows):
         raise ValueError(
             "some block id follows more than one parent, and Bailian's ids are chained on "
@@ -163,7 +164,7 @@ def _last_token_rule(table: pa.Table) -> np.ndarray:
     return np.where(np.asarray(pc.is_null(own)), by_format, np.asarray(own.fill_null(False)))
 
 
-def _rows(table: pa.Table, salt: str | None) -> Rows:
+def _rows(table: pa.Table, salt: str | None, block_size: int) -> Rows:
     hashes = table["block_hashes"].combine_chunks()
     offsets = np.asarray(hashes.offsets, dtype=np.int64)
     flat = np.asarray(hashes.flatten(), dtype=np.uint64)
@@ -172,6 +173,7 @@ def _rows(table: pa.Table, salt: str | None) -> Rows:
     index_of = {c: i for i, c in enumerate(chat) if c is not None}
     return Rows(
         n=table.num_rows,
+        block_size=block_size,
         rel_us=(at - at.min()).tolist(),
         input_tokens=table["input_tokens"].to_pylist(),
         output_tokens=table["output_tokens"].fill_null(0).to_pylist(),
@@ -196,11 +198,11 @@ def _prefix_chained(rows: Rows) -> bool:
     return len(pairs) == len(np.unique(rows.ids))
 
 
-def _dense(values: list[str | None]) -> list[int | None]:
-    """Session ids as numbers from 0 in order of first appearance (a log's own ids may name
-    users); NULL stays unknown."""
-    seen: dict[str, int] = {}
-    return [None if v is None else seen.setdefault(v, len(seen)) for v in values]
+def _dense(values: list[str | None]) -> list[str | None]:
+    """Session ids renamed ``s0``, ``s1``, … in order of first appearance (a log's own ids may
+    name users); strings, as replay tools type them; NULL stays unknown."""
+    seen: dict[str, str] = {}
+    return [None if v is None else seen.setdefault(v, f"s{len(seen)}") for v in values]
 
 
 def _time(us: int, per: int) -> int | float:
@@ -210,14 +212,16 @@ def _time(us: int, per: int) -> int | float:
 
 def mooncake_lines(rows: Rows) -> Iterator[str]:
     """``timestamp`` (ms after the first request), ``input_length``, ``output_length``,
-    ``hash_ids``; ``tenant`` always; ``session_id`` and ``parent`` (the line number, from 0,
-    of the previous turn) when known."""
+    ``hash_ids``; ``block_size`` (tokens an id covers, the field the KVCache.AI simulator reads)
+    and ``tenant`` always; ``session_id`` and ``parent`` (the line number, from 0, of the
+    previous turn) when known."""
     for i in range(rows.n):
         line: dict[str, object] = {
             "timestamp": _time(rows.rel_us[i], 1_000),
             "input_length": rows.input_tokens[i],
             "output_length": rows.output_tokens[i],
             "hash_ids": rows.hash_ids(i),
+            "block_size": rows.block_size,
             "tenant": rows.tenants[i],
         }
         if rows.sessions[i] is not None:
