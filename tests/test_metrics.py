@@ -42,7 +42,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tenant, through simulate, validate, savings and plan: every view the metrics read."""
     folder = tmp_path_factory.mktemp("metrics")
     log = folder / "g.jsonl"
-    log.write_text("".join(gateway_line(i) + "\n" for i in range(120)))
+    log.write_text("".join(gateway_line(i) + "\n" for i in range(105)))
     mooncake = folder / "m.jsonl"
     mooncake.write_text("".join(
         json.dumps({"timestamp": 1000 * i, "input_length": 40, "output_length": 5,
