@@ -64,6 +64,9 @@ bench: setup
 	$(BIN)/python benchmarks/validate_layouts.py
 	$(BIN)/python benchmarks/sampled_error.py --quick
 	$(BIN)/python benchmarks/flow_speed.py --cluster
+	$(BIN)/python benchmarks/export_roundtrip.py
+	test -x $(PEERS)/bin/python && PEER_PYTHON=$(PEERS)/bin/python \
+		$(BIN)/python benchmarks/export_peer.py || echo "export_peer: make peers first"
 
 # The whole flow on a generated week (10.4 M requests, 250 M lookups; about 20 minutes and a
 # 3.2 GB trace file in a temporary directory): docs/scale.md.

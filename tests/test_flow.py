@@ -26,10 +26,12 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         warehouse_path=str(wh),
         report_path=str(page),
         capacities_blocks=[4_000, 64_000],
+        metrics_path=str(tmp_path / "wh.prom"),
         return_state=True,
     )
     assert state.is_completed()
     outcome = state.result()
+    assert 'prefixscope_token_hit_ratio{block_size="512"' in (tmp_path / "wh.prom").read_text()
     assert (outcome.lines, outcome.accepted, outcome.rejected) == (12_031, 12_031, 0)
     assert Path(outcome.report).stat().st_size > 1_000_000 and "Plotly.newPlot" in page.read_text()
 

@@ -39,6 +39,7 @@ MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cost", ("roofline", "replay", "savings")),
     ("deployment", ("deployment",)),
     ("calibrate", ("calibrate",)),
+    ("export", ("export", "metrics")),
 )
 
 

@@ -160,6 +160,7 @@ def savings_arguments(p: argparse.ArgumentParser) -> None:
 def savings(args: argparse.Namespace) -> int:
     from prefixscope.dashboards.savings import format_savings
     from prefixscope.stages import savings as stage
+    from prefixscope.terminal import More
 
     settings = stage.SavingsSettings(
         model=flags.model_named(args, DEFAULT_MODEL),
@@ -174,7 +175,8 @@ def savings(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
     )
     settings.check()  # the deployment, before the warehouse is opened
-    print(format_savings(stage.run(args.warehouse, settings)))
+    rows = stage.run(args.warehouse, settings)
+    print(format_savings(rows, More.of_latest(args.warehouse, "savings", "savings")))
     return 0
 
 

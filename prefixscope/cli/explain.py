@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
+from prefixscope.terminal import More, clip
 
 if TYPE_CHECKING:
     from prefixscope.stages.explain import ExplainResult
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
             pin_top=args.pin_top,
         ),
     )
-    print(json.dumps(as_json(result), indent=2) if args.json else format_explain(result))
+    more = More(command="the same command with --json")
+    print(json.dumps(as_json(result), indent=2) if args.json else format_explain(result, more))
     return 0
 
 
@@ -65,8 +67,9 @@ WHO = {
 COLUMNS = ("block", "hash", "hit", "cached", "why", "depth", "last used by", "ago", "relation")
 
 
-def format_explain(result: ExplainResult) -> str:
-    """The header, one row per block, and the one-line summary."""
+def format_explain(result: ExplainResult, more: More | None = None) -> str:
+    """The header, one row per block (at most ``terminal.MAX_ROWS`` with ``more``), and the
+    one-line summary."""
     e = result.explanation
     where = f" ({result.capacity_from})" if result.capacity_from else ""
     capacity = " (unbounded)" if e.capacity_blocks is None else f" at {e.capacity_blocks:,} blocks"
@@ -93,12 +96,14 @@ def format_explain(result: ExplainResult) -> str:
     ]
     widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(COLUMNS)]
     right = {0, 5, 7}
+    table = []
     for row in [COLUMNS, *rows]:
         cells = [
             c.rjust(w) if i in right else c.ljust(w)
             for i, (c, w) in enumerate(zip(row, widths, strict=True))
         ]
-        lines.append("  ".join(cells).rstrip())
+        table.append("  ".join(cells).rstrip())
+    lines += [table[0], *clip(table[1:], more, "blocks")]
     lines += ["", summary(result)]
     return "\n".join(lines)
 

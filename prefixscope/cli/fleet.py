@@ -157,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.analysis.simulation.capacities import Capacities
     from prefixscope.dashboards.text import format_fleet
     from prefixscope.stages import fleet
+    from prefixscope.terminal import More
 
     if not (args.deployment or args.capacity_blocks or args.capacity_gib):
         raise ValueError(
@@ -197,7 +198,11 @@ def run(args: argparse.Namespace) -> int:
 
         client_for(args.dask_address)
     result = fleet.run(args.warehouse, settings)
-    print(format_fleet(result.hit_rates))
+    print(
+        format_fleet(
+            result.hit_rates, More.of_run(args.warehouse, "fleet_hit_rates", result.run_id)
+        )
+    )
     return 0
 
 

@@ -15,6 +15,12 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
     flags.warehouse(p)
     p.add_argument("--out", type=flags.out_file, default="report.html")
+    p.add_argument(
+        "--metrics-out",
+        type=flags.out_file,
+        metavar="FILE.prom",
+        help="also write the latest figures as OpenMetrics text (docs/export.md#metrics)",
+    )
     p.add_argument("--tenant", type=flags.tenant_name, default=DEFAULT_TENANT)
     p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
     p.add_argument(
@@ -83,6 +89,7 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
         "inputs": [str(p) for p in args.input],
         "warehouse_path": args.warehouse,
         "report_path": args.out,
+        "metrics_path": args.metrics_out,
         "format_name": args.format,
         "tenant": args.tenant,
         "tenant_from": args.tenant_from,
@@ -161,8 +168,9 @@ def schedule(args: argparse.Namespace) -> int:
     params = check(args, serving=True)
     check_cron(args.cron)
     # Scheduled runs start elsewhere: paths must not depend on this shell's directory.
-    for key in ("warehouse_path", "report_path"):
-        params[key] = str(Path(str(params[key])).resolve())
+    for key in ("warehouse_path", "report_path", "metrics_path"):
+        if params[key] is not None:
+            params[key] = str(Path(str(params[key])).resolve())
     params["inputs"] = [
         p if Path(p).is_absolute() else str(Path.cwd() / p)
         for p in params["inputs"]  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
 from prefixscope.ingest.formats.usage import LAYOUT_CHOICES
+from prefixscope.terminal import More, clip
 
 #: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats; the tenant
 #: field is read by every format.
@@ -44,6 +45,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="instant that relative timestamps count from (default: the Unix epoch)",
     )
     p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
+    p.add_argument(
+        "--full-blocks",
+        action="store_true",
+        help="mooncake: hash_ids name full blocks only and the last prompt token is always "
+        "computed (a token source's rules; as `prefixscope export` writes gateway logs)",
+    )
     p.add_argument(
         "--timestamp-unit",
         choices=["s", "ms", "us"],
@@ -124,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.stages import ingest
 
     check_files(args)
+    if args.full_blocks and args.format != "mooncake":
+        raise ValueError("--full-blocks is for --format mooncake — leave it out")
     # Before the warehouse is created or opened: a missing or unreadable input leaves no file
     # and no failed run behind.
     check_inputs(args.input, args.format)
@@ -145,18 +154,26 @@ def run(args: argparse.Namespace) -> int:
         layout=args.layout,
         pseudonymize_key=args.pseudonymize_tenants,
         replace=args.replace,
+        full_blocks=args.full_blocks,
     )
     settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)
     result = ingest.run(args.warehouse, settings)
+    lines = []
     for f in result.files:
         note = " (replaced an earlier ingest of the same content)" if f.replaced else ""
         cut = "" if f.complete else " — the file ends early"
         counts = f"{f.lines:,} lines, {f.accepted:,} accepted, {f.rejected:,} rejected"
-        print(f"{f.path}: {counts}{cut}{note}")
+        line = f"{f.path}: {counts}{cut}{note}"
         if f.reasons:
-            print("  rejected: " + ", ".join(f"{r} {n:,}" for r, n in f.reasons))
+            line += "\n  rejected: " + ", ".join(f"{r} {n:,}" for r, n in f.reasons)
         if f.out_of_order:
-            print(f"  {f.out_of_order:,} accepted requests arrive before an earlier line's (kept)")
+            line += (
+                f"\n  {f.out_of_order:,} accepted requests arrive before an earlier line's (kept)"
+            )
+        lines.append(line)
+    more = More.of_run(args.warehouse, "sources", result.run_id, column="ingest_run_id")
+    for line in clip(lines, more, "files"):
+        print(line)
     total = f"{result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected"
     print(f"total: {total}")
     if result.rejected:

@@ -45,6 +45,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from prefixscope.dashboards.plan import answer_text
     from prefixscope.stages import plan
+    from prefixscope.terminal import More
 
     table = plan.run(
         args.warehouse,
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             load_scale=args.load_scale,
         ),
     )
-    print(answer_text(table.to_pylist()))
+    print(answer_text(table.to_pylist(), more=More.of_latest(args.warehouse, "plan", "plan")))
     return 0
 
 

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.analysis.simulation.scenarios import Settings
     from prefixscope.dashboards.text import format_hit_rates
     from prefixscope.stages import simulate
+    from prefixscope.terminal import More
 
     settings = simulate.SimulateSettings(
         policies=tuple(args.policy),
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         block_sizes=tuple(args.block_size) if args.block_size else None,
     )
     result = simulate.run(args.warehouse, settings)
-    print(format_hit_rates(result.tables.arrow()[0]))
+    more = More.of_run(args.warehouse, "hit_rates", result.run_id)
+    print(format_hit_rates(result.tables.arrow()[0], more))
     return 0
 
 

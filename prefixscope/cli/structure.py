@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.analysis.structure.tables import StructureSettings
     from prefixscope.dashboards.structure import format_structure
     from prefixscope.stages import structure
+    from prefixscope.terminal import More
 
     settings = StructureSettings(
         capacity_blocks=args.capacity_blocks,
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = structure.run(args.warehouse, settings)
     print(f"structure run {result.run_id}")
-    print(format_structure(result.tables))
+    print(format_structure(result.tables, lambda t: More.of_run(args.warehouse, t, result.run_id)))
     return 0
 
 

@@ -49,6 +49,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from prefixscope.dashboards.validation import summary_text
     from prefixscope.stages import validate
+    from prefixscope.terminal import More
 
     result = validate.run(
         args.warehouse,
@@ -63,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
             kv_dtype=args.kv_dtype,
         ),
     )
-    print(summary_text(result.agreement.to_pylist(), result.disagreements.to_pylist()[:PRINTED]))
+    more = More.of_latest(args.warehouse, "validation", "validate")
+    print(
+        summary_text(result.agreement.to_pylist(), result.disagreements.to_pylist()[:PRINTED], more)
+    )
     return 0
 
 

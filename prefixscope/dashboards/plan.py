@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Sequence
 
 from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.terminal import More, clip
 
 #: The policy the paragraph leads with when the plan has it.
 LEAD_POLICY = "lru"
@@ -125,14 +126,16 @@ def sentences(rows: Sequence[dict]) -> list[str]:
     return out
 
 
-def answer_text(rows: Sequence[dict], width: int = 100) -> str:
-    """The paragraph, wrapped, then one line per fleet row."""
+def answer_text(rows: Sequence[dict], width: int = 100, more: More | None = None) -> str:
+    """The paragraph, wrapped, then one line per fleet row (at most ``terminal.MAX_ROWS``
+    with ``more``)."""
     lines = textwrap.wrap(" ".join(sentences(rows)), width)
     lines.append("")
     lines.append(
         f"{'kind':<14} {'policy':<8} {'capacity':>14} {'GiB':>9} {'rate':>7} {'reached':>7} "
         f"{'next GiB GPU-s/h':>16} {'fleet':<40} {'$/h':>8}"
     )
+    table = []
     for r in rows:
         if r["tenant"] != FLEET:
             continue
@@ -141,12 +144,12 @@ def answer_text(rows: Sequence[dict], width: int = 100) -> str:
         marginal = r["marginal_gpu_seconds_per_hour_per_gib"]
         fleet = _fleet(r) if r["kind"] == "configuration" else ""
         cost = f"{r['cost_per_hour']:,.2f}" if r["cost_per_hour"] is not None else ""
-        lines.append(
+        table.append(
             f"{r['kind']:<14} {r['policy']:<8} {cap:>14} {gib:>9} "
             f"{r['token_hit_rate']:>7.4f} {'yes' if r['reached'] else 'no':>7} "
             f"{'' if marginal is None else f'{marginal:,.1f}':>16} {fleet[:40]:<40} {cost:>8}"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *clip(table, more)])
 
 
 def plan_section(rows: Sequence[dict]) -> dict | None:

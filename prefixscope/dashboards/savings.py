@@ -12,6 +12,7 @@ import pyarrow as pa
 from prefixscope.analysis.cost.shipped import PREFIX
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.views import read_view
+from prefixscope.terminal import More, clip
 
 DECODE_NOTE = (
     "Prefill only. Decode time is unchanged by the prefix cache: every generated token reads "
@@ -20,7 +21,7 @@ DECODE_NOTE = (
 )
 
 
-def format_savings(table: pa.Table) -> str:
+def format_savings(table: pa.Table, more: More | None = None) -> str:
     rows = table.to_pylist()
     if not rows:
         return "no savings rows"
@@ -32,10 +33,11 @@ def format_savings(table: pa.Table) -> str:
         f"{'tenant':<14}{'hit':>7}{'GPU-s no cache':>16}{'with cache':>12}{'saved/h':>10}"
         f"{'TTFT p50 no/with (s)':>24}{'p95 no/with (s)':>20}",
     ]
+    body = []
     for r in rows:
         tenant = "fleet" if r["tenant"] == FLEET else r["tenant"][:14]
         per_hour = r["gpu_seconds_saved_per_hour"]
-        lines.append(
+        body.append(
             f"{tenant:<14}{r['hit_tokens'] / r['input_tokens']:>7.1%}"
             f"{r['prefill_gpu_seconds_no_cache']:>16,.1f}"
             f"{r['prefill_gpu_seconds_with_cache']:>12,.1f}"
@@ -43,6 +45,7 @@ def format_savings(table: pa.Table) -> str:
             f"{r['ttft_p50_no_cache_s']:>12.3f} / {r['ttft_p50_with_cache_s']:<9.3f}"
             f"{r['ttft_p95_no_cache_s']:>9.3f} / {r['ttft_p95_with_cache_s']:<8.3f}"
         )
+    lines += clip(body, more)
     lines.append(DECODE_NOTE)
     return "\n".join(lines)
 

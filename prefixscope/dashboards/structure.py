@@ -6,6 +6,7 @@ The page reads only the ``latest_*`` structure views (the tables of ``latest_str
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -15,6 +16,7 @@ import pyarrow as pa
 from prefixscope.analysis.structure import firstnew
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.views import read_view
+from prefixscope.terminal import More, clip
 
 TOP_SHOWN = 10
 
@@ -64,10 +66,11 @@ def first_new_lines(hist: pl.DataFrame, block_size: int) -> list[str]:
     return out
 
 
-def format_structure(tables: dict[str, pa.Table]) -> str:
-    """A terminal summary of one run's tables."""
+def format_structure(tables: dict[str, pa.Table], more: Callable[[str], More] | None = None) -> str:
+    """A terminal summary of one run's tables; with ``more`` (what shows a table's rows, by
+    its name), at most ``terminal.MAX_ROWS`` lines of each."""
     stats = pl.DataFrame(tables["session_stats"])
-    lines = []
+    lines: list[str] = []
     for r in _tenants_only(stats).iter_rows(named=True):
         who = "fleet" if r["tenant"] == FLEET else r["tenant"]
         check = ""
@@ -81,7 +84,10 @@ def format_structure(tables: dict[str, pa.Table]) -> str:
             f"({r['multi_turn_sessions']:,} with several turns, up to {r['max_turns']}); "
             f"own history {r['history_share'] or 0:.1%} of input tokens{check}"
         )
-    lines += hit_source_lines(pl.DataFrame(tables["hit_sources"]))
+    lines = clip(lines, more and more("session_stats"), "tenants")
+    lines += clip(
+        hit_source_lines(pl.DataFrame(tables["hit_sources"])), more and more("hit_sources")
+    )
     top = pl.DataFrame(tables["shared_prefixes"]).head(3)
     for r in top.iter_rows(named=True):
         saved = "" if r["tokens_saved"] is None else f", pinning saves {r['tokens_saved']:,} tokens"

@@ -6,13 +6,15 @@ import polars as pl
 import pyarrow as pa
 
 from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.terminal import More, clip
 
 #: Above this many tenants a terminal table shows the fleet rows only.
 MAX_TENANTS_SHOWN = 6
 
 
-def format_hit_rates(table: pa.Table) -> str:
-    """``hit_rates`` rows grouped by window, fleet first, then by policy and capacity."""
+def format_hit_rates(table: pa.Table, more: More | None = None) -> str:
+    """``hit_rates`` rows grouped by window, fleet first, then by policy and capacity; on a
+    terminal (``more``) at most ``terminal.MAX_ROWS`` of them."""
     df = pl.from_arrow(table)
     assert isinstance(df, pl.DataFrame)
     tenants = df.filter(pl.col("tenant") != FLEET)["tenant"].n_unique()
@@ -30,11 +32,12 @@ def format_hit_rates(table: pa.Table) -> str:
         nulls_last=False,
     )
     shared_only = "isolation" not in df.columns or set(df["isolation"].to_list()) == {"shared"}
-    lines = [
+    header = (
         f"{'window':<10} {'tenant':<12} {'policy':<8} "
         + ("" if shared_only else f"{'isolation':<11} ")
         + f"{'capacity':>12} {'requests':>9} {'token hit':>9} {'req hit':>8}"
-    ]
+    )
+    lines = []
     for r in df.iter_rows(named=True):
         cap = "inf" if r["capacity_blocks"] is None else f"{r['capacity_blocks']:,} blk"
         tenant = "fleet" if r["tenant"] == FLEET else r["tenant"][:12]
@@ -49,7 +52,7 @@ def format_hit_rates(table: pa.Table) -> str:
             f"{r['measure_window']:<10} {tenant:<12} {r['policy']:<8} {mode}{cap:>12} "
             f"{r['requests']:>9,} {rate[:9]} {_num(r['request_hit_rate'], 8)}{rate[9:]}"
         )
-    return "\n".join(lines)
+    return "\n".join([header, *clip(lines, more)])
 
 
 def _num(x: float | None, width: int) -> str:
@@ -94,7 +97,7 @@ def format_curve(table: pa.Table) -> str:
     return "\n".join(lines)
 
 
-def format_fleet(table: pa.Table) -> str:
+def format_fleet(table: pa.Table, more: More | None = None) -> str:
     """``fleet_hit_rates`` fleet rows: per window, replica count, deployment, capacity and
     load, one line per router with its hit rate beside what it costs in TTFT and balance.
     ``HBM`` says whether the capacity fits the deployment's KV pool (``ok``), exceeds it (a
@@ -107,12 +110,13 @@ def format_fleet(table: pa.Table) -> str:
         nulls_last=False,
     )  # fmt: skip
     tiered = bool(df["dram_blocks"].max()) or df["store_gbps"].drop_nulls().len() > 0
-    lines = [
+    header = [
         f"{'window':<10} {'replicas':>8} {'deployment':<10} {'capacity':>12} {'HBM':>4} "
         + (f"{'DRAM':>10} {'store':>10} " if tiered else "")
         + f"{'load':>5} {'router':<13} "
         f"{'token hit':>9} {'ceiling':>8} {'TTFT p50':>9} {'p95':>8} {'p99':>8} {'imbalance':>9}"
     ]
+    lines = []
     for r in df.iter_rows(named=True):
         tiers = f"{_tier(r['dram_blocks'] or None):>10} {_store(r):>10} " if tiered else ""
         lines.append(
@@ -123,7 +127,7 @@ def format_fleet(table: pa.Table) -> str:
             f"{_seconds(r['ttft_p50_s'], 9)} {_seconds(r['ttft_p95_s'], 8)} "
             f"{_seconds(r['ttft_p99_s'], 8)} {_num(r['load_imbalance'], 9)}"
         )
-    return "\n".join(lines)
+    return "\n".join([*header, *clip(lines, more)])
 
 
 def _hbm(exceeds: bool | None) -> str:

@@ -11,6 +11,7 @@ import duckdb
 
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.views import read_view
+from prefixscope.terminal import More, clip
 
 #: The causes of a disagreement, as the page and the terminal say them.
 CAUSES = {
@@ -89,9 +90,11 @@ def disagreement_cells(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summary_text(agreement: Sequence[dict[str, Any]], disagreements: Sequence[dict]) -> str:
-    """What ``prefixscope validate`` prints: the capacity, agreement per tenant, the requests
-    that disagree most."""
+def summary_text(
+    agreement: Sequence[dict[str, Any]], disagreements: Sequence[dict], more: More | None = None
+) -> str:
+    """What ``prefixscope validate`` prints: the capacity, agreement per tenant (at most
+    ``terminal.MAX_ROWS`` with ``more``), the requests that disagree most."""
     fleet = next(r for r in agreement if r["tenant"] == FLEET)
     lines = [
         f"compared {fleet['compared']:,} of {fleet['requests']:,} requests with the engines' "
@@ -107,13 +110,15 @@ def summary_text(agreement: Sequence[dict[str, Any]], disagreements: Sequence[di
         f"{'tenant':<14} {'compared':>17} {'exact':>7} {'MAE tok':>9} {'corr':>7} "
         f"{'reported':>12} {'simulated':>12} {'more/fewer':>13} {'beyond':>7}"
     )
+    rows = []
     for row in agreement:
         c = agreement_cells(row)
-        lines.append(
+        rows.append(
             f"{c['tenant'][:14]:<14} {c['compared']:>17} {c['exact']:>7} {c['mae']:>9} "
             f"{c['correlation']:>7} {c['reported']:>12} {c['simulated']:>12} "
             f"{c['more_fewer']:>13} {c['beyond']:>7}"
         )
+    lines += clip(rows, more)
     if disagreements:
         lines.append("requests that disagree most (simulated − reported tokens):")
         lines.append(

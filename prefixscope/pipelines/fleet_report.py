@@ -34,6 +34,7 @@ from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.savings import format_savings
 from prefixscope.dashboards.summary import summarize
 from prefixscope.dashboards.text import format_hit_rates
+from prefixscope.export.metrics import write_metrics
 from prefixscope.ingest import FORMATS, IngestOptions, IngestResult
 from prefixscope.pipelines import parameters
 from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaults, re-exported)
@@ -180,6 +181,12 @@ def report(wh: str, settings: report_stage.ReportSettings) -> str:
     return str(report_stage.run(wh, settings))
 
 
+@task(**STAGE)
+def metrics(wh: str, out: str) -> str:
+    """The latest figures as OpenMetrics text, for Prometheus (``export/metrics.py``)."""
+    return str(write_metrics(wh, out).out)
+
+
 @task(cache_policy=NO_CACHE)
 def summary(wh: str, page: str) -> str:
     """The short answer from the warehouse's views: returned as the terminal prints it, and
@@ -218,6 +225,7 @@ def fleet_report(
     isolations: list[str] | None = None,
     synthetic_tenants: list[str] | None = None,
     workers: int = 1,
+    metrics_path: str | None = None,
 ) -> FleetReportOutcome:
     """``tenant_from``: bailian, the tenant of each request is its type; ``tenant_field``: the
     field of each line that names its tenant (else ``tenant``);
@@ -225,7 +233,8 @@ def fleet_report(
     sharing across tenants is worth); ``synthetic_tenants``: also ingest a synthetic log of
     these tenants (``prefixscope.synthetic``), at the inputs' block size: the demo's fleet;
     ``workers``: processes the stages that fan out use on this machine (without
-    ``dask_address``), each holding the trace once."""
+    ``dask_address``), each holding the trace once; ``metrics_path``: also write the latest
+    figures there as OpenMetrics text (node_exporter's textfile collector), after the page."""
     # every parameter before any work (the command line has checked them too)
     checked = parameters.check(
         inputs,
@@ -250,6 +259,7 @@ def fleet_report(
         plan_target=plan_target,
         workers=workers,
         dask_address=dask_address,
+        metrics_path=metrics_path,
     )
     capacities_blocks = list(checked.capacities_blocks)
     simulated_blocks = list(checked.simulated_blocks or capacities_blocks)
@@ -258,7 +268,8 @@ def fleet_report(
     wh = warehouse_path
     names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else []), "simulate"]
     names += ["curve", "structure", *(["replay"] if replay_samples > 0 else []), "fleet"]
-    names += ["plan", "validate", "savings", "report", "summary"]
+    names += ["plan", "validate", "savings", "report", *(["metrics"] if metrics_path else [])]
+    names += ["summary"]
 
     with steps(names) as step:
         step("ingest")
@@ -350,6 +361,9 @@ def fleet_report(
         )
         step("report")
         page = report(wh, report_stage.ReportSettings(report_path))
+        if metrics_path:
+            step("metrics")
+            metrics(wh, metrics_path)
         step("summary")
         answer = summary(wh, page)
     rows = [r for r in simulated.tables.hit_rates if r["tenant"] == FLEET]

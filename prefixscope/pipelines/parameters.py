@@ -25,6 +25,7 @@ from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Scenario, scenarios
 from prefixscope.analysis.structure.tables import StructureSettings
 from prefixscope.analysis.trace.windows import check_windows
+from prefixscope.export.atomic import check_writable
 from prefixscope.ingest import FORMATS, IngestOptions
 from prefixscope.ingest.lines import holds_text
 from prefixscope.stages import fleet as fleet_stage
@@ -71,6 +72,7 @@ def check(
     *,
     warehouse_path: str | None = None,
     report_path: str | None = None,
+    metrics_path: str | None = None,
     format_name: str = "mooncake",
     tenant: str = "default",
     tenant_from: str | None = None,
@@ -97,9 +99,11 @@ def check(
     run, and write, its rows twice. ``serving``: checked when a schedule is served, before
     its logs may exist: a pattern need only name a folder that exists (each run expands it,
     and refuses a pattern that then matches nothing)."""
-    for where in (warehouse_path, report_path):
+    for where in (warehouse_path, report_path, metrics_path):
         if where is not None and Path(where).is_dir():
             raise IsADirectoryError(21, "Is a directory", where)
+    if metrics_path is not None:
+        check_writable(Path(metrics_path), "--metrics-out")
     if format_name not in FORMATS:
         raise ValueError(f"unknown format {format_name!r}; known: {', '.join(sorted(FORMATS))}")
     check_tenant(tenant, "--tenant")

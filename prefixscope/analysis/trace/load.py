@@ -34,12 +34,25 @@ def block_size_of(con: duckdb.DuckDBPyConnection) -> int:
 def replay_relation(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
     """Every request in replay order: id, tenant, input tokens, block hashes, arrival (``t``,
     epoch seconds), and whether the last prompt token is always computed (a token source)."""
+    by_format = f"format NOT IN {HASH_ID_FORMATS!r}"
+    # A row's own rule where it has one (Mooncake lines ingested with --full-blocks), else its
+    # format's; a requests table from before the column was added (opened read-only, never
+    # brought up to date) has only the format.
+    rule = f"coalesce(last_token_rule, {by_format})" if _has_rule(con) else by_format
     return con.sql(
         "SELECT request_id, tenant, input_tokens, block_hashes, "
         "epoch_us(arrival_ts) / 1e6 AS t, "
-        f"format NOT IN {HASH_ID_FORMATS!r} AS last_token_rule "
+        f"{rule} AS last_token_rule "
         f"FROM requests ORDER BY {REPLAY_ORDER}"
     )
+
+
+def _has_rule(con: duckdb.DuckDBPyConnection) -> bool:
+    [(found,)] = con.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'requests' "
+        "AND column_name = 'last_token_rule' AND database_name = current_database()"
+    ).fetchall()
+    return bool(found)
 
 
 def trace_from_table(table: pa.Table, block_size: int) -> Trace:

@@ -52,6 +52,9 @@ STAGE_SCHEMA = pa.schema(
         ("reported_cached_tokens", pa.int64()),
         ("reported_prompt_tokens", pa.int64()),
         ("reported_cache_creation_tokens", pa.int64()),
+        # True: the engine always computes the prompt's last token (a token source's rule,
+        # Trace.recomputes_last_block); NULL: by the row's format (analysis/trace/load.py).
+        ("last_token_rule", pa.bool_()),
     ]
 )
 
@@ -78,6 +81,9 @@ class IngestOptions:
     # Replace a file's earlier rows even when that turns lines accepted before into rejects
     # (``--replace``); without it such a re-ingest stops and changes nothing.
     replace: bool = False
+    # mooncake: the ids name full blocks only and the last prompt token is always computed (a
+    # token source's rules: what `prefixscope export` writes of a gateway-log warehouse).
+    full_blocks: bool = False
 
     def field(self, name: str, default: str | None = None) -> str | None:
         """The field mapped to canonical ``name`` (``--NAME-field``), else ``default``."""

@@ -48,6 +48,7 @@ class Mooncake(JsonLines):
             return _in_line_order(parsed)
         params = {
             "block_size": block_size,
+            "full_blocks": options.full_blocks,
             "max_line_bytes": options.max_line_bytes,
             "start": options.start,
             "tenant": options.tenant,

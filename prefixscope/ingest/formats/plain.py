@@ -85,7 +85,8 @@ def plain_rows(
     input_tokens, output_tokens = lengths[:, 0], lengths[:, 1]
     # A row of -1 lengths failed its shape; the block count is the rule mooncake.sql checks.
     ok &= input_tokens > 0
-    ok &= np.diff(ids_offsets) == (input_tokens + block_size - 1) // block_size
+    ceil = 0 if options.full_blocks else block_size - 1
+    ok &= np.diff(ids_offsets) == (input_tokens + ceil) // block_size
     ts = np.asarray(pc.cast(pc.if_else(pa.array(ok), raw["timestamp"], "0"), pa.float64()))
     # The same double arithmetic as mooncake.sql's range rule, so the same lines pass.
     at = float(options.start_us) + ts * 1000.0
@@ -109,6 +110,8 @@ def plain_rows(
     if tenant is None:
         columns["tenant"] = pa.array([options.tenant] * n, pa.string())
     columns["block_size"] = pa.array(np.full(n, block_size, np.int32))
+    if options.full_blocks:
+        columns["last_token_rule"] = pa.array(np.ones(n, bool))
     return pa.table(columns)
 
 

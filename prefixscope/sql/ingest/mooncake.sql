@@ -5,6 +5,9 @@
 --      NULL: every row gets $tenant) and $tenant_label (that field as messages name it). A
 --      mapped tenant field is required, a string or an integer of at most 18 digits, as in
 --      every format that maps one (a longer number is out_of_range, not a type).
+--      $full_blocks: the ids name full blocks only (len = floor(input_length / block_size), a
+--      token source's rule, as `prefixscope export` writes a gateway-log warehouse); else the
+--      last block may be partial (len = ceil(...), Mooncake's own rule).
 -- Out: one row per input line: `reason` is NULL for an accepted line, else the first rule it
 --      breaks (`detail` says how, without quoting the line). Rules, in order:
 --      blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
@@ -48,6 +51,12 @@ valued AS (
                                                                              AS tenant_huge
     FROM typed
 ),
+needed AS (
+    SELECT *,
+           CASE WHEN $full_blocks THEN input_tokens // $block_size
+                ELSE (input_tokens + $block_size - 1) // $block_size END          AS blocks_needed
+    FROM valued
+),
 judged AS (
     SELECT *,
         CASE
@@ -73,10 +82,9 @@ judged AS (
               OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 < $min_us
               OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 >= $max_us
                                                                  THEN 'timestamp_out_of_range'
-            WHEN n_ids <> (input_tokens + $block_size - 1) // $block_size
-                                                                 THEN 'block_count_mismatch'
+            WHEN n_ids <> blocks_needed                            THEN 'block_count_mismatch'
         END AS reason
-    FROM valued
+    FROM needed
 )
 SELECT
     line,
@@ -114,7 +122,7 @@ SELECT
             'timestamp (milliseconds after --start) is not finite or lands outside 1970-01-01..2100-01-01'
         WHEN 'block_count_mismatch' THEN format(
             'hash_ids has {} blocks; input_length {} at block size {} needs {}',
-            n_ids, input_tokens, $block_size, (input_tokens + $block_size - 1) // $block_size)
+            n_ids, input_tokens, $block_size, blocks_needed)
     END AS detail,
     CASE WHEN reason IS NULL THEN $start::TIMESTAMPTZ
         + to_microseconds(CAST(round(ts_ms * 1000) AS BIGINT)) END AS arrival_ts,
@@ -123,5 +131,6 @@ SELECT
     CASE WHEN reason IS NULL THEN input_tokens END AS input_tokens,
     CASE WHEN reason IS NULL THEN output_tokens END AS output_tokens,
     $block_size::INTEGER AS block_size,
+    CASE WHEN reason IS NULL AND $full_blocks THEN true END AS last_token_rule,
     CASE WHEN reason IS NULL THEN CAST(j -> '$.hash_ids' AS UBIGINT[]) END AS block_hashes
 FROM judged

@@ -30,3 +30,7 @@ CREATE TABLE IF NOT EXISTS requests (
 -- are given (a line that says otherwise is rejected).
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS reported_prompt_tokens BIGINT;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS reported_cache_creation_tokens BIGINT;
+-- Added later (NULL on older rows, and on rows whose format decides): true when the engine
+-- always computes the prompt's last token, the rule of token sources, for Mooncake lines
+-- ingested with --full-blocks (an export of a gateway-log warehouse).
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS last_token_rule BOOLEAN;
