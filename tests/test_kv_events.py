@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 import zmq
 
+from prefixscope import synthetic_events as se
+from prefixscope.analysis.validate.pool import EVICTED, POOL_MODELS, PoolRequests, ServiceModel
 from prefixscope.cli import main
 from prefixscope.ingest.hashing import hash_token_blocks
 from prefixscope.ingest.kvevents import structs
@@ -347,3 +349,95 @@ def test_capture_refuses_bad_flags(tmp_path: Path, capsys) -> None:
     code = run_cli("capture-events", "--endpoint", "tcp://127.0.0.1:1", "--out", not_ours,
                    "--duration", "0.1")  # fmt: skip
     assert code == 2 and not_ours.read_text() == "hello"
+
+
+# ---- validate --events: the simulated pool beside an engine pool of known size -------------
+
+SMALL = se.Workload(requests=160, rate_per_s=3.0, system_blocks=(3, 8), message_tokens=(20, 120))
+
+
+def known_pool_warehouse(tmp: Path, capacities: list[int], encoding: str = "map") -> Path:
+    """A log and the events of engines with pools of ``capacities`` (one rank each, the log
+    routed by session), both ingested."""
+    log = se.make_log(SMALL)
+    parts = se.split_by_session(log, len(capacities), SMALL.block_size)
+    runs = [
+        se.run_engine(part, se.Engine(capacity_blocks=c, jitter_sigma=0.0, encoding=encoding),
+                      SMALL.block_size)
+        for part, c in zip(parts, capacities, strict=True)
+    ]  # fmt: skip
+    assert all(r.evictions > 100 for r in runs)  # the pools are full: eviction order matters
+    se.write_log(log, tmp / "log.jsonl")
+    se.write_capture(runs, tmp / "events.bin", encoding)
+    wh = tmp / "wh.duckdb"
+    assert run_cli("ingest", "--format", "tokens", "--input", tmp / "log.jsonl",
+                   "--output-tokens-field", "output_tokens", "--warehouse", wh) == 0  # fmt: skip
+    assert run_cli("ingest", "--format", "vllm-events", "--input", tmp / "events.bin",
+                   "--warehouse", wh) == 0  # fmt: skip
+    return wh
+
+
+def test_validate_events_recovers_each_ranks_pool(tmp_path: Path, capsys) -> None:
+    """Two ranks with pools of 150 and 260 blocks: the scan picks each rank's own size, where
+    the held blocks and the eviction order agree exactly; LRU (no pinning, no tail-first)
+    agrees less at its best."""
+    wh = known_pool_warehouse(tmp_path, [150, 260])
+    grid = "120,150,180,220,260,300"
+    assert run_cli("validate", "--events", "--warehouse", wh, "--capacity-blocks", grid) == 0
+    assert "rank 1: effective capacity 260 blocks" in capsys.readouterr().out
+    with duckdb.connect(str(wh), read_only=True) as con:
+        best = con.execute(
+            """SELECT rank, capacity_blocks, jaccard, removal_match_share, kendall_tau
+               FROM latest_validation_events WHERE best ORDER BY rank"""
+        ).fetchall()
+        assert best == [(0, 150, 1.0, 1.0, 1.0), (1, 260, 1.0, 1.0, 1.0)]
+        windows = con.execute(
+            "SELECT count(*), sum(engine_blocks - both_blocks) FROM validation_event_windows"
+        ).fetchone()
+        assert windows == (40, 0)
+    assert run_cli("validate", "--events", "--pool-model", "lru", "--warehouse", wh,
+                   "--capacity-blocks", grid) == 0  # fmt: skip
+    with duckdb.connect(str(wh), read_only=True) as con:
+        lru = con.execute(
+            "SELECT max(jaccard) FROM latest_validation_events WHERE model = 'lru' AND best"
+        ).fetchone()[0]
+    assert lru < 0.99
+
+
+@pytest.mark.parametrize("model", sorted(POOL_MODELS))
+def test_pool_models_never_hold_more_than_capacity(model: str) -> None:
+    """Every pool model: at most ``capacity`` blocks held, an evicted block was held, a stored
+    one was not."""
+    log = se.make_log(SMALL)
+    ids = [chained_ids(0, r.tokens[: len(r.tokens) // BLOCK * BLOCK], BLOCK) for r in log]
+    offsets = np.concatenate([[0], np.cumsum([len(i) for i in ids])])
+    requests = PoolRequests(
+        np.array([r.arrival_s for r in log]),
+        np.array([len(r.tokens) for r in log]),
+        np.array([r.output_tokens for r in log]),
+        offsets.astype(np.int64),
+        np.array([b for i in ids for b in i], np.uint64),
+        BLOCK,
+    )
+    run = POOL_MODELS[model](requests, 120, ServiceModel())
+    held: set[int] = set()
+    for _, kind, block, _, _ in run.ops:
+        if kind == EVICTED:
+            assert block in held
+            held.remove(block)
+        else:
+            assert block not in held
+            held.add(block)
+        assert len(held) <= 120
+    assert any(kind == EVICTED for _, kind, *_ in run.ops)
+
+
+def test_validate_events_without_events_is_one_line(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "log.jsonl"
+    se.write_log(se.make_log(se.Workload(requests=5)), log)
+    wh = tmp_path / "wh.duckdb"
+    assert run_cli("ingest", "--format", "tokens", "--input", log, "--warehouse", wh) == 0
+    capsys.readouterr()
+    assert run_cli("validate", "--events", "--warehouse", wh) == 2
+    err = capsys.readouterr().err
+    assert "no KV events" in err and len(err.strip().splitlines()) == 1
