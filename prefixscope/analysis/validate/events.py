@@ -35,6 +35,9 @@ from prefixscope.analysis.validate.pool import (
 )
 
 STORED_KIND, REMOVED_KIND, CLEARED_KIND = 0, 1, 2
+#: Times within this of each other are the same instant: both sides' times pass through
+#: microsecond timestamps and float seconds, which move one by a microsecond or two.
+TIME_SLACK_S = 1e-3
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def _held_at(ops: list[tuple[float, int, int]], ends: np.ndarray) -> list[set[in
     out = []
     j = 0
     for end in ends.tolist():
-        while j < len(ops) and ops[j][0] <= end:
+        while j < len(ops) and ops[j][0] <= end + TIME_SLACK_S:
             _, kind, b = ops[j]
             if kind == STORED_KIND:
                 held.add(b)
@@ -152,7 +155,8 @@ def compare(stream: EngineStream, run: PoolRun, ends: np.ndarray, capacity: int)
         totals += (len(e), len(s), both)
     start, stop = stream.span
     engine_removed = [b for t, k, b in eng if k == REMOVED_KIND]
-    sim_evicted = [b for t, k, b in sim if k == REMOVED_KIND and start <= t <= stop]
+    lo, hi = start - TIME_SLACK_S, stop + TIME_SLACK_S
+    sim_evicted = [b for t, k, b in sim if k == REMOVED_KIND and lo <= t <= hi]
     matched, tau = eviction_order(engine_removed, sim_evicted)
     return Agreement(
         capacity,
@@ -227,20 +231,30 @@ def scan(
     service: ServiceModel,
     ends: np.ndarray,
     capacities: list[int] | None = None,
-    refine: int = 8,
 ) -> tuple[list[Agreement], Agreement]:
     """Every capacity's agreement and the best one (highest Jaccard; the smaller capacity
-    among equals). Without ``capacities``, a coarse grid from the engine's peak, refined
-    between the best one's neighbours."""
+    among equals). Without ``capacities``: a coarse grid from the engine's peak, then a local
+    search around the best one whose step shrinks fourfold down to one block."""
+    results: dict[int, Agreement] = {}
+
+    def at(c: int) -> Agreement:
+        if c not in results:
+            results[c] = compare(stream, model(requests, c, service), ends, c)
+        return results[c]
+
     grid = capacities or default_capacities(stream.peak_held())
-    results = {c: compare(stream, model(requests, c, service), ends, c) for c in grid}
-    if capacities is None and refine:
-        best = _best(results)
-        i = grid.index(best.capacity)
-        low, high = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-        for c in np.unique(np.round(np.linspace(low, high, refine + 2)).astype(np.int64)):
-            if int(c) not in results:
-                results[int(c)] = compare(stream, model(requests, int(c), service), ends, int(c))
+    for c in grid:
+        at(c)
+    if capacities is None:
+        best = _best(results).capacity
+        i = grid.index(best)
+        step = max(grid[min(i + 1, len(grid) - 1)] - best, best - grid[max(i - 1, 0)], 4)
+        while step > 1:
+            step = max(step // 4, 1)
+            for k in (-3, -2, -1, 1, 2, 3):
+                if best + k * step >= 1:
+                    at(best + k * step)
+            best = _best(results).capacity
     ordered = [results[c] for c in sorted(results)]
     return ordered, _best(results)
 
