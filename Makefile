@@ -61,6 +61,7 @@ bench: setup
 	PEER_PYTHON=$$(test -x $(PEERS)/bin/python && echo $(PEERS)/bin/python) \
 		$(BIN)/python benchmarks/policy_speed.py
 	$(BIN)/python benchmarks/validate_recovery.py
+	$(BIN)/python benchmarks/validate_events.py
 	$(BIN)/python benchmarks/sampled_error.py --quick
 	$(BIN)/python benchmarks/flow_speed.py --cluster
 
