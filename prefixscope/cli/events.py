@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from prefixscope.cli import flags
@@ -49,14 +51,23 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.ingest.kvevents.capture import capture_events
 
     out = Path(args.out)
+    # SIGTERM (a service manager's stop) ends the capture as Ctrl-C does: summary, exit 0.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"capturing from {', '.join(args.endpoint)} into {out}; Ctrl-C stops", flush=True)
-    summary = capture_events(
-        args.endpoint,
-        out,
-        duration=args.duration,
-        topic=args.topic,
-        notice=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+    try:
+        summary = capture_events(
+            args.endpoint,
+            out,
+            duration=args.duration,
+            topic=args.topic,
+            stop=stop,
+            notice=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if summary.stopped_by == "stop":
+        summary.stopped_by = "SIGTERM"
     print(summary.line(out))
     return 0
 

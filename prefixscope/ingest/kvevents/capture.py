@@ -44,7 +44,7 @@ class CaptureSummary:
     missing: int = 0  # sequence numbers skipped between two received batches
     malformed: int = 0  # messages that were not (topic, 8-byte seq, payload): not written
     vanished: list[str] = field(default_factory=list)  # endpoints whose publisher went away
-    stopped_by: str = "duration"  # duration | interrupt | stop
+    stopped_by: str = "duration"  # duration | interrupt | stop (a signal, the caller)
     seconds: float = 0.0
 
     def line(self, out: Path) -> str:
