@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import msgspec
 import numpy as np
 import pytest
 import zmq
@@ -228,8 +229,6 @@ def good(encoding: str = "array") -> bytes:
 
 
 def _unknown_tag() -> bytes:
-    import msgspec
-
     return msgspec.msgpack.encode([T0, [["BlockMoved", [1], "GPU"]], 0])
 
 
@@ -248,7 +247,7 @@ BAD_CASES = [
     ("unknown event tag", _unknown_tag(), b"", "unknown_event_tag", 1),
     ("not msgpack", b"\xc1\xc1\xc1", b"", "undecodable_batch", 1),
     ("batch not an array or map", b"\x2a", b"", "malformed_batch", 1),
-    ("ts not a number", __import__("msgspec").msgpack.encode(["x", []]), b"", "malformed_batch", 1),
+    ("ts not a number", msgspec.msgpack.encode(["x", []]), b"", "malformed_batch", 1),
     ("event of the wrong block size", _bad_size(), b"", "block_size_mismatch", 1),
     ("tokens short of the blocks", _few_tokens(), b"", "token_count_mismatch", 1),
     ("a truncated file", None, encode_frame(T0, 9, 0, b"", good())[:-5], "truncated_file", 1),
@@ -310,6 +309,18 @@ def test_reingest_replaces(tmp_path: Path) -> None:
     with duckdb.connect(str(wh), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM kv_events").fetchone() == (3,)
         assert con.execute("SELECT count(*) FROM sources").fetchone() == (1,)
+
+
+def test_array_batch_of_map_events(tmp_path: Path) -> None:
+    """Versions between the two encodings sent an array batch of map events: read as well."""
+    events = [structs.stored("map", [1, 2], None, PROMPT_A[: 2 * BLOCK], BLOCK)]
+    payload = msgspec.msgpack.encode(structs.ArrayBatch(T0, events, 3))
+    assert msgspec.msgpack.decode(payload)[1][0]["type"] == "BlockStored"  # really mixed
+    out = tmp_path / "events.bin"
+    write_capture(out, [(0, payload)])
+    parsed = parse_capture(out, {BLOCK})
+    assert parsed.rows["block_id"].to_pylist() == expected_ids()["A"][:2]
+    assert parsed.rows["rank"].to_pylist() == [3, 3]
 
 
 def test_chained_ids_match_hashing_from_any_parent() -> None:
