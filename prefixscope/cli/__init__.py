@@ -27,6 +27,7 @@ from prefixscope.storage_errors import StorageCause, root_cause, storage_cause
 #: which an ingest would only wait for.
 MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ingest", ("ingest",)),
+    ("events", ("capture-events",)),
     ("simulate", ("simulate",)),
     ("fleet", ("fleet",)),
     ("plan", ("plan",)),

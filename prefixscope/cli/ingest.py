@@ -11,6 +11,10 @@ from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
 from prefixscope.ingest.formats.usage import LAYOUT_CHOICES
 from prefixscope.terminal import More, clip
 
+#: The format of KV events capture files (``capture-events``): events, not requests, so it is
+#: read by its own stage (``stages/kv_events.py``) rather than through :data:`FORMATS`.
+EVENTS_FORMAT = "vllm-events"
+
 #: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats; the tenant
 #: field is read by every format.
 FIELD_FLAGS = (
@@ -26,7 +30,7 @@ FIELD_FLAGS = (
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", required=True, choices=sorted(FORMATS))
+    p.add_argument("--format", required=True, choices=sorted([*FORMATS, EVENTS_FORMAT]))
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain or .gz")
     flags.warehouse(p)
     p.add_argument(
@@ -126,6 +130,8 @@ def check_files(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.format == EVENTS_FORMAT:
+        return run_events(args)
     from prefixscope.ingest import IngestOptions
     from prefixscope.ingest.staging import check_inputs
     from prefixscope.stages import ingest
@@ -177,6 +183,31 @@ def run(args: argparse.Namespace) -> int:
     total = f"{result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected"
     print(f"total: {total}")
     if result.rejected:
+        print(f"see the rejects table for reasons: {args.warehouse}")
+    return 0
+
+
+def run_events(args: argparse.Namespace) -> int:
+    """``--format vllm-events``: capture files into ``kv_events`` (docs/ingest.md)."""
+    from prefixscope.stages import kv_events
+
+    settings = kv_events.EventIngestSettings(tuple(args.input), args.block_size)
+    results = kv_events.run(args.warehouse, settings)
+    for r in results:
+        cut = "" if r.complete else " — the file ends early (its whole frames were kept)"
+        note = " (replaced an earlier ingest of the same file)" if r.replaced else ""
+        print(
+            f"{r.path}: {r.frames:,} batches, {r.lines:,} events, {r.accepted:,} accepted, "
+            f"{r.rejected:,} rejected{cut}{note}"
+        )
+        if r.reasons:
+            print("  rejected: " + ", ".join(f"{k} {n:,}" for k, n in r.reasons))
+        if r.unlinked:
+            print(
+                f"  {r.unlinked:,} stored blocks without a prefixscope id (chains begun "
+                "before the capture)"
+            )
+    if any(r.rejected for r in results):
         print(f"see the rejects table for reasons: {args.warehouse}")
     return 0
 

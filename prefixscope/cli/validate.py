@@ -44,9 +44,47 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=flags.count, default=0, help="the bootstrap's seed (0)")
     flags.model(p, what=" for the capacity in GiB")
+    events = p.add_argument_group("KV events (--events: the pool beside the engine's events)")
+    events.add_argument(
+        "--events",
+        action="store_true",
+        help="compare a simulated block pool with the engine's KV cache events (kv_events) "
+        "instead of the reported counts",
+    )
+    events.add_argument(
+        "--pool-model", default="vllm", choices=["vllm", "lru"], help="the pool model (vllm)"
+    )
+    events.add_argument(
+        "--event-windows",
+        type=flags.bounded_int(1, 10_000),
+        default=20,
+        metavar="N",
+        help="time windows over the events' span (20)",
+    )
+    events.add_argument(
+        "--capacity-blocks",
+        type=flags.ints(1),
+        default=[],
+        metavar="N,...",
+        help="the pool sizes to scan (default: a grid from the engine's peak)",
+    )
+    events.add_argument(
+        "--tpot-ms",
+        type=flags.finite_float(0.0, 60_000.0, strict=False),
+        default=20.0,
+        help="service-time model: milliseconds per output token (20)",
+    )
+    events.add_argument(
+        "--prefill-tokens-per-s",
+        type=flags.finite_float(1.0, 1e9),
+        default=10_000.0,
+        help="service-time model: uncached prompt tokens per second (10000)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.events:
+        return run_events(args)
     from prefixscope.dashboards.validation import summary_text
     from prefixscope.stages import validate
     from prefixscope.terminal import More
@@ -69,6 +107,49 @@ def run(args: argparse.Namespace) -> int:
         summary_text(result.agreement.to_pylist(), result.disagreements.to_pylist()[:PRINTED], more)
     )
     return 0
+
+
+def run_events(args: argparse.Namespace) -> int:
+    from prefixscope.stages import validate_events as stage
+
+    settings = stage.EventValidateSettings(
+        model=args.pool_model,
+        windows=args.event_windows,
+        capacities=tuple(args.capacity_blocks),
+        tpot_ms=args.tpot_ms,
+        prefill_tokens_per_s=args.prefill_tokens_per_s,
+    )
+    for line in event_summary(stage.run(args.warehouse, settings), settings.model):
+        print(line)
+    return 0
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def event_summary(results: list, model: str) -> list[str]:  # type: ignore[type-arg]
+    """Per rank: the effective capacity and the agreement there."""
+    lines = []
+    for r in results:
+        b = r.best
+        tau = "n/a" if b.kendall_tau is None else f"{b.kendall_tau:.3f}"
+        lines.append(
+            f"rank {r.rank}: effective capacity {b.capacity:,} blocks ({model} pool, "
+            f"{len(r.scanned)} capacities scanned, engine peak {r.peak:,} held, "
+            f"{r.requests:,} requests)"
+        )
+        lines.append(
+            f"  held: {_pct(b.engine_held_share)} of the engine's blocks in the pool, "
+            f"{_pct(b.sim_held_share)} of the pool's in the engine (jaccard {b.jaccard:.3f}, "
+            f"{b.windows} windows)"
+        )
+        lines.append(
+            f"  evictions: {_pct(b.removal_match_share)} of {b.engine_removals:,} engine "
+            f"removals matched, Kendall tau {tau}; {b.waited:,} requests waited for blocks"
+            + (f"; {r.unlinked:,} engine rows without a prefixscope id" if r.unlinked else "")
+        )
+    return lines
 
 
 COMMAND = Command(

@@ -1,0 +1,218 @@
+"""Subscribe to vLLM KV events publishers and append their raw batches to a capture file.
+
+vLLM's publisher (``ZmqEventPublisher`` in ``vllm/distributed/kv_events.py``, set up by
+``--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint":
+"tcp://*:5557", "topic": ""}'``) binds a ZMQ PUB socket and sends each batch as three frames:
+``(topic, seq as 8 bytes big-endian, msgpack payload)``. Data-parallel rank ``r`` binds port
+``5557 + r``; give one ``--endpoint`` per rank. Its optional ROUTER replay socket is not used:
+a gap in ``seq`` is counted and reported, not filled.
+
+Each batch is appended as one frame (:mod:`.framing`) with one write and flushed at once, so
+whatever stops the capture -- Ctrl-C, ``--duration``, the publisher going away, the process
+killed -- the file is valid up to its last whole frame.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from prefixscope.ingest.kvevents.framing import (
+    MAGIC,
+    FrameTail,
+    NotACapture,
+    encode_frame,
+    read_frames,
+)
+
+#: How often the loop wakes to check the clock and the stop signal (ms).
+POLL_MS = 50
+#: The receive high-water mark: as many batches as vLLM's publisher queues by default.
+RCVHWM = 100_000
+
+
+@dataclass
+class CaptureSummary:
+    batches: int = 0
+    bytes_written: int = 0
+    missing: int = 0  # sequence numbers skipped between two received batches
+    malformed: int = 0  # messages that were not (topic, 8-byte seq, payload): not written
+    vanished: list[str] = field(default_factory=list)  # endpoints whose publisher went away
+    stopped_by: str = "duration"  # duration | interrupt | stop (a signal, the caller)
+    seconds: float = 0.0
+
+    def line(self, out: Path) -> str:
+        text = (
+            f"captured {self.batches:,} batches ({self.bytes_written:,} bytes) into {out} in "
+            f"{self.seconds:.1f} s, stopped by {self.stopped_by}; "
+            f"{self.missing:,} missing sequence numbers"
+        )
+        if self.malformed:
+            text += f"; {self.malformed:,} malformed messages skipped"
+        return text
+
+
+def check_endpoint(endpoint: str) -> str:
+    """``tcp://HOST:PORT`` (or ``ipc://PATH``), the address a subscriber connects to."""
+    if endpoint.startswith("ipc://") and len(endpoint) > 6:
+        return endpoint
+    host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
+    if not endpoint.startswith("tcp://") or not sep or not host or not port.isdigit():
+        raise ValueError(
+            f"--endpoint {endpoint!r} is not tcp://HOST:PORT — give the publisher's address, "
+            "e.g. tcp://127.0.0.1:5557"
+        )
+    if host == "*" or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"--endpoint {endpoint!r} is a bind address — give the engine's host and port, "
+            "e.g. tcp://127.0.0.1:5557"
+        )
+    return endpoint
+
+
+def open_capture(out: Path) -> tuple[object, int]:
+    """``out`` opened to append frames: a new file gets the header; an existing one must be a
+    capture that ends with a whole frame. Returns the file and its frames so far."""
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory — give a file path")
+    if out.exists() and out.stat().st_size:
+        tails: list[FrameTail] = []
+        with out.open("rb") as f:
+            try:
+                frames = sum(1 for _ in read_frames(f, str(out), tails))
+            except NotACapture:
+                raise ValueError(
+                    f"--out {out} exists and is not a KV events capture — give a new path"
+                ) from None
+        if tails:
+            raise ValueError(
+                f"--out {out} ends inside a frame ({tails[0].detail}) — give a new path; "
+                "`ingest --format vllm-events` still reads its whole frames"
+            )
+        return out.open("ab"), frames
+    out.parent.mkdir(parents=True, exist_ok=True)
+    f = out.open("wb")
+    f.write(MAGIC)
+    f.flush()
+    return f, 0
+
+
+def capture_events(
+    endpoints: Sequence[str],
+    out: Path,
+    *,
+    duration: float | None = None,
+    topic: str = "",
+    stop: threading.Event | None = None,
+    notice: Callable[[str], None] = lambda line: None,
+) -> CaptureSummary:
+    """Append every batch the publishers at ``endpoints`` send on ``topic`` to ``out`` until
+    ``duration`` seconds pass, ``stop`` is set or the process is interrupted (Ctrl-C); each
+    publisher that goes away meanwhile is one ``notice`` line."""
+    endpoints = [check_endpoint(e) for e in endpoints]
+    f, _ = open_capture(out)
+    summary = CaptureSummary()
+    ctx = zmq.Context()
+    sockets: list[zmq.Socket] = []
+    monitors: dict[zmq.Socket, int] = {}
+    poller = zmq.Poller()
+    last_seq: dict[int, int] = {}
+    start = time.monotonic()
+    try:
+        for i, endpoint in enumerate(endpoints):
+            sock = ctx.socket(zmq.SUB)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, RCVHWM)
+            sock.setsockopt(zmq.SUBSCRIBE, topic.encode("utf-8"))
+            monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            sock.connect(endpoint)
+            sockets.append(sock)
+            monitors[monitor] = i
+            poller.register(sock, zmq.POLLIN)
+            poller.register(monitor, zmq.POLLIN)
+        index = {s: i for i, s in enumerate(sockets)}
+        while True:
+            if stop is not None and stop.is_set():
+                summary.stopped_by = "stop"
+                break
+            left = None if duration is None else duration - (time.monotonic() - start)
+            if left is not None and left <= 0:
+                break
+            try:
+                ready = dict(poller.poll(POLL_MS if left is None else min(POLL_MS, left * 1e3)))
+                for sock in ready:
+                    if sock in monitors:
+                        _on_monitor(sock, endpoints[monitors[sock]], summary, notice)
+                        continue
+                    _drain(f, sock, index[sock], summary, last_seq)
+            except KeyboardInterrupt:
+                summary.stopped_by = "interrupt"
+                break
+        if summary.stopped_by != "interrupt":  # what had arrived when it stopped is kept
+            for sock in sockets:
+                _drain(f, sock, index[sock], summary, last_seq)
+    finally:
+        summary.seconds = time.monotonic() - start
+        f.close()
+        for sock in sockets:
+            sock.disable_monitor()
+        for monitor in monitors:
+            monitor.close(linger=0)
+        for sock in sockets:
+            sock.close(linger=0)
+        ctx.term()
+    return summary
+
+
+def _drain(
+    f: object, sock: zmq.Socket, endpoint: int, summary: CaptureSummary, last_seq: dict[int, int]
+) -> None:
+    """Write every message that has arrived on ``sock``, without waiting."""
+    while True:
+        try:
+            parts = sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        _write(f, endpoint, parts, summary, last_seq)
+
+
+def _write(
+    f: object,
+    endpoint: int,
+    parts: list[bytes],
+    summary: CaptureSummary,
+    last_seq: dict[int, int],
+) -> None:
+    if len(parts) != 3 or len(parts[1]) != 8:
+        summary.malformed += 1
+        return
+    topic, seq_bytes, payload = parts
+    seq = int.from_bytes(seq_bytes, "big", signed=True)
+    previous = last_seq.get(endpoint)
+    if previous is not None and seq > previous + 1:
+        summary.missing += seq - previous - 1
+    last_seq[endpoint] = seq  # a lower seq: the publisher restarted and counts from 0 again
+    frame = encode_frame(time.time(), seq, endpoint, topic, payload)
+    f.write(frame)  # type: ignore[attr-defined]
+    f.flush()  # type: ignore[attr-defined]
+    summary.batches += 1
+    summary.bytes_written += len(frame)
+
+
+def _on_monitor(
+    monitor: zmq.Socket, endpoint: str, summary: CaptureSummary, notice: Callable[[str], None]
+) -> None:
+    event = recv_monitor_message(monitor)
+    if event["event"] == zmq.EVENT_DISCONNECTED:
+        summary.vanished.append(endpoint)
+        notice(
+            f"the publisher at {endpoint} went away after {summary.batches:,} batches: the "
+            "capture file is valid up to its last whole frame; waiting for it to return "
+            "(Ctrl-C or --duration stops)"
+        )
