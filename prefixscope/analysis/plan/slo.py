@@ -26,7 +26,7 @@ import numpy as np
 
 #: The metrics an SLO may name, and the percentiles they may take.
 METRICS = ("ttft", "tpot")
-_TARGET = re.compile(r"(?P<metric>[a-z]+)-p(?P<pct>[0-9]{1,2}(?:\.[0-9]+)?)")
+_TARGET = re.compile(r"(?P<metric>[a-z]+)-p(?P<pct>[0-9]+(?:\.[0-9]+)?)")
 FORM = "give METRIC-pNN=SECONDS[,...], e.g. ttft-p95=2,tpot-p95=0.05"
 #: The largest limit taken, in seconds: a day.
 MAX_LIMIT_S = 86_400.0
