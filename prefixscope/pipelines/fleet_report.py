@@ -1,8 +1,9 @@
 """The ``fleet_report`` flow: ingest [+ a synthetic multi-tenant log] → simulate every policy ×
 capacity × isolation → LRU curve → structure → [replay] → fleet (routers × replicas × load,
-priced like the savings) → plan → [validate, when the logs carry the engines' cached-token
-counts] → savings → report → summary (the short answer, returned and
-published as a markdown artifact).
+priced like the savings) → plan → plan-slo (the cheapest fleet of deployments that meets a
+latency SLO, with and without the cache) → [validate, when the logs carry the engines'
+cached-token counts] → savings → report → summary (the short answer, returned and published as
+a markdown artifact).
 
 The flow only sequences. Each task is one stage (``prefixscope.stages``): it opens the
 warehouse for its own step and closes it, so a task can retry without shared state. A stage
@@ -54,6 +55,7 @@ from prefixscope.stages import curve as curve_stage
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import ingest as ingest_stage
 from prefixscope.stages import plan as plan_stage
+from prefixscope.stages import plan_slo as plan_slo_stage
 from prefixscope.stages import replay as replay_stage
 from prefixscope.stages import report as report_stage
 from prefixscope.stages import savings as savings_stage
@@ -129,6 +131,11 @@ def fleet(wh: str, settings: fleet_stage.FleetSettings) -> int:
 @task(**STAGE)
 def plan(wh: str, settings: plan_stage.PlanSettings) -> int:
     return plan_stage.run(wh, settings).num_rows
+
+
+@task(**STAGE)
+def plan_slo(wh: str, settings: plan_slo_stage.PlanSloSettings) -> int:
+    return plan_slo_stage.run(wh, settings).fleets.num_rows
 
 
 @task(**STAGE)
@@ -218,6 +225,7 @@ def fleet_report(
     isolations: list[str] | None = None,
     synthetic_tenants: list[str] | None = None,
     workers: int = 1,
+    slo: str = parameters.DEFAULT_SLO,
 ) -> FleetReportOutcome:
     """``tenant_from``: bailian, the tenant of each request is its type; ``tenant_field``: the
     field of each line that names its tenant (else ``tenant``);
@@ -225,7 +233,8 @@ def fleet_report(
     sharing across tenants is worth); ``synthetic_tenants``: also ingest a synthetic log of
     these tenants (``prefixscope.synthetic``), at the inputs' block size: the demo's fleet;
     ``workers``: processes the stages that fan out use on this machine (without
-    ``dask_address``), each holding the trace once."""
+    ``dask_address``), each holding the trace once; ``slo``: the latency target of the SLO
+    plan (``parameters.DEFAULT_SLO``: DeepSeek-V3 on 8 × H200)."""
     # every parameter before any work (the command line has checked them too)
     checked = parameters.check(
         inputs,
@@ -249,6 +258,7 @@ def fleet_report(
         plan_target=plan_target,
         workers=workers,
         dask_address=dask_address,
+        slo=slo,
     )
     capacities_blocks = list(checked.capacities_blocks)
     windows = list(checked.windows)
@@ -256,7 +266,7 @@ def fleet_report(
     wh = warehouse_path
     names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else []), "simulate"]
     names += ["curve", "structure", *(["replay"] if replay_samples > 0 else []), "fleet"]
-    names += ["plan", "validate", "savings", "report", "summary"]
+    names += ["plan", "plan-slo", "validate", "savings", "report", "summary"]
 
     with steps(names) as step:
         step("ingest")
@@ -322,6 +332,8 @@ def fleet_report(
                 dask_address=dask_address,
             ),
         )
+        step("plan-slo")
+        plan_slo(wh, parameters.slo_settings(slo, dask_address, workers))
         step("validate")
         if validate_stage.has_reports(wh):  # the engines' own counts: the effective capacity
             validate(wh, validate_stage.ValidateSettings(model=model))
