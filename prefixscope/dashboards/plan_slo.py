@@ -118,8 +118,40 @@ def fleets_table(fleets: Sequence[dict], limit: int = TABLE_ROWS) -> str:
     return "\n".join(rows)
 
 
-def from_warehouse(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The answer sentences of the newest SLO search (none: no search)."""
+def short(answers: Sequence[dict], model: str) -> str | None:
+    """The first load scale's answer in two terminal lines (the demo's summary): ``24 × H200
+    (3 × h200x8, deepseek-v3, a 2,048 GiB store) meet ttft-p95=5 at $88.40 an hour; without
+    the prefix cache 40 × H200: the cache saves $37,669 a month``."""
+    on = next((a for a in answers if a["prefix_caching"]), None)
+    if on is None:
+        return None
+    off = next((a for a in answers if not a["prefix_caching"]
+                and a["load_scale"] == on["load_scale"]), None)  # fmt: skip
+    if not on["met"]:
+        return f"no fleet of those searched meets {on['slo']} ({on['fleets_searched']:,} simulated)"
+    gpu = on["deployment"].rsplit("x", 1)[0].upper()
+    tiers = []
+    if on["dram_gib_per_replica"]:
+        tiers.append(f"{on['dram_gib_per_replica']:,.0f} GiB DRAM each")
+    if on["store_gib"] is not None:
+        tiers.append(f"a {on['store_gib']:,.0f} GiB store")
+    what = ", ".join([f"{on['replicas']} × {on['deployment']}", model, *tiers])
+    text = f"{on['gpus']} × {gpu} ({what}) meet {on['slo']} at ${on['usd_per_hour']:,.2f} an hour"
+    if off is None:
+        return text
+    if not off["met"]:
+        return f"{text}; without the prefix cache no fleet searched meets it"
+    saved = on["usd_saved_per_month"] or 0.0
+    return (
+        f"{text}; without the prefix cache {off['gpus']} × "
+        f"{off['deployment'].rsplit('x', 1)[0].upper()}: the cache "
+        f"{'saves' if saved >= 0 else 'costs'} ${abs(saved):,.0f} a month"
+    )
+
+
+def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[str]:
+    """The answer sentences of the newest SLO search (none: no search); ``brief``: the first
+    load's in two lines (:func:`short`)."""
     answers = con.sql("SELECT * FROM latest_plan_slo_answers").to_arrow_table().to_pylist()
     if not answers:
         return []
@@ -133,7 +165,11 @@ def from_warehouse(con: duckdb.DuckDBPyConnection) -> list[str]:
         "SELECT r.parameters ->> 'model' FROM runs r WHERE r.run_id = ?",
         [_run_of(con)],
     ).fetchone()
-    return sentences(answers, (model or [None])[0] or "the model", kv)
+    name = (model or [None])[0] or "the model"
+    if brief:
+        line = short(answers, name)
+        return [] if line is None else [line + "."]
+    return sentences(answers, name, kv)
 
 
 def _run_of(con: duckdb.DuckDBPyConnection) -> str | None:

@@ -121,7 +121,7 @@ def summarize(con: duckdb.DuckDBPyConnection, page: str | Path, warehouse: str |
     if plan:
         items.append(Item("plan", plan[0]))
         fleet = [s for s in plan if s.startswith(("The cheapest", "No simulated fleet"))]
-        slo = slo_sentences(con)
+        slo = slo_sentences(con, brief=True)
         items += [Item("fleet", s, optional=True) for s in fleet[:1] if not slo]
         items += [Item("SLO", s) for s in slo]
     if priced is not None:
