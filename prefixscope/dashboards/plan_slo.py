@@ -33,7 +33,7 @@ def fleet_words(row: dict, model: str, kv_gib: float | None) -> str:
     if row["dram_gib_per_replica"]:
         tiers.append(f"{row['dram_gib_per_replica']:,.0f} GiB of host DRAM per replica")
     if row["store_gib"] is not None:
-        tiers.append(f"a {row['store_gib']:,.0f} GiB shared store")
+        tiers.append(f"a shared store of {row['store_gib']:,.0f} GiB")
     extra = f", {' and '.join(tiers)}" if tiers else ""
     return f"{head}, {row['router']} routing{extra}"
 
@@ -78,8 +78,12 @@ def sentences(answers: Sequence[dict], model: str, kv: dict[str, float]) -> list
                 f"; without the prefix cache {off['gpus']} × "
                 f"{off['deployment'].rsplit('x', 1)[0].upper()} "
                 f"({off['replicas']} × {off['deployment']}), ${off['usd_per_hour']:,.2f} an hour: "
-                f"the cache {verb} ${abs(saved):,.0f} a month ({HOURS_PER_MONTH:g} h)"
-                f" and {on['gpus_saved']:,} GPUs."
+            )
+            text += (
+                "the cache saves nothing at this SLO."
+                if abs(saved) < 0.005
+                else f"the cache {verb} ${abs(saved):,.0f} a month ({HOURS_PER_MONTH:g} h) and "
+                f"{on['gpus_saved']:,} GPUs."
             )
         elif off is not None:
             text += "; without the prefix cache no fleet searched meets it."
@@ -120,7 +124,7 @@ def fleets_table(fleets: Sequence[dict], limit: int = TABLE_ROWS) -> str:
 
 def short(answers: Sequence[dict], model: str) -> str | None:
     """The first load scale's answer in two terminal lines (the demo's summary): ``24 × H200
-    (3 × h200x8, deepseek-v3, a 2,048 GiB store) meet ttft-p95=5 at $88.40 an hour; without
+    (3 × h200x8, deepseek-v3, a store of 2,048 GiB) meet ttft-p95=5 at $88.40 an hour; without
     the prefix cache 40 × H200: the cache saves $37,669 a month``."""
     on = next((a for a in answers if a["prefix_caching"]), None)
     if on is None:
@@ -134,7 +138,7 @@ def short(answers: Sequence[dict], model: str) -> str | None:
     if on["dram_gib_per_replica"]:
         tiers.append(f"{on['dram_gib_per_replica']:,.0f} GiB DRAM each")
     if on["store_gib"] is not None:
-        tiers.append(f"a {on['store_gib']:,.0f} GiB store")
+        tiers.append(f"a store of {on['store_gib']:,.0f} GiB")
     what = ", ".join([f"{on['replicas']} × {on['deployment']}", model, *tiers])
     text = f"{on['gpus']} × {gpu} ({what}) meet {on['slo']} at ${on['usd_per_hour']:,.2f} an hour"
     if off is None:
@@ -142,6 +146,8 @@ def short(answers: Sequence[dict], model: str) -> str | None:
     if not off["met"]:
         return f"{text}; without the prefix cache no fleet searched meets it"
     saved = on["usd_saved_per_month"] or 0.0
+    if abs(saved) < 0.005:
+        return f"{text}, as without the prefix cache: it saves nothing at this SLO"
     return (
         f"{text}; without the prefix cache {off['gpus']} × "
         f"{off['deployment'].rsplit('x', 1)[0].upper()}: the cache "

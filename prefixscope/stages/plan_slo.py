@@ -153,20 +153,23 @@ def plan_search(
     def run_round(probes: Sequence[Probe]) -> list[Result]:
         if local:
             return [simulate_probe(shared, p) for p in probes]
+        # three shared parts (the fan-out keeps four scattered): the SLO and engine ride
+        # with each probe
         return fan_out(
             probe_task,
-            (shared.trace, shared.fresh, shared.traffic, shared.slo, shared.engine),
-            list(probes),
+            (shared.trace, shared.fresh, shared.traffic),
+            [(p, slo, settings.engine) for p in probes],
             workers=settings.workers,
             dask_address=settings.dask_address,
-            weights=[
-                p.replicas * (30.0 if p.series.router == "cache-aware" else 1.0) for p in probes
-            ],  # fmt: skip
+            weights=[p.replicas * (30.0 if p.series.router == "cache-aware" else 1.0)
+                     for p in probes],  # fmt: skip
         )
 
     return search(groups, slo, run_round)
 
 
-def probe_task(shared: tuple, probe: Probe) -> Result:
-    """One fleet of the search (a task of ``fan_out``)."""
-    return simulate_probe(Shared(*shared), probe)
+def probe_task(shared: tuple, item: tuple) -> Result:
+    """One fleet of the search (a task of ``fan_out``): ``shared`` the trace, the trace with
+    caching off and the traffic; ``item`` the probe, the SLO and the engine."""
+    probe, slo, engine = item
+    return simulate_probe(Shared(*shared, slo, engine), probe)

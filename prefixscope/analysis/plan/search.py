@@ -19,6 +19,10 @@ deployment dearer per replica than a fleet that met the SLO at one replica, or a
 more than it could save) is dropped without a simulation. Series are met cheapest per replica
 first, so ``best`` falls early.
 
+Series without a DRAM tier or store run first, as one wave; the series with tiers, each dearer
+per replica than its untiered twin, start once that wave has ended, with ``best`` known: each
+first simulates its cap (can it beat ``best`` at all?) and is dropped when that misses.
+
 The search runs in rounds: each round every live series proposes its next count, the round's
 fleets run together (here, or as tasks on a Dask cluster, ``analysis/fanout.py``), and the
 results update each series and ``best``. The rounds do not depend on where fleets ran, so a
@@ -116,10 +120,7 @@ def search(groups: Sequence[Group], slo: Slo, run: Runner) -> list[Outcome]:
     while True:
         probes = []
         for gi, g in enumerate(groups):
-            for st in states[gi]:
-                n = _next(st, _cap(st.series, best[gi]))
-                if n is not None:
-                    probes.append((st, Probe(gi, st.series, n, g.load_scale, g.prefix_caching)))
+            probes += _round(states[gi], gi, g, best[gi])
         if not probes:
             break
         results = run([p for _, p in probes])
@@ -136,6 +137,24 @@ def search(groups: Sequence[Group], slo: Slo, run: Runner) -> list[Outcome]:
             else:
                 st.lo = max(st.lo, p.replicas)
     return [_outcome(g, states[i], fleets[i], best[i], slo) for i, g in enumerate(groups)]
+
+
+def _round(states: list[_State], gi: int, g: Group, best: Fleet | None) -> list:
+    """The group's next fleets: every live series of the first wave not yet ended proposes
+    one (a wave whose series all end without a proposal lets the next one propose)."""
+    while True:
+        live = [st for st in states if st.done is None]
+        if not live:
+            return []
+        wave = min(_wave(st.series) for st in live)
+        out = []
+        for st in live:
+            if _wave(st.series) == wave:
+                n = _next(st, _cap(st.series, best))
+                if n is not None:
+                    out.append((st, Probe(gi, st.series, n, g.load_scale, g.prefix_caching)))
+        if out:
+            return out
 
 
 def _cap(s: Series, best: Fleet | None) -> int:
@@ -163,9 +182,14 @@ def _next(st: _State, cap: int) -> int | None:
         if st.done == "dominated" and not st.seen:
             st.done = "dominated-unsimulated"
         return None
-    if st.hi is not None:  # it meets above the cap: does the cap?
-        return cap
+    if st.hi is not None or (cap < MAX_REPLICAS and st.lo == 0):
+        return cap  # can it beat the best at all? one fleet says (misses: dominated)
     return min(cap, max(1, 2 * st.lo))
+
+
+def _wave(s: Series) -> int:
+    """Series without tiers run first (their answers cap the rest), then those with."""
+    return 0 if not s.dram_gib and s.store_gib is None else 1
 
 
 def _order(f: Fleet) -> tuple:
