@@ -158,7 +158,10 @@ def short(answers: Sequence[dict], model: str) -> str | None:
 def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[str]:
     """The answer sentences of the newest SLO search (none: no search); ``brief``: the first
     load's in two lines (:func:`short`)."""
-    answers = con.sql("SELECT * FROM latest_plan_slo_answers").to_arrow_table().to_pylist()
+    try:
+        answers = con.sql("SELECT * FROM latest_plan_slo_answers").to_arrow_table().to_pylist()
+    except duckdb.CatalogException:  # a warehouse written before the SLO planner, read-only
+        return []
     if not answers:
         return []
     kv = dict(
