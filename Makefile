@@ -56,6 +56,7 @@ bench: setup
 	$(BIN)/python benchmarks/miss_cost_cpu.py
 	$(BIN)/python benchmarks/fifo_order.py
 	$(BIN)/python benchmarks/fleet_speed.py
+	$(BIN)/python benchmarks/plan_speed.py
 	$(BIN)/python benchmarks/tier_crossover.py
 	$(BIN)/python benchmarks/structure_speed.py --copies 20
 	PEER_PYTHON=$$(test -x $(PEERS)/bin/python && echo $(PEERS)/bin/python) \

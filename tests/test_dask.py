@@ -169,6 +169,7 @@ def test_the_trace_is_scattered_once_however_often_it_is_loaded(cluster, bundled
 
     from prefixscope.analysis import fanout
     from prefixscope.analysis.fleet.run import Traffic
+
     address = cluster.scheduler_address
     first = fanout.scattered(address, bundled_trace)
     again = copy_of(bundled_trace)  # another object with the same content, as a stage loads it
@@ -213,3 +214,41 @@ def _fleet_here_and_there(cluster, trace, grid, seed):  # type: ignore[no-untype
     with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
         there = simulate_grid(trace, traffic, grid, engine, remote)
     return here, there, [t for t in stream.data if "fleet_task" in t["key"]]
+
+
+def test_the_slo_search_on_the_dask_workers_equals_the_search_here(cluster) -> None:
+    from distributed import Client, get_task_stream
+
+    from prefixscope.analysis.cost.gpus import GPUS
+    from prefixscope.analysis.cost.models import resolve_model
+    from prefixscope.analysis.fleet.run import Traffic
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.analysis.plan.prices import Prices
+    from prefixscope.analysis.plan.slo import parse_slo
+    from prefixscope.analysis.plan.slo_tables import answers_table, fleets_table
+    from prefixscope.analysis.plan.space import replica_of
+    from prefixscope.analysis.trace.csr import build_trace
+    from prefixscope.stages.plan_slo import PlanSloSettings, plan_search
+
+    # 300 conversations over four system prompts, arriving within a minute
+    rng = np.random.default_rng(3)
+    turns = rng.integers(1, 8, 300)
+    requests = [[int(rng.integers(0, 4)), *(50_000 + i * 8 + k for k in range(turns[i]))]
+                for i in range(300)]  # fmt: skip
+    times = np.sort(rng.uniform(0, 60, len(requests)))
+    trace = build_trace(requests, [512 * len(r) for r in requests], ["t"] * 300, 512, times)
+    traffic = Traffic(rng.integers(1, 200, trace.n_requests))
+    shape = resolve_model("llama-3-8b")
+    replicas = [replica_of("h100x1", shape, 512, "bf16", from_roofline(shape, GPUS["h100"]))]
+    slo = parse_slo("ttft-p95=0.4")
+    settings = PlanSloSettings(("h100x1",), slo.text, (20.0,), ("session",))
+    here = plan_search(trace, traffic, replicas, slo, settings, Prices())
+    remote = replace(settings, workers=None, dask_address=cluster.scheduler_address)
+    with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
+        there = plan_search(trace, traffic, replicas, slo, remote, Prices())
+    ran = [t for t in stream.data if "probe_task" in t["key"]]
+    assert len(ran) == sum(len(o.fleets) for o in there) > 10
+    assert fleets_table(here, "ideal").equals(fleets_table(there, "ideal"))
+    assert answers_table(here, slo).equals(answers_table(there, slo))
+    # an SLO some fleet meets, and not with one replica: the comparison is not vacuous
+    assert all(o.best is not None and o.best.probe.replicas > 1 for o in here)

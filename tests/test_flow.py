@@ -44,6 +44,7 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         ("structure", "succeeded"),
         ("fleet", "succeeded"),
         ("plan", "succeeded"),
+        ("plan-slo", "succeeded"),
         ("savings", "succeeded"),
         ("report", "succeeded"),
     ]

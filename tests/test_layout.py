@@ -177,7 +177,8 @@ ANALYSIS = "prefixscope.analysis"
 #: trace ← policies ← structure ← simulation ← curves (each may import the ones before it);
 #: ``cost`` (pricing, KV sizes of models) reads traces only and may be imported by any part;
 #: ``fleet`` (replicas behind a router) reads traces and prices steps with ``cost``; ``plan``
-#: (the capacity planner) reads curves and prices with ``cost``; ``validate`` (the simulator
+#: (the capacity planner) reads curves, prices with ``cost`` and simulates fleets (the SLO
+#: search); ``validate`` (the simulator
 #: against the engines' reported hits) reads curves and runs policies;
 #: ``fanout`` imports nothing of ``analysis``.
 MAY_IMPORT = {
@@ -188,7 +189,7 @@ MAY_IMPORT = {
     "curves": {"trace", "policies", "structure", "simulation", "cost", "fanout"},
     "cost": {"trace"},
     "fleet": {"trace", "policies", "cost", "fanout"},
-    "plan": {"trace", "policies", "curves", "cost"},
+    "plan": {"trace", "policies", "curves", "cost", "fleet"},
     "validate": {"trace", "policies", "curves"},
     "fanout": set(),
 }

@@ -1,4 +1,5 @@
-"""``prefixscope plan``: what capacity, and what fleet, reach a target share of the ceiling."""
+"""``prefixscope plan``: what capacity, and what fleet, reach a target share of the ceiling; or,
+with ``--deployments`` and ``--slo``, the cheapest fleet that meets a latency SLO."""
 
 from __future__ import annotations
 
@@ -35,14 +36,33 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--load-scale",
-        type=flags.finite_float(0.0, flags.MAX_LOAD_SCALE),
-        default=1.0,
-        metavar="S",
-        help="choose among fleet runs at this load scale (1)",
+        type=flags.load_scales,
+        default=[1.0],
+        metavar="S[,S...]",
+        help="choose among fleet runs at this load scale (1); with --slo, search each",
     )
+    p.add_argument(
+        "--deployments",
+        type=flags.deployments,
+        metavar="GPUxTP[,...]",
+        help="with --slo: the replica kinds to search (e.g. h100x1,h200x1)",
+    )
+    p.add_argument(
+        "--slo",
+        metavar="METRIC-pNN=S[,...]",
+        help="the cheapest fleet of --deployments meeting every target, e.g. ttft-p95=2",
+    )
+    p.add_argument(
+        "--engine", default="ideal", help="with --slo: the fleet's KV pool model (ideal)"
+    )
+    p.add_argument("--dask-address", type=flags.dask_address, metavar="HOST:PORT")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.slo is not None or args.deployments is not None:
+        return _run_slo(args)
+    if len(args.load_scale) != 1:
+        raise ValueError("without --slo, plan chooses among fleet runs at one --load-scale")
     from prefixscope.dashboards.plan import answer_text
     from prefixscope.stages import plan
     from prefixscope.terminal import More
@@ -58,11 +78,47 @@ def run(args: argparse.Namespace) -> int:
             kv_dtype=args.kv_dtype,
             cost_model=args.cost_model,
             prices=args.prices,
-            load_scale=args.load_scale,
+            load_scale=args.load_scale[0],
         ),
     )
     print(answer_text(table.to_pylist(), more=More.of_latest(args.warehouse, "plan", "plan")))
     return 0
 
 
-COMMAND = Command("plan", "the capacity and fleet that reach a target hit rate", arguments, run)
+def _run_slo(args: argparse.Namespace) -> int:
+    from prefixscope.dashboards import plan_slo as words
+    from prefixscope.stages import plan_slo
+
+    if not args.slo or not args.deployments:
+        raise ValueError(
+            "--slo and --deployments go together — give both, e.g. --deployments h100x1,h200x1 "
+            "--slo ttft-p95=2"
+        )
+    settings = plan_slo.PlanSloSettings(
+        deployments=tuple(args.deployments),
+        slo=args.slo,
+        load_scales=tuple(args.load_scale),
+        model=flags.model_named(args, "llama-3-8b"),
+        model_config=args.model_config,
+        kv_dtype=args.kv_dtype,
+        cost_model=args.cost_model,
+        prices=args.prices,
+        engine=args.engine,
+        dask_address=args.dask_address,
+    )
+    settings.check()  # before the warehouse is opened: nothing written on bad input
+    result = plan_slo.run(args.warehouse, settings)
+    answers = result.answers.to_pylist()
+    fleets = result.fleets.to_pylist()
+    kv = {f["deployment"]: f["kv_pool_gib_per_gpu"] for f in fleets}
+    for line in words.sentences(answers, settings.shape.name, kv):
+        print(line)
+    print(words.searched(result.outcomes))
+    print()
+    print(words.fleets_table(fleets))
+    return 0
+
+
+COMMAND = Command(
+    "plan", "the capacity and fleet that reach a target hit rate, or meet an SLO", arguments, run
+)

@@ -152,10 +152,11 @@ def answer_text(rows: Sequence[dict], width: int = 100, more: More | None = None
     return "\n".join([*lines, *clip(table, more)])
 
 
-def plan_section(rows: Sequence[dict]) -> dict | None:
-    """The page's opening: the paragraph, and one table of every plan row (fleet first), with
-    the stored result each figure comes from. None when no plan was made."""
-    if not rows:
+def plan_section(rows: Sequence[dict], lead: Sequence[str] = ()) -> dict | None:
+    """The page's opening: the paragraph (``lead`` first: the SLO plan's fleet in GPUs), and
+    one table of every plan row (fleet first), with the stored result each figure comes from.
+    None when no plan was made."""
+    if not rows and not lead:
         return None
     table = []
     for r in rows:
@@ -179,4 +180,4 @@ def plan_section(rows: Sequence[dict]) -> dict | None:
                 "note": r["note"] or "",
             }
         )
-    return {"sentences": sentences(rows), "rows": table}
+    return {"sentences": [*lead, *sentences(rows)], "rows": table}

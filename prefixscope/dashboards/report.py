@@ -27,6 +27,7 @@ from prefixscope.dashboards.figures import PALETTE, base_layout, figure_markup, 
 from prefixscope.dashboards.fleet import fleet_section
 from prefixscope.dashboards.history import history_section
 from prefixscope.dashboards.plan import plan_section
+from prefixscope.dashboards.plan_slo import from_warehouse as slo_sentences
 from prefixscope.dashboards.savings import DECODE_NOTE, savings_section
 from prefixscope.dashboards.structure import structure_section
 from prefixscope.dashboards.validation import validation_section
@@ -67,7 +68,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         decode_note=DECODE_NOTE,
         fleet=fleet_section(con),
         validation=validation_section(con),
-        plan=plan_section(read_view(con, "latest_plan").to_dicts()),
+        plan=plan_section(read_view(con, "latest_plan").to_dicts(), slo_sentences(con)),
     )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,9 @@ one), the gap to the optimum, shared against salted caches, the planner's answer
 saves, then where the page and the warehouse are and one query to start from. The full tables
 are on the page and in the warehouse.
 
-Reads the views ``trace_summary``, ``latest_hit_rates``, ``latest_savings`` and
-``latest_plan``; every figure is the fleet's over the whole trace (window ``all``, as the
+Reads the views ``trace_summary``, ``latest_hit_rates``, ``latest_savings``, ``latest_plan``
+and ``latest_plan_slo_answers`` (the fleet in GPUs that meets the SLO, in place of the
+hit-rate plan's fleet); every figure is the fleet's over the whole trace (window ``all``, as the
 planner and the savings measure it).
 """
 
@@ -22,6 +23,7 @@ import polars as pl
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.plan import sentences
 from prefixscope.dashboards.savings import priced_on
+from prefixscope.dashboards.plan_slo import from_warehouse as slo_sentences
 from prefixscope.dashboards.views import read_view
 
 MAX_LINES = 15
@@ -120,7 +122,9 @@ def summarize(con: duckdb.DuckDBPyConnection, page: str | Path, warehouse: str |
     if plan:
         items.append(Item("plan", plan[0]))
         fleet = [s for s in plan if s.startswith(("The cheapest", "No simulated fleet"))]
-        items += [Item("fleet", s, optional=True) for s in fleet[:1]]
+        slo = slo_sentences(con, brief=True)
+        items += [Item("fleet", s, optional=True) for s in fleet[:1] if not slo]
+        items += [Item("SLO", s) for s in slo]
     if priced is not None:
         items.append(_saves(priced))
     return Summary(tuple(i for i in items if i.text), str(page), str(warehouse))

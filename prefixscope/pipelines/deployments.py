@@ -31,8 +31,8 @@ def fleet_report_deployment(
         parameters=parameters,
         tags=list(tags),
         description=(
-            "ingest → simulate → curve → structure → fleet → plan → savings → report → summary, "
-            "on a schedule"
+            "ingest → simulate → curve → structure → fleet → plan → plan-slo → savings → report "
+            "→ summary, on a schedule"
         ),
         # By module, not file: the runs import the installed package from any directory.
         entrypoint_type=EntrypointType.MODULE_PATH,

@@ -1,8 +1,9 @@
 """The ``fleet_report`` flow: ingest [+ a synthetic multi-tenant log] → simulate every policy ×
 capacity × isolation → LRU curve → structure → [replay] → fleet (routers × replicas × load,
-priced like the savings) → plan → [validate, when the logs carry the engines' cached-token
-counts] → savings → report → summary (the short answer, returned and
-published as a markdown artifact).
+priced like the savings) → plan → plan-slo (the cheapest fleet of deployments that meets a
+latency SLO, with and without the cache) → [validate, when the logs carry the engines'
+cached-token counts] → savings → report → summary (the short answer, returned and published as
+a markdown artifact).
 
 The flow only sequences. Each task is one stage (``prefixscope.stages``): it opens the
 warehouse for its own step and closes it, so a task can retry without shared state. A stage
@@ -54,6 +55,7 @@ from prefixscope.stages import curve as curve_stage
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import ingest as ingest_stage
 from prefixscope.stages import plan as plan_stage
+from prefixscope.stages import plan_slo as plan_slo_stage
 from prefixscope.stages import replay as replay_stage
 from prefixscope.stages import report as report_stage
 from prefixscope.stages import savings as savings_stage
@@ -129,6 +131,11 @@ def fleet(wh: str, settings: fleet_stage.FleetSettings) -> int:
 @task(**STAGE)
 def plan(wh: str, settings: plan_stage.PlanSettings) -> int:
     return plan_stage.run(wh, settings).num_rows
+
+
+@task(**STAGE)
+def plan_slo(wh: str, settings: plan_slo_stage.PlanSloSettings) -> int:
+    return plan_slo_stage.run(wh, settings).fleets.num_rows
 
 
 @task(**STAGE)
@@ -226,6 +233,7 @@ def fleet_report(
     synthetic_tenants: list[str] | None = None,
     workers: int = 1,
     metrics_path: str | None = None,
+    slo: str = parameters.DEFAULT_SLO,
 ) -> FleetReportOutcome:
     """``tenant_from``: bailian, the tenant of each request is its type; ``tenant_field``: the
     field of each line that names its tenant (else ``tenant``);
@@ -234,7 +242,9 @@ def fleet_report(
     these tenants (``prefixscope.synthetic``), at the inputs' block size: the demo's fleet;
     ``workers``: processes the stages that fan out use on this machine (without
     ``dask_address``), each holding the trace once; ``metrics_path``: also write the latest
-    figures there as OpenMetrics text (node_exporter's textfile collector), after the page."""
+    figures there as OpenMetrics text (node_exporter's textfile collector), after the page;
+    ``slo``: the latency target of the SLO plan (``parameters.DEFAULT_SLO``: DeepSeek-V3 on
+    8 × H200)."""
     # every parameter before any work (the command line has checked them too)
     checked = parameters.check(
         inputs,
@@ -260,6 +270,7 @@ def fleet_report(
         workers=workers,
         dask_address=dask_address,
         metrics_path=metrics_path,
+        slo=slo,
     )
     capacities_blocks = list(checked.capacities_blocks)
     simulated_blocks = list(checked.simulated_blocks or capacities_blocks)
@@ -268,8 +279,8 @@ def fleet_report(
     wh = warehouse_path
     names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else []), "simulate"]
     names += ["curve", "structure", *(["replay"] if replay_samples > 0 else []), "fleet"]
-    names += ["plan", "validate", "savings", "report", *(["metrics"] if metrics_path else [])]
-    names += ["summary"]
+    names += ["plan", "plan-slo", "validate", "savings", "report"]
+    names += [*(["metrics"] if metrics_path else []), "summary"]
 
     with steps(names) as step:
         step("ingest")
@@ -339,6 +350,8 @@ def fleet_report(
                 dask_address=dask_address,
             ),
         )
+        step("plan-slo")
+        plan_slo(wh, parameters.slo_settings(slo, dask_address, workers))
         step("validate")
         if validate_stage.has_reports(wh):  # the engines' own counts: the effective capacity
             validate(wh, validate_stage.ValidateSettings(model=model, model_config=config))

@@ -30,6 +30,7 @@ from prefixscope.ingest import FORMATS, IngestOptions
 from prefixscope.ingest.lines import holds_text
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import plan as plan_stage
+from prefixscope.stages import plan_slo as plan_slo_stage
 from prefixscope.tenants import check_tenant
 
 #: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
@@ -46,6 +47,16 @@ DEFAULT_FLEET_LOAD_SCALES = (1.0, 2.0)
 #: (``analysis/trace/tail.py``): about 42 hours of the bundled trace's traffic, twice the ×20
 #: benchmark trace. Everything else takes every lookup.
 RECENT_LOOKUPS = 12_000_000
+#: The SLO plan's fleet (``plan --deployments … --slo …``): DeepSeek-V3 on 8 × H200, Kimi's
+#: own scale, where one replica's HBM holds 1,410 of the bundled hour's 512-token blocks. The
+#: SLO, a TTFT p95 of 5 s, is about twice the 2.38 s one such replica takes to prefill the
+#: hour's 95th-percentile prompt (39,551 tokens) alone with nothing cached (docs/plan.md), so
+#: both a fleet with the cache and one without can meet it, and what the cache is worth is a
+#: count of GPUs. At the logged load only: each load scale is a search of its own.
+DEFAULT_SLO = "ttft-p95=5"
+DEFAULT_SLO_MODEL = "deepseek-v3"
+DEFAULT_SLO_DEPLOYMENTS = ("h200x8",)
+DEFAULT_SLO_LOAD_SCALES = (1.0,)
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,7 @@ def check(
     workers: int = 1,
     dask_address: str | None = None,
     serving: bool = False,
+    slo: str | None = DEFAULT_SLO,
 ) -> Checked:
     """Every parameter, before any work: ValueError (or OSError, for an input that cannot be
     read) with one line that names it. Lists take each value once: a value given twice would
@@ -157,6 +169,7 @@ def check(
         gpu=savings_gpu,
         model_config=savings_model_config,
     ).check()
+    slo_settings(slo, dask_address, workers).check()
     if serving:
         paths = tuple(pending_inputs(inputs))
     else:
@@ -309,6 +322,21 @@ def fleet_settings(
         workers=workers if dask_address is None else None,
         dask_address=dask_address,
         max_lookups=RECENT_LOOKUPS,
+    )
+
+
+def slo_settings(
+    slo: str | None, dask_address: str | None, workers: int = 1
+) -> plan_slo_stage.PlanSloSettings:
+    """The flow's SLO plan: the cheapest fleet of ``DEFAULT_SLO_DEPLOYMENTS`` serving
+    ``DEFAULT_SLO_MODEL`` that meets ``slo`` (None: the default), with and without the cache."""
+    return plan_slo_stage.PlanSloSettings(
+        deployments=DEFAULT_SLO_DEPLOYMENTS,
+        slo=slo or DEFAULT_SLO,
+        load_scales=DEFAULT_SLO_LOAD_SCALES,
+        model=DEFAULT_SLO_MODEL,
+        workers=workers if dask_address is None else None,
+        dask_address=dask_address,
     )
 
 

@@ -1,0 +1,135 @@
+"""The SLO search's tables: ``plan_slo_fleets`` (every fleet simulated) and
+``plan_slo_answers`` (per load scale and caching on/off, the cheapest fleet that meets the
+SLO, and on the caching row what the cache saves against the no-cache answer).
+
+A month is :data:`HOURS_PER_MONTH` hours (365 × 24 / 12 = 730, the convention cloud price
+lists use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from prefixscope.analysis.plan.search import Fleet, Outcome
+from prefixscope.analysis.plan.slo import Slo
+
+HOURS_PER_MONTH = 730.0
+
+PLAN_SLO_FLEETS_SCHEMA = pa.schema(
+    [
+        ("load_scale", pa.float64()),
+        ("prefix_caching", pa.bool_()),
+        ("engine", pa.string()),
+        ("deployment", pa.string()),
+        ("gpu", pa.string()),
+        ("tp", pa.int32()),
+        ("replicas", pa.int32()),
+        ("gpus", pa.int32()),
+        ("router", pa.string()),
+        ("dram_gib_per_replica", pa.float64()),
+        ("store_gib", pa.float64()),
+        ("kv_pool_gib_per_gpu", pa.float64()),
+        ("token_hit_rate", pa.float64()),
+        ("ttft_p95_s", pa.float64()),
+        ("ttft_p99_s", pa.float64()),
+        ("tpot_p95_s", pa.float64()),
+        ("usd_per_hour", pa.float64()),
+        ("meets_slo", pa.bool_()),
+        ("binding", pa.string()),
+    ]
+)
+
+PLAN_SLO_ANSWERS_SCHEMA = pa.schema(
+    [
+        ("load_scale", pa.float64()),
+        ("slo", pa.string()),
+        ("prefix_caching", pa.bool_()),
+        ("met", pa.bool_()),
+        ("deployment", pa.string()),
+        ("replicas", pa.int32()),
+        ("gpus", pa.int32()),
+        ("router", pa.string()),
+        ("dram_gib_per_replica", pa.float64()),
+        ("store_gib", pa.float64()),
+        ("usd_per_hour", pa.float64()),
+        ("ttft_p95_s", pa.float64()),
+        ("binding", pa.string()),
+        ("fleets_searched", pa.int64()),
+        ("gpus_saved", pa.int32()),
+        ("usd_saved_per_month", pa.float64()),
+    ]
+)
+
+
+def fleet_row(f: Fleet, engine: str) -> dict:
+    s, p, m = f.probe.series, f.probe, f.result.metrics
+    return {
+        "load_scale": p.load_scale,
+        "prefix_caching": p.prefix_caching,
+        "engine": engine,
+        "deployment": s.replica.deployment,
+        "gpu": s.replica.gpu,
+        "tp": s.replica.tp,
+        "replicas": p.replicas,
+        "gpus": f.gpus,
+        "router": s.router,
+        "dram_gib_per_replica": s.dram_gib,
+        "store_gib": s.store_gib,
+        "kv_pool_gib_per_gpu": s.replica.kv_pool_gib_per_gpu,
+        "token_hit_rate": f.result.token_hit_rate,
+        "ttft_p95_s": m["ttft-p95"],
+        "ttft_p99_s": m["ttft-p99"],
+        "tpot_p95_s": m["tpot-p95"],
+        "usd_per_hour": f.usd_per_hour,
+        "meets_slo": f.meets,
+        "binding": f.binding,
+    }
+
+
+def fleets_table(outcomes: Sequence[Outcome], engine: str) -> pa.Table:
+    rows = [fleet_row(f, engine) for o in outcomes for f in o.fleets]
+    return pa.Table.from_pylist(rows, schema=PLAN_SLO_FLEETS_SCHEMA)
+
+
+def answer_rows(outcomes: Sequence[Outcome], slo: Slo) -> list[dict]:
+    """One row per outcome. ``met`` false: the fleet columns are the closest fleet searched
+    (the greatest least slack), never an answer. The caching row carries ``gpus_saved`` and
+    ``usd_saved_per_month`` against the no-cache row of its load scale, when both are met."""
+    rows = []
+    for o in outcomes:
+        f = o.best or o.closest
+        s = None if f is None else f.probe.series
+        rows.append(
+            {
+                "load_scale": o.group.load_scale,
+                "slo": slo.text,
+                "prefix_caching": o.group.prefix_caching,
+                "met": o.best is not None,
+                "deployment": None if s is None else s.replica.deployment,
+                "replicas": None if f is None else f.probe.replicas,
+                "gpus": None if f is None else f.gpus,
+                "router": None if s is None else s.router,
+                "dram_gib_per_replica": None if s is None else s.dram_gib,
+                "store_gib": None if s is None else s.store_gib,
+                "usd_per_hour": None if f is None else f.usd_per_hour,
+                "ttft_p95_s": None if f is None else f.result.metrics["ttft-p95"],
+                "binding": None if f is None else f.binding,
+                "fleets_searched": len(o.fleets),
+                "gpus_saved": None,
+                "usd_saved_per_month": None,
+            }
+        )
+    for row in rows:
+        off = [r for r in rows if r["load_scale"] == row["load_scale"] and not r["prefix_caching"]]
+        if row["prefix_caching"] and off and row["met"] and off[0]["met"]:
+            row["gpus_saved"] = off[0]["gpus"] - row["gpus"]
+            row["usd_saved_per_month"] = (
+                off[0]["usd_per_hour"] - row["usd_per_hour"]
+            ) * HOURS_PER_MONTH
+    return rows
+
+
+def answers_table(outcomes: Sequence[Outcome], slo: Slo) -> pa.Table:
+    return pa.Table.from_pylist(answer_rows(outcomes, slo), schema=PLAN_SLO_ANSWERS_SCHEMA)

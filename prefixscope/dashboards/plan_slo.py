@@ -1,0 +1,203 @@
+"""The SLO planner's answer in words (``plan_slo_answers`` rows), for the terminal, the demo's
+summary and the page's opening: per load scale, the cheapest fleet in GPUs and dollars, what
+it would take without the prefix cache, and a short table of the fleets searched."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import duckdb
+
+from prefixscope.analysis.plan.slo_tables import HOURS_PER_MONTH
+
+#: Rows of the fleets table the terminal prints; the rest are counted, with their query.
+TABLE_ROWS = 20
+ALL_FLEETS_SQL = "SELECT * FROM latest_plan_slo_fleets"
+
+
+def fleet_words(row: dict, model: str, kv_gib: float | None) -> str:
+    """``3 × H100 (llama-3-8b, 54.0 GiB of KV each)``; a replica of TP GPUs as ``32 × H200
+    (4 replicas of 8; deepseek-v3, 47.3 GiB of KV on each GPU)``; then routing and tiers."""
+    gpus, n = row["gpus"], row["replicas"]
+    tp = gpus // n
+    gpu = row["deployment"][: -len(f"x{tp}")].upper()
+    kv = (
+        ""
+        if kv_gib is None
+        else f", {kv_gib:,.1f} GiB of KV {'each' if tp == 1 else 'on each GPU'}"
+    )
+    head = f"{n} × {gpu} ({model}{kv})" if tp == 1 else (
+        f"{gpus} × {gpu} ({n} replicas of {tp}; {model}{kv})"
+    )  # fmt: skip
+    tiers = []
+    if row["dram_gib_per_replica"]:
+        tiers.append(f"{row['dram_gib_per_replica']:,.0f} GiB of host DRAM per replica")
+    if row["store_gib"] is not None:
+        tiers.append(f"a shared store of {row['store_gib']:,.0f} GiB")
+    extra = f", {' and '.join(tiers)}" if tiers else ""
+    return f"{head}, {row['router']} routing{extra}"
+
+
+def _load(scale: float) -> str:
+    return "At the logged load" if scale == 1 else f"At {scale:g}× the logged load"
+
+
+def sentences(answers: Sequence[dict], model: str, kv: dict[str, float]) -> list[str]:
+    """One or two sentences per load scale (caching on and off)."""
+    out = []
+    for scale in dict.fromkeys(a["load_scale"] for a in answers):
+        on = next((a for a in answers if a["load_scale"] == scale and a["prefix_caching"]), None)
+        off = next(
+            (a for a in answers if a["load_scale"] == scale and not a["prefix_caching"]), None
+        )
+        if on is None:
+            continue
+        slo = on["slo"]
+        if not on["met"]:
+            closest = (
+                f" the closest, {fleet_words(on, model, kv.get(on['deployment']))}, "
+                f"${on['usd_per_hour']:,.2f} an hour, misses {on['binding']} (TTFT p95 "
+                f"{on['ttft_p95_s']:,.2f} s)"
+                if on["deployment"]
+                else ""
+            )
+            out.append(
+                f"{_load(scale)}, no fleet searched meets {slo} ({on['fleets_searched']:,} "
+                f"fleets simulated):{closest}: search more deployments or loosen the SLO."
+            )
+            continue
+        text = (
+            f"{_load(scale)}, the cheapest fleet that meets {slo}: "
+            f"{fleet_words(on, model, kv.get(on['deployment']))}, ${on['usd_per_hour']:,.2f} an "
+            f"hour (TTFT p95 {on['ttft_p95_s']:,.2f} s; {on['binding']} binds)"
+        )
+        if off is not None and off["met"]:
+            saved = on["usd_saved_per_month"] or 0.0
+            verb = "saves" if saved >= 0 else "costs"
+            text += (
+                f"; without the prefix cache {off['gpus']} × "
+                f"{off['deployment'].rsplit('x', 1)[0].upper()} "
+                f"({off['replicas']} × {off['deployment']}), ${off['usd_per_hour']:,.2f} an hour: "
+            )
+            text += (
+                "the cache saves nothing at this SLO."
+                if abs(saved) < 0.005
+                else f"the cache {verb} ${abs(saved):,.0f} a month ({HOURS_PER_MONTH:g} h) and "
+                f"{on['gpus_saved']:,} GPUs."
+            )
+        elif off is not None:
+            text += "; without the prefix cache no fleet searched meets it."
+        else:
+            text += "."
+        out.append(text)
+    return out
+
+
+def fleets_table(fleets: Sequence[dict], limit: int = TABLE_ROWS) -> str:
+    """The cheapest fleets that meet the SLO, then the rest, at most ``limit`` rows; the count
+    of the others and the query that shows them all."""
+    ordered = sorted(
+        fleets,
+        key=lambda f: (f["load_scale"], not f["prefix_caching"], not f["meets_slo"],
+                       f["usd_per_hour"], f["ttft_p95_s"]),
+    )  # fmt: skip
+    head = (
+        f"{'load':>4} {'cache':<5} {'deployment':<10} {'repl':>4} {'GPUs':>4} {'router':<12} "
+        f"{'DRAM GiB':>8} {'store GiB':>9} {'hit rate':>8} {'TTFT p95':>8} {'p99':>7} "
+        f"{'TPOT p95':>8} {'$/hour':>9} meets"
+    )
+    rows = [head]
+    for f in ordered[:limit]:
+        store = "-" if f["store_gib"] is None else f"{f['store_gib']:,.0f}"
+        rows.append(
+            f"{f['load_scale']:>4g} {'on' if f['prefix_caching'] else 'off':<5} "
+            f"{f['deployment']:<10} {f['replicas']:>4} {f['gpus']:>4} {f['router']:<12} "
+            f"{f['dram_gib_per_replica']:>8,.0f} {store:>9} {f['token_hit_rate']:>8.4f} "
+            f"{f['ttft_p95_s']:>8.2f} {f['ttft_p99_s']:>7.2f} {f['tpot_p95_s']:>8.4f} "
+            f"{f['usd_per_hour']:>9,.2f} {'yes' if f['meets_slo'] else 'no'}"
+        )
+    rest = len(ordered) - limit
+    if rest > 0:
+        rows.append(f"(and {rest:,} more fleets searched: {ALL_FLEETS_SQL})")
+    return "\n".join(rows)
+
+
+def short(answers: Sequence[dict], model: str) -> str | None:
+    """The first load scale's answer in two terminal lines (the demo's summary): ``24 × H200
+    (3 × h200x8, deepseek-v3, a store of 2,048 GiB) meet ttft-p95=5 at $88.40 an hour; without
+    the prefix cache 40 × H200: the cache saves $37,669 a month``."""
+    on = next((a for a in answers if a["prefix_caching"]), None)
+    if on is None:
+        return None
+    off = next((a for a in answers if not a["prefix_caching"]
+                and a["load_scale"] == on["load_scale"]), None)  # fmt: skip
+    if not on["met"]:
+        return f"no fleet of those searched meets {on['slo']} ({on['fleets_searched']:,} simulated)"
+    gpu = on["deployment"].rsplit("x", 1)[0].upper()
+    tiers = []
+    if on["dram_gib_per_replica"]:
+        tiers.append(f"{on['dram_gib_per_replica']:,.0f} GiB DRAM each")
+    if on["store_gib"] is not None:
+        tiers.append(f"a store of {on['store_gib']:,.0f} GiB")
+    what = ", ".join([f"{on['replicas']} × {on['deployment']}", model, *tiers])
+    text = f"{on['gpus']} × {gpu} ({what}) meet {on['slo']} at ${on['usd_per_hour']:,.2f} an hour"
+    if off is None:
+        return text
+    if not off["met"]:
+        return f"{text}; without the prefix cache no fleet searched meets it"
+    saved = on["usd_saved_per_month"] or 0.0
+    if abs(saved) < 0.005:
+        return f"{text}, as without the prefix cache: it saves nothing at this SLO"
+    return (
+        f"{text}; without the prefix cache {off['gpus']} × "
+        f"{off['deployment'].rsplit('x', 1)[0].upper()}: the cache "
+        f"{'saves' if saved >= 0 else 'costs'} ${abs(saved):,.0f} a month"
+    )
+
+
+def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[str]:
+    """The answer sentences of the newest SLO search (none: no search); ``brief``: the first
+    load's in two lines (:func:`short`)."""
+    try:
+        answers = con.sql("SELECT * FROM latest_plan_slo_answers").to_arrow_table().to_pylist()
+    except duckdb.CatalogException:  # a warehouse written before the SLO planner, read-only
+        return []
+    if not answers:
+        return []
+    kv = dict(
+        con.execute(
+            "SELECT deployment, any_value(kv_pool_gib_per_gpu) FROM latest_plan_slo_fleets "
+            "GROUP BY deployment"
+        ).fetchall()
+    )
+    model = con.execute(
+        "SELECT r.parameters ->> 'model' FROM runs r WHERE r.run_id = ?",
+        [_run_of(con)],
+    ).fetchone()
+    name = (model or [None])[0] or "the model"
+    if brief:
+        line = short(answers, name)
+        return [] if line is None else [line + "."]
+    return sentences(answers, name, kv)
+
+
+def _run_of(con: duckdb.DuckDBPyConnection) -> str | None:
+    found = con.execute("SELECT any_value(run_id) FROM latest_plan_slo_answers").fetchone()
+    return None if found is None else found[0]
+
+
+def searched(outcomes: Sequence) -> str:  # type: ignore[type-arg]
+    """What was searched, per load scale and caching on/off (``search.Outcome``)."""
+    parts = []
+    for o in outcomes:
+        g = o.group
+        skipped = o.dominated_unsimulated + o.dominated_later
+        parts.append(
+            f"×{g.load_scale:g} caching {'on' if g.prefix_caching else 'off'}: "
+            f"{len(o.fleets):,} fleets simulated over {len(g.series):,} series "
+            f"(deployment × router{' × DRAM tier × store' if g.prefix_caching else ''}), "
+            f"{skipped:,} series dropped as dominated ({o.dominated_unsimulated:,} before any "
+            f"simulation), {o.never_met:,} that miss at every count"
+            + (f", {o.non_monotone:,} not monotone in replicas" if o.non_monotone else "")
+        )
+    return "Searched: " + "; ".join(parts) + "."

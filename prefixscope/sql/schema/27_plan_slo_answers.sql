@@ -1,0 +1,25 @@
+-- The SLO planner's answers: one row per (run, load_scale, prefix_caching). met: some fleet
+-- searched meets every target of slo; the fleet columns are then the cheapest that does, else
+-- the closest searched (the greatest least slack), which is no answer. fleets_searched counts
+-- the fleets simulated for this row (plan_slo_fleets). On the caching row, gpus_saved and
+-- usd_saved_per_month (730 hours) are what the cache saves against the no-cache row of the same
+-- load scale, NULL unless both are met.
+CREATE TABLE IF NOT EXISTS plan_slo_answers (
+    run_id                  VARCHAR NOT NULL,
+    load_scale              DOUBLE NOT NULL,
+    slo                     VARCHAR NOT NULL,
+    prefix_caching          BOOLEAN NOT NULL,
+    met                     BOOLEAN NOT NULL,
+    deployment              VARCHAR,
+    replicas                INTEGER,
+    gpus                    INTEGER,
+    router                  VARCHAR,
+    dram_gib_per_replica    DOUBLE,
+    store_gib               DOUBLE,
+    usd_per_hour            DOUBLE,
+    ttft_p95_s              DOUBLE,
+    binding                 VARCHAR,
+    fleets_searched         BIGINT NOT NULL,
+    gpus_saved              INTEGER,
+    usd_saved_per_month     DOUBLE
+);
