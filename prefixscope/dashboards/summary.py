@@ -22,8 +22,8 @@ import polars as pl
 
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.plan import sentences
-from prefixscope.dashboards.savings import priced_on
 from prefixscope.dashboards.plan_slo import from_warehouse as slo_sentences
+from prefixscope.dashboards.savings import priced_on
 from prefixscope.dashboards.views import read_view
 
 MAX_LINES = 15
