@@ -147,7 +147,7 @@ def test_names_help_types_and_units_follow_the_conventions(warehouse) -> None:
 
 
 SLO_VIEW = """
-CREATE TABLE plan_slo_answers (run_id VARCHAR, load_scale DOUBLE, slo VARCHAR,
+CREATE OR REPLACE TABLE plan_slo_answers (run_id VARCHAR, load_scale DOUBLE, slo VARCHAR,
     prefix_caching BOOLEAN, met BOOLEAN, deployment VARCHAR, replicas INTEGER, gpus INTEGER,
     router VARCHAR, dram_gib_per_replica DOUBLE, store_gib DOUBLE, usd_per_hour DOUBLE,
     ttft_p95_s DOUBLE, binding VARCHAR, fleets_searched INTEGER, gpus_saved INTEGER,
@@ -157,7 +157,7 @@ INSERT INTO plan_slo_answers VALUES
      9, 2, 2920.0),
     ('r', 1.0, 'ttft_p95<=2s', false, true, 'h100x1', 5, 5, 'round-robin', 0, 0, 20.0, 1.9,
      'ttft', 9, NULL, NULL);
-CREATE VIEW latest_plan_slo_answers AS SELECT * FROM plan_slo_answers;
+CREATE OR REPLACE VIEW latest_plan_slo_answers AS SELECT * FROM plan_slo_answers;
 """
 
 
