@@ -63,6 +63,7 @@ bench: setup
 	$(BIN)/python benchmarks/validate_recovery.py
 	$(BIN)/python benchmarks/sampled_error.py --quick
 	$(BIN)/python benchmarks/flow_speed.py --cluster
+	$(BIN)/python benchmarks/page_load.py --warehouse $(BUILD)/demo.duckdb
 
 # The whole flow on a generated week (10.4 M requests, 250 M lookups; about 20 minutes and a
 # 3.2 GB trace file in a temporary directory): docs/scale.md.

@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -292,13 +293,17 @@ def test_names_with_markup_are_escaped_in_the_page_and_its_charts(markup_page: P
 
 
 def figures(html: str) -> list[Any]:
-    """The data and layout of every Plotly figure of a page."""
+    """The data and layout of every Plotly figure of a page: those drawn as it loads, then
+    those drawn when their section is opened (``data-figure``)."""
     decoder = json.JSONDecoder()
     out = []
     for m in re.finditer(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*", html):
         data, end = decoder.raw_decode(html, m.end())
         layout, _ = decoder.raw_decode(html, re.compile(r",\s*").match(html, end).end())
         out.append([data, layout])
+    for m in re.finditer(r'data-figure="([^"]*)"', html):
+        fig = json.loads(unescape(m.group(1)))
+        out.append([fig["data"], fig["layout"]])
     assert out
     return out
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 #: Colours for things that are not policies (routers, tenants, engines): a list, by position.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
@@ -88,12 +88,17 @@ def choice_key(choice: Mapping[str, int], keys: Sequence[str]) -> str:
 
 
 def selectable(
-    fig: go.Figure, keys: Sequence[str], titles: Mapping[str, str], shown: Any = True
+    fig: go.Figure,
+    keys: Sequence[str],
+    titles: Mapping[str, str],
+    shown: Any = True,
+    default: Mapping[str, int] | None = None,
 ) -> go.Figure:
     """Mark ``fig`` as following the selectors ``keys``: its title per choice (``choice_key``,
     text, escaped here), the default choice's traces visible (as ``shown`` or their own
-    ``meta["on"]``) and every other trace hidden."""
-    default = "|".join("0" for _ in keys)
+    ``meta["on"]``) and every other trace hidden. The default choice is every key's first
+    option, or ``default``'s (whose selector must say so: ``macros.select``'s ``selected``)."""
+    default = choice_key({k: 0 for k in keys} | dict(default or {}), keys)
     for trace in fig.data:
         meta = dict(trace.meta or {})
         meta.setdefault("on", trace.visible if trace.visible is not None else shown)
@@ -119,13 +124,24 @@ def plotly_bundle() -> str:
     return BUNDLE.read_text(encoding="utf-8")
 
 
-def figure_markup(fig: go.Figure) -> Markup:
-    """A figure as page markup (plotly.js is embedded once, in the page's head). A trace type
-    the bundle cannot draw is refused here, not left blank on the page."""
+CONFIG = {"responsive": True}
+
+
+def figure_markup(fig: go.Figure, defer: bool = False) -> Markup:
+    """A figure as page markup (plotly.js is embedded once, in the page's head). ``defer``: for
+    a chart in a closed ``<details>``, drawn when it is opened (``select.js``) rather than as
+    the page loads; its figure rides in an attribute, escaped. A trace type the bundle cannot
+    draw is refused here, not left blank on the page."""
     other = {t.type for t in fig.data} - BUNDLED_TRACES
     if other:
         raise ValueError(
             f"the page's plotly.js bundle draws {sorted(BUNDLED_TRACES)} traces, not "
             f"{sorted(other)}: draw them as one of those, or inline the full bundle"
         )
-    return Markup(fig.to_html(full_html=False, include_plotlyjs=False, config={"responsive": True}))
+    if defer:
+        height = fig.layout.height or 450
+        return Markup(
+            f'<div class="plotly-deferred" style="height:{int(height)}px" '
+            f'data-figure="{escape(fig.to_json())}"></div>'
+        )
+    return Markup(fig.to_html(full_html=False, include_plotlyjs=False, config=CONFIG))

@@ -20,6 +20,7 @@ from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.engines import engine_figure
 from prefixscope.dashboards.figures import (
     PALETTE,
+    POLICY_COLOURS,
     base_layout,
     figure_markup,
     plotly_text,
@@ -292,7 +293,7 @@ def _router_points(
                 text=["", f"one unbounded cache {ceilings[0]:.1%}"],
                 textposition="bottom left",
                 meta=meta,
-                line={"dash": "dash", "color": "#555", "width": 1},
+                line={"dash": "dash", "color": POLICY_COLOURS["ceiling"], "width": 1},
                 hoverinfo="skip",
                 name="ceiling",
             )

@@ -263,17 +263,16 @@ def _interval_band(line: pl.DataFrame, x: list, color: str, label: str) -> go.Sc
     )
 
 
-def timeseries_figure(series: pl.DataFrame) -> Markup | None:
-    """The fleet's token hit rate over time: warm-up and drift. One line per configuration; the
-    middle capacity of each policy is shown, the others are a click on the legend away."""
+def timeseries_figure(series: pl.DataFrame) -> dict[str, Any] | None:
+    """The fleet's token hit rate over time: warm-up and drift. One line per policy and
+    isolation at the capacity selected (the middle one as the page opens; the unbounded
+    ceiling at every one): the chart, and its selector's options."""
     if series.is_empty():
         return None
     fig = go.Figure()
+    caps = sorted(series["capacity_blocks"].drop_nulls().unique().to_list())
+    options = [f"{c:,} blocks" for c in caps] or ["unbounded"]
     keys = series.select("policy", "isolation", "capacity_blocks").unique(maintain_order=True)
-    middle: dict[tuple[str, str], int | None] = {}
-    for (policy, mode), group in keys.group_by(["policy", "isolation"], maintain_order=True):
-        caps = sorted(c for c in group["capacity_blocks"].to_list() if c is not None)
-        middle[(str(policy), str(mode))] = caps[len(caps) // 2] if caps else None
     for policy, mode, cap in keys.iter_rows():
         line = series.filter(
             (pl.col("policy") == policy)
@@ -284,26 +283,25 @@ def timeseries_figure(series: pl.DataFrame) -> Markup | None:
                 else pl.col("capacity_blocks") == cap
             )
         )
-        name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
-            "" if cap is None else f" @ {cap:,} blocks"
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=line["bucket_start"].to_list(),
-                y=line["token_hit_rate"].to_list(),
-                mode="lines",
-                name=plotly_text(name),
-                line={
-                    **policy_line(policy, mode),
-                    "width": 2.5 if cap == middle[(policy, mode)] else 1,
-                },
-                visible=True if cap == middle[(policy, mode)] else "legendonly",
+        name = plotly_text(f"{policy}{'' if mode == 'shared' else ', ' + mode}")
+        for k in range(len(options)) if cap is None else [caps.index(cap)]:
+            fig.add_trace(
+                go.Scatter(
+                    x=line["bucket_start"].to_list(),
+                    y=line["token_hit_rate"].to_list(),
+                    mode="lines",
+                    name=name,
+                    meta={"tscap": k},
+                    line=policy_line(policy, mode),
+                    hovertemplate=f"%{{x}}: %{{y:.2%}}<extra>{name}</extra>",
+                )
             )
-        )
-    fig.update_layout(
-        base_layout("Fleet token hit rate over time (warm-up, drift)", "arrival time (UTC)")
-    )
-    return figure_markup(fig)
+    fig.update_layout(base_layout("", "arrival time (UTC)"))
+    title = "Fleet token hit rate over time (warm-up, drift)"
+    titles = {str(k): f"{title} — caches of {o}" for k, o in enumerate(options)}
+    middle = len(options) // 2
+    chart = selectable(fig, ["tscap"], titles, default={"tscap": middle})
+    return {"chart": figure_markup(chart), "options": options, "selected": middle}
 
 
 def _label_expr() -> pl.Expr:

@@ -44,6 +44,9 @@ def datatable(
         "pageLength": min(page_rows, PAGE_ROWS),
         "lengthMenu": LENGTHS,
         "classes": "display compact",
+        # Column widths from the browser's own table layout: DataTables' measuring of every
+        # column (autoWidth) was most of the page's table set-up time.
+        "autoWidth": False,
         "columnDefs": [{"className": "dt-right", "targets": numeric}] if numeric else [],
         "show_dtypes": False,
         "allow_html": False,

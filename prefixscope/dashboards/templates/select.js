@@ -20,17 +20,26 @@
   let restored = false;
   document.querySelectorAll("select[data-select]").forEach((sel) => {
     state[sel.dataset.select] = sel.value;
-    restored = restored || sel.value !== "0"; // a reload keeps the last selection
+    const drawn = [...sel.options].find((o) => o.defaultSelected) || sel.options[0];
+    restored = restored || sel.value !== drawn.value; // a reload keeps the last selection
     sel.addEventListener("change", () => {
       state[sel.dataset.select] = sel.value;
       applyAll();
     });
   });
   if (restored) applyAll();
-  // A chart drawn inside a closed <details> has no width: it is sized when opened.
+  // A chart inside a closed <details> is drawn when it is first opened (figures.py's
+  // defer); one drawn there before has no width until then, and is sized.
   document.querySelectorAll("details").forEach((d) =>
     d.addEventListener("toggle", () => {
-      if (d.open) d.querySelectorAll(".js-plotly-plot").forEach((p) => Plotly.Plots.resize(p));
+      if (!d.open) return;
+      d.querySelectorAll(".plotly-deferred").forEach((div) => {
+        const fig = JSON.parse(div.dataset.figure);
+        div.classList.remove("plotly-deferred");
+        div.style.height = "";
+        Plotly.newPlot(div, fig.data, fig.layout, { responsive: true });
+      });
+      d.querySelectorAll(".js-plotly-plot").forEach((p) => Plotly.Plots.resize(p));
     })
   );
 })();
