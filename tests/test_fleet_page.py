@@ -93,7 +93,7 @@ def drawn(tab: Any) -> tuple[list[int], int, list[str]]:
 def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
     fleet_page: Path, fleet_wh: Path, browser: Any
 ) -> None:
-    wait = "table#fleet-table.dataTable"
+    wait = "#fleet ~ .fleet-pair .js-plotly-plot .main-svg"
     with opened(fleet_page, wait, browser) as (tab, errors, _):
         heading = tab.locator("h2#fleet")
         heading_shown = heading.is_visible()
@@ -104,7 +104,8 @@ def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
         first = drawn(tab)
         tab.select_option("#select-fleet", index=1)  # the other replica count
         second = drawn(tab)
-        tab.locator("#fleet-details summary").click()
+        tab.locator("#fleet-details summary").click()  # the table is set up when shown
+        tab.wait_for_selector("table#fleet-table.dataTable")
         header = [h.strip() for h in tab.locator("#fleet-table thead th").all_inner_texts()]
         body = [r.inner_text().split("\t") for r in tab.locator("#fleet-table tbody tr").all()]
     assert errors == []
@@ -161,7 +162,13 @@ def test_router_names_with_markup_show_as_text(
     assert "&lt;img src=x onerror=alert(1)&gt;&lt;b&gt;rr&lt;/b&gt;" in html
     blob = json.dumps(figures(html), ensure_ascii=False)
     assert "<img" not in blob and "<b>rr" not in blob
-    with opened(page, "table#fleet-table.dataTable", browser) as (tab, errors, dialogs):
+    with opened(page, "#fleet ~ .fleet-pair .js-plotly-plot .main-svg", browser) as (
+        tab,
+        errors,
+        dialogs,
+    ):
+        tab.locator("#fleet-details summary").click()
+        tab.wait_for_selector("table#fleet-table.dataTable")
         tab.wait_for_timeout(300)  # an onerror handler would have fired by now
         images = tab.locator("img").count()
         table = tab.locator("#fleet-table").text_content() or ""

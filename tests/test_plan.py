@@ -208,8 +208,10 @@ def test_the_page_opens_with_the_answer(planned, tmp_path, browser) -> None:
     with duckdb.connect(str(wh), read_only=True) as con:  # the newest plan (other tests replan)
         rows = con.sql("SELECT * FROM latest_plan").to_arrow_table().to_pylist()
     lru = row(rows, "capacity", "lru")
-    with opened(page, "table#plan-table.dataTable", browser) as (tab, errors, dialogs):
+    with opened(page, "#plan", browser) as (tab, errors, dialogs):
         first = tab.locator("h2").first.inner_text()
+        tab.locator("#plan-details summary").click()  # the table is set up when shown
+        tab.wait_for_selector("table#plan-table.dataTable")
         answer = tab.locator("#plan .answer").inner_text()
         cells = tab.locator("#plan-table tr").count()
     assert first == "The answer"

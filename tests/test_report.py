@@ -212,11 +212,13 @@ def test_the_page_renders_its_charts_in_headless_chromium_without_errors(
         capacity = tab.locator(".js-plotly-plot").filter(has_text="over capacity")
         drawn = capacity.locator(".scatterlayer .trace").count()
         sources = tab.locator("#hit-sources li").count()
+        opened = tab.evaluate("[...document.querySelectorAll('details')].filter(d => d.open)")
+        tab.locator("#structure summary").click()  # its tables are set up when shown
+        tab.wait_for_selector("table#shared-prefixes.dataTable")
         prefix_rows = tab.locator("#shared-prefixes tr").count()
         structure_shown = tab.locator("#structure").is_visible()
         savings_rows = [r.inner_text() for r in tab.locator("#savings tr").all()]
         decode_note = tab.locator("#decode-note").is_visible()
-        opened = tab.evaluate("[...document.querySelectorAll('details')].filter(d => d.open)")
         tab.select_option("#select-tenant", label="tenant beta")
         tab.select_option("#select-window", label="last-half")
         beta = plotted(tab, "over capacity")
@@ -313,9 +315,10 @@ def figures(html: str) -> list[Any]:
 def test_names_with_markup_show_as_text_in_headless_chromium(
     markup_page: Path, browser: Any
 ) -> None:
-    with open_page(browser, markup_page, "table#rates-table.dataTable") as p:
+    with open_page(browser, markup_page, ".js-plotly-plot .main-svg") as p:
         tab = p.tab
         tab.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+        tab.wait_for_selector("table#rates-table.dataTable", state="attached")
         tab.select_option("#rates-table_wrapper .dt-length select", "-1")  # every row
         charts = {}
         for name in MARKUP_TENANTS:

@@ -116,6 +116,7 @@ def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         "slo": slo_section(con),
         "engines": engine_figure(rates),
         "rows": table_rows(rows),
+        "columns": table_columns(rows),
     }
 
 
@@ -344,6 +345,28 @@ def _replica_bars(
 # --- table -----------------------------------------------------------------------------------
 
 
+#: The table's columns: (key, header, is_text); the engine's only where the warehouse has it.
+COLUMNS = (
+    ("router", "router", True),
+    ("engine", "engine", True),
+    ("replicas", "replicas", False),
+    ("capacity", "capacity per replica", False),
+    ("load_scale", "load scale", False),
+    ("window", "window", True),
+    ("token_hit_rate", "token hit rate", False),
+    ("ceiling", "ceiling", False),
+    ("ttft_p50", "TTFT p50", False),
+    ("ttft_p95", "TTFT p95", False),
+    ("ttft_p99", "TTFT p99", False),
+    ("load_imbalance", "load imbalance", False),
+    ("prefill_imbalance", "prefill imbalance", False),
+)
+
+
+def table_columns(rows: pl.DataFrame) -> list[tuple[str, str, bool]]:
+    return [c for c in COLUMNS if c[0] != "engine" or "engine" in rows.columns]
+
+
 def table_rows(rows: pl.DataFrame) -> list[dict[str, str]]:
     out = []
     for r in rows.iter_rows(named=True):
@@ -357,6 +380,7 @@ def table_rows(rows: pl.DataFrame) -> list[dict[str, str]]:
         out.append(
             {
                 "router": r["router"],
+                "engine": r.get("engine") or "",
                 "replicas": str(r["replicas"]),
                 "capacity": capacity,
                 "load_scale": f"{r['load_scale']:g}×",

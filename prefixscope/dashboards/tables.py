@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 from itables import javascript as itables_js
 from itables import options as itables_options
+from itables.version import __version__ as itables_version
 from markupsafe import Markup
 
 #: Rows a table shows as the page opens; the length menu offers more.
@@ -22,8 +23,10 @@ LENGTHS = [10, 20, 50, 100, -1]
 
 
 def datatables_script() -> Markup:
-    """The DataTables bundle, once for the page (inline, as ``itables`` writes it offline)."""
-    return Markup(itables_js.generate_init_offline_itables_html(itables_options.dt_bundle))
+    """The DataTables bundle, once for the page (inline, as ``itables`` writes it offline), and
+    the page's own set-up of tables in closed sections."""
+    bundle = itables_js.generate_init_offline_itables_html(itables_options.dt_bundle)
+    return WHEN_SHOWN + Markup(bundle)
 
 
 def datatable(
@@ -66,9 +69,29 @@ def datatable(
         fallback_html="",
     )
     # Until DataTables draws it, the table says so in plain words (itables' own placeholder
-    # links to its site).
+    # links to its site); a table in a closed <details> is set up when that is opened
+    # (``WHEN_SHOWN``): most tables start collapsed, and setting them up was most of the time
+    # the page took to open.
+    if _CREATE not in page:
+        raise RuntimeError(f"itables {itables_version} no longer writes {_CREATE!r}")
+    page = page.replace(_CREATE, f"prefixscopeWhenShown(table, () => {{ {_CREATE} }});", 1)
     return Markup(_PLACEHOLDER.sub(_LOADING, page, count=1))
 
 
 _PLACEHOLDER = re.compile(r"<tbody>.*?</tbody>", re.DOTALL)
 _LOADING = "<tbody><tr><td>loading the table…</td></tr></tbody>"
+_CREATE = "new ITable(table, dt_args);"
+#: Runs ``make`` now, or, for an element inside a closed <details>, when that is first opened.
+WHEN_SHOWN = Markup(
+    """<script>
+function prefixscopeWhenShown(element, make) {
+  const closed = element.closest("details:not([open])");
+  if (!closed) { make(); return; }
+  closed.addEventListener("toggle", function once() {
+    if (!closed.open) return;
+    closed.removeEventListener("toggle", once);
+    prefixscopeWhenShown(element, make);
+  });
+}
+</script>"""
+)
