@@ -67,8 +67,10 @@ bench: setup
 	$(BIN)/python benchmarks/sampled_error.py --quick
 	$(BIN)/python benchmarks/flow_speed.py --cluster
 	$(BIN)/python benchmarks/export_roundtrip.py
-	test -x $(PEERS)/bin/python && PEER_PYTHON=$(PEERS)/bin/python \
-		$(BIN)/python benchmarks/export_peer.py || echo "export_peer: make peers first"
+	if test -x $(PEERS)/bin/python; then PEER_PYTHON=$(PEERS)/bin/python \
+		$(BIN)/python benchmarks/export_peer.py; else echo "export_peer: make peers first"; fi
+	if test -f $(BUILD)/demo.duckdb; then $(BIN)/python benchmarks/page_load.py \
+		--warehouse $(BUILD)/demo.duckdb; else echo "page_load: make demo first"; fi
 
 # The whole flow on a generated week (10.4 M requests, 250 M lookups; about 20 minutes and a
 # 3.2 GB trace file in a temporary directory): docs/scale.md.

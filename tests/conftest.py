@@ -11,8 +11,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,8 +54,113 @@ SAMPLE = REPO / "data" / "sample" / "mooncake" / "conversation_trace.jsonl.gz"
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The flow tests last, in their order: the Prefect server they share (``prefect_server``)
     stays up, with its client's background threads, until the session ends, and every other
-    test runs before it starts."""
-    items.sort(key=lambda item: item.get_closest_marker("flow") is not None)
+    test runs before it starts. The browser tests side by side, last of the others and first
+    of the flow tests, so that they share one Chromium (``browser``)."""
+
+    def order(item: pytest.Item) -> tuple[bool, bool]:
+        flow = item.get_closest_marker("flow") is not None
+        browser = item.get_closest_marker("browser") is not None
+        return (flow, browser != flow)
+
+    items.sort(key=order)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (make test installs it)"
+)
+
+
+class _Chromium:
+    """One headless Chromium for the session's page tests, started by the first of them and
+    stopped before the first other test after them: while Playwright's synchronous API runs,
+    its event loop is this thread's, and ``asyncio.run`` (a Prefect flow) would fail."""
+
+    def __init__(self) -> None:
+        self._playwright: Any = None
+        self.browser: Any = None
+
+    def get(self) -> Any:
+        if self.browser is None:
+            from playwright.sync_api import sync_playwright
+
+            self._playwright = sync_playwright().start()
+            self.browser = self._playwright.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS
+            )
+        return self.browser
+
+    def close(self) -> None:
+        if self.browser is not None:
+            self.browser.close()
+            self._playwright.stop()
+            self.browser = self._playwright = None
+
+
+_CHROMIUM = _Chromium()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("browser") is None:
+        _CHROMIUM.close()
+
+
+def pytest_sessionfinish() -> None:
+    _CHROMIUM.close()
+
+
+@pytest.fixture
+def browser() -> Any:
+    """The session's headless Chromium (tests that use it carry the ``browser`` marker); open
+    pages with ``open_page``."""
+    return _CHROMIUM.get()
+
+
+@dataclass
+class OpenPage:
+    """A page open in Chromium: the tab, errors (console and uncaught), dialogs that opened
+    (dismissed), and the URLs it requested."""
+
+    tab: Any
+    errors: list[str]
+    dialogs: list[str]
+    requests: list[str]
+
+
+@contextmanager
+def open_page(
+    browser: Any, page: Path, wait_for: str | None = None, width: int = 1400, height: int = 900
+) -> Iterator[OpenPage]:
+    """``page`` open from disk in a fresh context of ``browser`` at ``width`` × ``height``;
+    ``wait_for``: a selector to wait for."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        tab = context.new_page()
+        opened = OpenPage(tab, [], [], [])
+        tab.on("console", lambda m: opened.errors.append(m.text) if m.type == "error" else None)
+        tab.on("pageerror", lambda e: opened.errors.append(str(e)))
+
+        def dismiss(d: Any) -> None:
+            opened.dialogs.append(d.message)
+            d.dismiss()
+
+        tab.on("dialog", dismiss)
+        tab.on("request", lambda r: opened.requests.append(r.url))
+        tab.goto(page.as_uri(), wait_until="load")
+        if wait_for:  # there, shown or not (a table in a closed <details> is hidden)
+            tab.wait_for_selector(wait_for, state="attached", timeout=20_000)
+        yield opened
+    finally:
+        context.close()
 
 
 @pytest.fixture

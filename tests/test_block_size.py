@@ -18,6 +18,7 @@ from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.cli import main
+from tests.test_report import tables
 
 
 def token_log(path: Path, seed: int = 0) -> Path:
@@ -135,5 +136,6 @@ def test_block_sizes_go_side_by_side_in_one_table_and_on_the_page(tmp_path) -> N
     page = tmp_path / "report.html"
     assert main(["report", "--warehouse", str(wh), "--out", str(page)]) == 0
     html = page.read_text()
-    assert 'id="block-size-table"' in html and "128-token blocks" in html
-    assert html.count("<tr><td class='text'>lru</td>") == 2
+    table = tables(html)["block-size-table"]
+    assert table.columns[-1] == "128-token blocks"
+    assert [r[0] for r in table.rows].count("lru") == 2

@@ -17,8 +17,8 @@ from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.stages import fleet, report
 from prefixscope.stages.fleet import FleetSettings
 from prefixscope.stages.report import ReportSettings
-from tests.conftest import Bundled
-from tests.test_report import CHROMIUM, CHROMIUM_ARGS, figures, needs_chromium
+from tests.conftest import Bundled, needs_chromium, open_page
+from tests.test_report import figures
 
 ROUTERS = ("round-robin", "session", "cache-aware")
 REPLICAS = (2, 4)
@@ -53,32 +53,14 @@ def fleet_page(fleet_wh: Path) -> Path:
 
 
 @contextmanager
-def opened(page: Path, wait_for: str | None) -> Iterator[tuple[Any, list[str], list[str]]]:
-    """The page open in headless Chromium (as ``tests/test_report.py`` opens it): the tab,
+def opened(
+    page: Path, wait_for: str | None, browser: Any
+) -> Iterator[tuple[Any, list[str], list[str]]]:
+    """The page open in the session's headless Chromium (``conftest.open_page``): the tab,
     errors (console and uncaught) and dialogs that opened. ``wait_for``: a selector to wait
     for."""
-    from playwright.sync_api import sync_playwright
-
-    errors: list[str] = []
-    dialogs: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            tab = browser.new_page()
-            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            tab.on("pageerror", lambda e: errors.append(str(e)))
-
-            def dismiss(d: Any) -> None:
-                dialogs.append(d.message)
-                d.dismiss()
-
-            tab.on("dialog", dismiss)
-            tab.goto(page.as_uri(), wait_until="load")
-            if wait_for:
-                tab.wait_for_selector(wait_for, timeout=20_000)
-            yield tab, errors, dialogs
-        finally:
-            browser.close()
+    with open_page(browser, page, wait_for) as p:
+        yield p.tab, p.errors, p.dialogs
 
 
 def expected_hit_rate(wh: Path, router: str, replicas: int) -> str:
@@ -93,37 +75,50 @@ def expected_hit_rate(wh: Path, router: str, replicas: int) -> str:
     return f"{rows[0][0]:.2%}"
 
 
+def drawn(tab: Any) -> tuple[list[int], int, list[str]]:
+    """What the fleet charts show now: the points of each scatter, the busy-time bars, the
+    charts' titles."""
+    plots = tab.locator(".fleet-pair .js-plotly-plot")
+    points = [
+        plots.nth(i).locator(".scatterlayer .trace .points path").count()
+        for i in range(plots.count())
+    ]
+    bars = tab.locator("#fleet ~ div .js-plotly-plot .barlayer .point").count()
+    titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
+    return points, bars, titles
+
+
 @pytest.mark.browser
 @needs_chromium
 def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
-    fleet_page: Path, fleet_wh: Path
+    fleet_page: Path, fleet_wh: Path, browser: Any
 ) -> None:
-    with opened(fleet_page, "#fleet ~ .fleet-pair .js-plotly-plot .main-svg") as (tab, errors, _):
+    wait = "#fleet ~ .fleet-pair .js-plotly-plot .main-svg"
+    with opened(fleet_page, wait, browser) as (tab, errors, _):
         heading = tab.locator("h2#fleet")
         heading_shown = heading.is_visible()
         heading_text = heading.inner_text()
         note = tab.locator("#fleet-note").inner_text()
-        # every fleet chart: plotly drew its SVG and one point per router in the scatters
-        plots = tab.locator(".fleet-pair .js-plotly-plot")
-        scatters = plots.count()
-        svgs = [plots.nth(i).locator(".main-svg").count() for i in range(scatters)]
-        points = [
-            plots.nth(i).locator(".scatterlayer .trace .points path").count()
-            for i in range(scatters)
-        ]
-        bars = tab.locator("#fleet ~ div .js-plotly-plot .barlayer .point").count()
-        titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
-        rows = [r.inner_text().split("\t") for r in tab.locator("#fleet-table tr").all()]
+        groups = tab.locator("#select-fleet option").all_inner_texts()
+        svgs = tab.locator(".fleet-pair .js-plotly-plot .main-svg").count()
+        first = drawn(tab)
+        tab.select_option("#select-fleet", index=1)  # the other replica count
+        second = drawn(tab)
+        tab.locator("#fleet-details summary").click()  # the table is set up when shown
+        tab.wait_for_selector("table#fleet-table.dataTable")
+        header = [h.strip() for h in tab.locator("#fleet-table thead th").all_inner_texts()]
+        body = [r.inner_text().split("\t") for r in tab.locator("#fleet-table tbody tr").all()]
     assert errors == []
     assert heading_shown and heading_text.startswith("Fleet")
     assert "Each replica has its own prefix cache" in note and "Window: steady" in note
     configurations = len(ROUTERS) * len(REPLICAS)
-    assert scatters == 2 * len(REPLICAS)  # hit rate vs imbalance and vs TTFT, per replica count
-    assert all(n >= 1 for n in svgs), svgs
-    assert points == [len(ROUTERS)] * scatters
-    assert sum("Busy time per replica" in t for t in titles) == len(REPLICAS)
-    assert bars == len(ROUTERS) * sum(REPLICAS)  # a bar per replica of every configuration
-    header, body = rows[0], rows[1:]
+    # one chart per question (hit rate vs imbalance, vs TTFT), a replica count selected
+    assert [g.split(" ")[0] for g in groups] == [str(n) for n in REPLICAS]
+    assert svgs >= 2
+    for (points, bars, titles), replicas in zip((first, second), REPLICAS, strict=True):
+        assert points == [len(ROUTERS)] * 2  # a point per router in each scatter
+        assert sum("Busy time per replica" in t for t in titles) == 1
+        assert bars == len(ROUTERS) * replicas  # a bar per replica of every router
     assert len(body) == configurations
     assert {(r[0], r[1]) for r in body} == {(t, str(n)) for t in ROUTERS for n in REPLICAS}
     col = header.index("token hit rate")
@@ -135,13 +130,13 @@ def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
 @pytest.mark.browser
 @needs_chromium
 def test_a_page_without_fleet_runs_has_no_fleet_section(
-    bundled_warehouse: Bundled, tmp_path: Path
+    bundled_warehouse: Bundled, tmp_path: Path, browser: Any
 ) -> None:
     wh = bundled_warehouse.copy_to(tmp_path)
     page = report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
     html = page.read_text()
     assert 'id="fleet"' not in html and "fleet-table" not in html
-    with opened(page, "h1") as (tab, errors, dialogs):
+    with opened(page, "h1", browser) as (tab, errors, dialogs):
         fleet_headings = tab.locator("#fleet").count()
         fleet_tables = tab.locator("#fleet-table").count()
     assert errors == [] and dialogs == []
@@ -150,7 +145,9 @@ def test_a_page_without_fleet_runs_has_no_fleet_section(
 
 @pytest.mark.browser
 @needs_chromium
-def test_router_names_with_markup_show_as_text(fleet_wh: Path, tmp_path: Path) -> None:
+def test_router_names_with_markup_show_as_text(
+    fleet_wh: Path, tmp_path: Path, browser: Any
+) -> None:
     wh = tmp_path / "markup.duckdb"
     wh.write_bytes(fleet_wh.read_bytes())
     with duckdb.connect(str(wh)) as con:
@@ -165,14 +162,20 @@ def test_router_names_with_markup_show_as_text(fleet_wh: Path, tmp_path: Path) -
     assert "&lt;img src=x onerror=alert(1)&gt;&lt;b&gt;rr&lt;/b&gt;" in html
     blob = json.dumps(figures(html), ensure_ascii=False)
     assert "<img" not in blob and "<b>rr" not in blob
-    with opened(page, "#fleet ~ .fleet-pair .js-plotly-plot .main-svg") as (tab, errors, dialogs):
+    with opened(page, "#fleet ~ .fleet-pair .js-plotly-plot .main-svg", browser) as (
+        tab,
+        errors,
+        dialogs,
+    ):
+        tab.locator("#fleet-details summary").click()
+        tab.wait_for_selector("table#fleet-table.dataTable")
         tab.wait_for_timeout(300)  # an onerror handler would have fired by now
         images = tab.locator("img").count()
-        table = tab.locator("#fleet-table").inner_text()
+        table = tab.locator("#fleet-table").text_content() or ""
         labels = [t.text_content() or "" for t in tab.locator(".fleet-pair .textpoint").all()]
     assert errors == [] and dialogs == [] and images == 0
     assert MARKUP_ROUTER in table
-    assert labels.count(MARKUP_ROUTER) == 2 * len(REPLICAS)  # its point label in each scatter
+    assert labels.count(MARKUP_ROUTER) == 2  # its point label in each scatter
 
 
 HBM_ROWS = [

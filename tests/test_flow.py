@@ -73,7 +73,7 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     ).fetchall()
     assert ("capacity", "lru", True) in planned and planned[-1][0] == "configuration"
     html = page.read_text()
-    assert html.index('id="plan"') < html.index("<h2>The trace</h2>")
+    assert html.index('id="plan"') < html.index('id="cards"') < html.index("over cache capacity")
     rates = dict(
         con.execute(
             "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "

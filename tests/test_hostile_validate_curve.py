@@ -23,12 +23,13 @@ from prefixscope.analysis.trace.csr import build_trace
 from prefixscope.analysis.validate.reported import MISSING, Reported
 from prefixscope.analysis.validate.tables import MIN_FIT_REPORTS, validate
 from prefixscope.cli import main
-from prefixscope.dashboards.report import curve_figures
+from prefixscope.dashboards.report import Choices, curve_figure
 from prefixscope.stages import report
 from prefixscope.stages.curve import SAMPLED_BLOCKS_FLOOR
 from prefixscope.stages.report import ReportSettings
 from prefixscope.synthetic_gateway import Draft, EngineCache, GatewayWorkload, engine_reports
 from tests.conftest import mooncake_line
+from tests.test_report import figures
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +304,8 @@ def test_an_older_warehouse_opens_and_its_curve_renders(tmp_path) -> None:
             "token_hit_rate": [0.1, 0.2],
         }
     )
-    assert len(curve_figures(old)) == 1  # no interval columns: the line alone
+    drawn = curve_figure(old, Choices.of(old, old))
+    assert drawn is not None and [len(data) for data, _ in figures(drawn)] == [1]  # the line alone
 
 
 def test_the_page_shades_a_sampled_curves_interval(bundled_warehouse, tmp_path) -> None:
@@ -313,4 +315,5 @@ def test_the_page_shades_a_sampled_curves_interval(bundled_warehouse, tmp_path) 
     assert "(95% interval)" in page and "sampled blocks)" in page
     assert main(["curve", "--warehouse", str(wh), "--points", "16"]) == 0  # exact: no band
     rows = mrc_rows(wh).filter(pl.col("exact"))
-    assert curve_figures(rows) and rows["ci_low"].null_count() == rows.height
+    assert curve_figure(rows, Choices.of(rows, rows)) is not None
+    assert rows["ci_low"].null_count() == rows.height

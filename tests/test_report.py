@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +24,9 @@ from prefixscope.stages.ingest import IngestSettings
 from prefixscope.stages.report import ReportSettings
 from prefixscope.stages.savings import SavingsSettings
 from prefixscope.stages.simulate import SimulateSettings
-from tests.conftest import mooncake_line
+from tests.conftest import CHROMIUM, CHROMIUM_ARGS, mooncake_line, needs_chromium, open_page
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="Chromium is not installed (make test installs it)"
-)
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "figures", "needs_chromium", "tables"]
 
 #: Every view a DuckDB client finds in a warehouse, by name.
 VIEWS = (
@@ -67,7 +56,7 @@ VIEWS = (
 )
 
 #: Tenant names a page must show as text, never as markup.
-MARKUP_TENANTS = ("<img src=x onerror=alert(1)>", "<b>bold</b>")
+MARKUP_TENANTS = ("<img src=x onerror=alert(1)>", "<b>bold</b>", "<script>alert(1)</script>")
 
 
 def ingest_tenant(wh: Path, write_lines: Callable[..., Path], tenant: str, root: int) -> None:
@@ -125,14 +114,21 @@ def test_the_page_is_self_contained_and_holds_the_figures(page: Path) -> None:
     assert not re.search(r"<script[^>]+src=", html)
     assert not re.search(r"<link[^>]+href=", html)
     assert "Plotly.newPlot" in html
-    assert "tenant alpha" in html and "tenant beta" in html  # per-tenant curves
-    # fleet rows: 2 windows × 4 configs, and the fleet's savings
-    assert html.count("<tr class='fleet'>") == 2 * (1 + 3) + 1
-    assert "<td>60</td>" in html  # the fleet's request count
+    # one chart over capacity, whose traces are every tenant's and window's
+    (capacity,) = [f for f in figures(html) if "over capacity" in f[1]["title"]["text"]]
+    assert {t["meta"]["tenant"] for t in capacity[0]} == {0, 1, 2}  # fleet, alpha, beta
+    assert {t["meta"]["window"] for t in capacity[0]} == {0, 1}  # all, last-half
+    assert '<option value="1">tenant alpha</option>' in html  # the tenant selector
+    # fleet rows: 2 windows × 4 configs in the rates table, and the fleet's savings row
+    shown = tables(html)
+    rates, priced = shown["rates-table"], shown["savings"]
+    assert [r[rates.columns.index("tenant")] for r in rates.rows].count("fleet") == 2 * (1 + 3)
+    assert [r[0] for r in priced.rows] == ["fleet", "alpha", "beta"]
+    assert priced.rows[0][priced.columns.index("requests")] == "60"  # the fleet's requests
     # The structure section: a hit-sources line per tenant and configuration, plain words on
     # what breaks reuse, reuse-time shares.
     assert "Tenant alpha, infinite cache: " in html and "Tenant beta, lru at 4 blocks: " in html
-    assert "id='shared-prefixes'" in html and "id='reuse-times'" in html
+    assert {"shared-prefixes", "reuse-times"} <= set(shown)
     assert "first never-seen block" in html
     assert "miss cost is not measured" not in html and "No savings computed yet" not in html
     # priced on the fewest H100s that hold the model, its pool bounding the capacity
@@ -211,67 +207,72 @@ def test_every_latest_view_takes_the_newest_fresh_run_per_configuration(
     assert all(left[v] == 0 for v in VIEWS if v.startswith("latest_")), left
 
 
-@contextmanager
-def opened(page: Path) -> Iterator[tuple[Any, list[str], list[str], list[str]]]:
-    """The page open in headless Chromium: the tab, errors (console and uncaught), dialogs
-    that opened, and the URLs it requested."""
-    from playwright.sync_api import sync_playwright
-
-    errors: list[str] = []
-    dialogs: list[str] = []
-    requests: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            tab = browser.new_page()
-            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            tab.on("pageerror", lambda e: errors.append(str(e)))
-
-            def dismiss(d: Any) -> None:
-                dialogs.append(d.message)
-                d.dismiss()
-
-            tab.on("dialog", dismiss)
-            tab.on("request", lambda r: requests.append(r.url))
-            tab.goto(page.as_uri(), wait_until="load")
-            tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=20_000)
-            yield tab, errors, dialogs, requests
-        finally:
-            browser.close()
-
-
 @pytest.mark.browser
 @needs_chromium
-def test_the_page_renders_its_charts_in_headless_chromium_without_errors(page: Path) -> None:
-    with opened(page) as (tab, errors, _, requests):
+def test_the_page_renders_its_charts_in_headless_chromium_without_errors(
+    page: Path, warehouse_path: Path, browser: Any
+) -> None:
+    with open_page(browser, page, "table#savings.dataTable") as p:
+        tab = p.tab
         titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
-        plots = tab.locator(".js-plotly-plot")
-        across_runs = plots.filter(has_text="across runs")  # the history's, counted apart
-        curves = plots.locator(".scatterlayer .trace").count()
-        curves -= across_runs.locator(".scatterlayer .trace").count()
-        title = titles[0] if titles else None
+        capacity = tab.locator(".js-plotly-plot").filter(has_text="over capacity")
+        drawn = capacity.locator(".scatterlayer .trace").count()
         sources = tab.locator("#hit-sources li").count()
+        opened = tab.evaluate("[...document.querySelectorAll('details')].filter(d => d.open)")
+        tab.locator("#structure summary").click()  # its tables are set up when shown
+        tab.wait_for_selector("table#shared-prefixes.dataTable")
         prefix_rows = tab.locator("#shared-prefixes tr").count()
         structure_shown = tab.locator("#structure").is_visible()
-        savings = tab.locator("#savings tr")
-        savings_rows = [r.inner_text() for r in savings.all()]
+        savings_rows = [r.inner_text() for r in tab.locator("#savings tr").all()]
         decode_note = tab.locator("#decode-note").is_visible()
-    assert errors == []
-    assert all(u.startswith("file://") for u in requests), requests
-    over_capacity = [t for t in titles if "over capacity" in t]
-    over_time = [t for t in titles if "over time" in t]
-    assert len(over_capacity) == 2 * 3  # two windows × (fleet, alpha, beta)
-    assert len(over_time) == 1
-    # one lru curve per capacity chart (the ceiling is a shape), and in the time chart the
-    # ceiling and the middle lru capacity are shown (the others are hidden in the legend)
-    assert curves == len(over_capacity) + 2
-    assert title is not None and "fleet" in title
+        tab.select_option("#select-tenant", label="tenant beta")
+        tab.select_option("#select-window", label="last-half")
+        beta = plotted(tab, "over capacity")
+    assert p.errors == []
+    assert all(u.startswith(("file://", "blob:")) for u in p.requests), p.requests
+    assert sum("over capacity" in t for t in titles) == 1
+    assert sum("over time" in t for t in titles) == 1
+    # the fleet's lru curve and its ceiling, of window all; every other tenant's hidden
+    assert drawn == 2
+    assert "fleet, window: all" in next(t for t in titles if "over capacity" in t)
+    # the selected tenant's and window's curve, as the view has it
+    assert beta["title"] == "Token hit rate over capacity — tenant beta, window: last-half"
+    assert beta["lines"]["lru"] == view_rates(warehouse_path, "beta", "last-half", "lru")
+    assert opened == []  # every detail starts collapsed
     # (fleet, alpha, beta) × (infinite cache, lru): six hit-source lines; prefixes listed
     assert structure_shown and sources == 6 and prefix_rows >= 2
     # the savings section: a header, the fleet and both tenants, and the decode statement
     assert len(savings_rows) == 4 and savings_rows[1].startswith("fleet")
     assert [r.split("\t")[0] for r in savings_rows[2:]] == ["alpha", "beta"]
     assert "GPU-s saved per hour" in savings_rows[0] and decode_note
+
+
+def plotted(tab: Any, title: str) -> dict[str, Any]:
+    """What the chart whose title holds ``title`` shows now, from Plotly's own state: its
+    title and each visible line's y values by name."""
+    return tab.evaluate(
+        """(title) => {
+          const div = [...document.querySelectorAll('.js-plotly-plot')]
+            .find(d => (d.layout.title.text || '').includes(title));
+          const lines = {};
+          div.data.filter(t => t.visible === true).forEach(t => { lines[t.name] = t.y; });
+          return {title: div.layout.title.text, lines: lines};
+        }""",
+        title,
+    )
+
+
+def view_rates(wh: Path, tenant: str, window: str, policy: str) -> list[float]:
+    """A tenant's token hit rates of one policy, shared, by capacity, from the view."""
+    with duckdb.connect(str(wh), read_only=True) as con:
+        rows = con.execute(
+            "SELECT token_hit_rate FROM latest_hit_rates WHERE tenant = ? "
+            "AND measure_window = ? AND policy = ? AND isolation = 'shared' "
+            "AND capacity_blocks IS NOT NULL ORDER BY capacity_blocks",
+            [tenant, window, policy],
+        ).fetchall()
+    assert rows
+    return [r[0] for r in rows]
 
 
 @pytest.fixture
@@ -293,40 +294,86 @@ def test_names_with_markup_are_escaped_in_the_page_and_its_charts(markup_page: P
     assert "<b>bold" not in blob and "<img" not in blob
     assert "tenant &lt;b&gt;bold&lt;/b&gt;, window: all" in blob  # a title
     assert "lru — tenant &lt;img src=x onerror=alert(1)&gt;" in blob  # a curve's legend entry
+    # In the tables' data (JSON for DataTables): escaped for HTML, shown as text.
+    rates = tables(html)["rates-table"]
+    shown = {r[rates.columns.index("tenant")] for r in rates.rows}
+    assert {n.replace("<", "&lt;").replace(">", "&gt;") for n in MARKUP_TENANTS} < shown
 
 
 def figures(html: str) -> list[Any]:
-    """The data and layout of every Plotly figure of a page."""
+    """The data and layout of every Plotly figure of a page: those drawn as it loads, then
+    those drawn when their section is opened (``data-figure``)."""
     decoder = json.JSONDecoder()
     out = []
     for m in re.finditer(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*", html):
         data, end = decoder.raw_decode(html, m.end())
         layout, _ = decoder.raw_decode(html, re.compile(r",\s*").match(html, end).end())
         out.append([data, layout])
+    for m in re.finditer(r'data-figure="([^"]*)"', html):
+        fig = json.loads(unescape(m.group(1)))
+        out.append([fig["data"], fig["layout"]])
     assert out
     return out
 
 
 @pytest.mark.browser
 @needs_chromium
-def test_names_with_markup_show_as_text_in_headless_chromium(markup_page: Path) -> None:
-    with opened(markup_page) as (tab, errors, dialogs, _):
-        tab.wait_for_timeout(500)  # an onerror handler would have fired by now
+def test_names_with_markup_show_as_text_in_headless_chromium(
+    markup_page: Path, browser: Any
+) -> None:
+    with open_page(browser, markup_page, ".js-plotly-plot .main-svg") as p:
+        tab = p.tab
+        tab.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+        tab.wait_for_selector("table#rates-table.dataTable", state="attached")
+        tab.select_option("#rates-table_wrapper .dt-length select", "-1")  # every row
+        charts = {}
+        for name in MARKUP_TENANTS:
+            tab.select_option("#select-tenant", label=f"tenant {name}")
+            charts[name] = (
+                [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()],
+                [t.text_content() or "" for t in tab.locator(".js-plotly-plot .legendtext").all()],
+            )
+        tab.wait_for_timeout(300)  # an onerror handler would have fired by now
         text = tab.locator("body").inner_text()
-        titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
-        legend = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .legendtext").all()]
+        options = tab.locator("#select-tenant option").all_inner_texts()
+        cells = tab.locator("#rates-table td").all_inner_texts()
         bold = tab.evaluate(
             "() => [...document.querySelectorAll('b, tspan')]"
             ".filter(e => e.tagName === 'B' || /bold|700/.test(e.getAttribute('style') || ''))"
             ".map(e => e.textContent)"
         )
         images = tab.locator("img").count()
+        scripts = tab.evaluate("[...document.scripts].filter(s => s.text === 'alert(1)').length")
         hit_sources = tab.locator("#hit-sources li").all_inner_texts()
-    assert dialogs == [] and errors == []
-    assert images == 0
+    assert p.dialogs == [] and p.errors == []
+    assert images == 0 and scripts == 0  # no element from a name
     assert "bold" not in bold  # no <b> element (nor bold tspan of Plotly's) from a name
     for name in MARKUP_TENANTS:
-        assert name in text  # the tables and lists show the name itself
-        assert any(f"tenant {name}," in t for t in titles)  # so do chart titles
+        titles, legend = charts[name]
+        assert name in text  # the lists show the name itself
+        assert f"tenant {name}" in options  # so do the selector's options
+        assert name in cells  # and the table's cells
+        assert any(f"tenant {name}, window: all" in t for t in titles)  # and the titles
         assert any(f"tenant {name}" in t for t in legend)  # and the curve legends
         assert any(line.startswith(f"Tenant {name}, infinite cache: ") for line in hit_sources)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of the page as DataTables gets it: its headers and its rows of text (escaped
+    for HTML, as the page holds them)."""
+
+    columns: list[str]
+    rows: list[list[str]]
+
+
+def tables(html: str) -> dict[str, Table]:
+    """Every DataTable of a page, by the id of its table element."""
+    decoder = json.JSONDecoder()
+    out = {}
+    for m in re.finditer(r'querySelectorAll\("#([^:"]+):not\(\.dataTable\)"\)', html):
+        start = html.index("let dt_args = ", m.end()) + len("let dt_args = ")
+        args, _ = decoder.raw_decode(html, start)
+        headers = re.findall(r"<th[^>]*>(.*?)</th>", args["table_html"])
+        out[m.group(1)] = Table(headers, json.loads(args["data_json"]))
+    return out

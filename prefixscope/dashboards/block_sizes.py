@@ -39,7 +39,15 @@ def block_size_table(rates: pl.DataFrame, window: str = "all") -> dict[str, Any]
                     "policy": policy,
                     "isolation": isolation,
                     "tokens": f"{first['capacity_tokens']:,}",
-                    "rates": rates_i,
+                    **{f"size_{s}": x for s, x in zip(sizes, rates_i, strict=True)},
                 }
             )
-    return {"sizes": sizes, "rows": rows, "window": fleet["measure_window"][0]}
+    columns = [("policy", "policy", True), ("isolation", "isolation", True),
+               ("tokens", "capacity (tokens)", False)]  # fmt: skip
+    columns += [(f"size_{s}", f"{s}-token blocks", False) for s in sizes]
+    return {
+        "sizes": sizes,
+        "columns": columns,
+        "rows": rows,
+        "window": fleet["measure_window"][0],
+    }

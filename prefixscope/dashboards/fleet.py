@@ -17,7 +17,16 @@ import polars as pl
 from markupsafe import Markup
 
 from prefixscope.analysis.trace.measure import FLEET
-from prefixscope.dashboards.figures import PALETTE, base_layout, figure_markup, plotly_text
+from prefixscope.dashboards.engines import engine_figure
+from prefixscope.dashboards.figures import (
+    PALETTE,
+    POLICY_COLOURS,
+    base_layout,
+    figure_markup,
+    plotly_text,
+    selectable,
+)
+from prefixscope.dashboards.slo import slo_section
 from prefixscope.dashboards.views import read_view
 
 #: The tiers behind each replica's HBM cache (per-replica DRAM, a shared store), where the
@@ -28,17 +37,22 @@ GROUP = (
     "replicas", "capacity_blocks", "policy", "load_scale", *TIERS, "model", "gpu",
     # set by the ones before it, where the warehouse has them: words of the title
     "deployment", "kv_pool_blocks", "exceeds_hbm",
+    # the engine whose scheduler the replicas follow, where the warehouse has it
+    "engine",
 )  # fmt: skip
 #: One fleet configuration of ``latest_fleet_hit_rates`` (one of its rows per window).
 CONFIGURATION = ("router", *GROUP)
 #: What ``latest_fleet_replicas`` knows of a group (it is not per window, nor per pricing).
-REPLICA_GROUP = ("replicas", "capacity_blocks", "policy", "load_scale", *TIERS, "deployment")
+REPLICA_GROUP = (
+    "replicas", "capacity_blocks", "policy", "load_scale", *TIERS, "deployment", "engine",
+)  # fmt: skip
 
 STEADY = "steady"
 
 
 def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
-    """What ``templates/fleet.html`` shows of the latest fleet runs; None before any."""
+    """What ``templates/fleet.html`` shows of the latest fleet runs; None before any. One chart
+    per question, the groups of configurations behind a selector (``figures.selectable``)."""
     rates = read_view(con, "latest_fleet_hit_rates")
     if rates.is_empty():
         return None
@@ -50,39 +64,59 @@ def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     keys = _present(rows, GROUP)
     varies = {k: rows[k].n_unique() > 1 for k in keys}
     per_replica_keys = _present(replicas, REPLICA_GROUP)
-    groups = []
-    drawn: set[tuple[Any, ...]] = set()
-    for key, group in rows.group_by(keys, maintain_order=True):
+    imbalance, ttft, busy = go.Figure(), go.Figure(), go.Figure()
+    titles = []
+    for g, (key, group) in enumerate(rows.group_by(keys, maintain_order=True)):
         spec = dict(zip(keys, key, strict=True))
-        title = group_title(spec, varies)
-        per_replica = tuple(spec.get(k) for k in per_replica_keys)
-        replica_chart = None
-        if per_replica not in drawn:
-            drawn.add(per_replica)
-            replica_chart = replica_figure(
-                replicas.filter(
-                    *(
-                        pl.col(k).eq_missing(v)
-                        for k, v in zip(per_replica_keys, per_replica, strict=True)
-                    )
-                ),
-                colors,
-            )
-        groups.append(
-            {
-                "title": title,
-                "charts": [
-                    imbalance_figure(group, colors),
-                    ttft_figure(group, colors),
-                ],
-                "replica_chart": replica_chart,
-            }
+        titles.append(group_title(spec, varies))
+        meta = {"fleet": g}
+        _router_points(
+            imbalance,
+            group,
+            colors,
+            meta,
+            y="load_imbalance",
+            hover="load imbalance %{y:.3f} (prefill %{customdata[0]:.3f})",
+            custom=lambda r: [r["prefill_imbalance"]],
         )
+        _router_points(
+            ttft,
+            group,
+            colors,
+            meta,
+            y="ttft_p95_s",
+            hover="TTFT p50 %{customdata[0]:.3f} s, p95 %{y:.3f} s, p99 %{customdata[1]:.3f} s",
+            custom=lambda r: [r["ttft_p50_s"], r["ttft_p99_s"]],
+            error=True,
+        )
+        mine = replicas.filter(
+            *(pl.col(k).eq_missing(spec.get(k)) for k in per_replica_keys if k in spec)
+        )
+        _replica_bars(busy, mine, colors, meta)
+    charts = [
+        _finish_imbalance(imbalance, rows, titles),
+        _finish_ttft(ttft, rows, titles),
+    ]
+    busy_chart = None
+    if busy.data:
+        busy.update_layout(
+            base_layout("", "router, replica", height=300, showlegend=False),
+            title_font_size=13,
+        )
+        busy.update_yaxes(title="busy time vs mean", tickformat="+.1%", rangemode="normal")
+        title = "Busy time per replica, vs its fleet's mean"
+        by_group = {str(g): title for g in range(len(titles))}
+        busy_chart = figure_markup(selectable(busy, ["fleet"], by_group))
     return {
         "window": window_note(rows),
         "pricing": pricing_note(rows),
-        "groups": groups,
+        "groups": titles,
+        "charts": charts,
+        "replica_chart": busy_chart,
+        "slo": slo_section(con),
+        "engines": engine_figure(rates),
         "rows": table_rows(rows),
+        "columns": table_columns(rows),
     }
 
 
@@ -151,6 +185,8 @@ def group_title(spec: dict[str, Any], varies: dict[str, bool]) -> str:
     title += tier_words(spec) + hbm_words(spec)
     if varies["load_scale"] or spec["load_scale"] != 1:
         title += f", load ×{spec['load_scale']:g}"
+    if spec.get("engine") and (varies.get("engine") or spec["engine"] != "ideal"):
+        title += f", {spec['engine']} engine"
     if varies["policy"]:
         title += f", {spec['policy']}"
     if varies["model"] or varies["gpu"]:
@@ -182,48 +218,39 @@ def pricing_note(rows: pl.DataFrame) -> str:
 # --- figures ---------------------------------------------------------------------------------
 
 
-def imbalance_figure(group: pl.DataFrame, colors: dict[str, int]) -> Markup:
-    """Token hit rate (x) against load imbalance (y): one labelled point per router."""
-    fig = _router_points(
-        group,
-        colors,
-        y="load_imbalance",
-        hover="load imbalance %{y:.3f} (prefill %{customdata[0]:.3f})",
-        custom=lambda r: [r["prefill_imbalance"]],
-    )
+def _finish_imbalance(fig: go.Figure, rows: pl.DataFrame, titles: list[str]) -> Markup:
+    """Token hit rate (x) against load imbalance (y): one labelled point per router. The
+    group is named by the selector above the charts, not in their titles (half a page wide)."""
     fig.add_hline(y=1, line_dash="dot", line_color="#999")
-    _finish(fig, group, "Token hit rate vs load imbalance")
+    _finish(fig, rows)
     fig.update_yaxes(
         title="load imbalance (max / mean busy time)", tickformat=".3f", rangemode="normal"
     )
-    return figure_markup(fig)
+    by_group = {str(g): "Token hit rate vs load imbalance" for g in range(len(titles))}
+    return figure_markup(selectable(fig, ["fleet"], by_group))
 
 
-def ttft_figure(group: pl.DataFrame, colors: dict[str, int]) -> Markup:
+def _finish_ttft(fig: go.Figure, rows: pl.DataFrame, titles: list[str]) -> Markup:
     """Token hit rate (x) against TTFT p95 (y), bars from p50 to p99: a point per router."""
-    fig = _router_points(
-        group,
-        colors,
-        y="ttft_p95_s",
-        hover="TTFT p50 %{customdata[0]:.3f} s, p95 %{y:.3f} s, p99 %{customdata[1]:.3f} s",
-        custom=lambda r: [r["ttft_p50_s"], r["ttft_p99_s"]],
-        error=True,
-    )
-    _finish(fig, group, "Token hit rate vs TTFT (queueing included)")
+    _finish(fig, rows)
     fig.update_yaxes(title="TTFT p95 (s); bars p50 to p99", tickformat=",.2f")
-    return figure_markup(fig)
+    by_group = {str(g): "Token hit rate vs TTFT (queueing included)" for g in range(len(titles))}
+    return figure_markup(selectable(fig, ["fleet"], by_group))
 
 
 def _router_points(
+    fig: go.Figure,
     group: pl.DataFrame,
     colors: dict[str, int],
+    meta: dict[str, int],
     *,
     y: str,
     hover: str,
     custom: Any,
     error: bool = False,
-) -> go.Figure:
-    fig = go.Figure()
+) -> None:
+    """One labelled point per router of ``group`` on ``fig``, and the group's ceiling (one
+    unbounded cache) as a dashed vertical line when its routers share it."""
     shown = group.filter(pl.col("token_hit_rate").is_not_null() & pl.col(y).is_not_null())
     # Labels alternate above and below the points, in hit-rate order: neighbours overlap less.
     for i, r in enumerate(shown.sort("token_hit_rate").iter_rows(named=True)):
@@ -248,51 +275,62 @@ def _router_points(
                 mode="markers+text",
                 textposition="top center" if i % 2 == 0 else "bottom center",
                 name=label,
+                meta=meta,
                 marker={"color": color, "size": 11},
                 textfont={"color": color},
                 hovertemplate=f"token hit rate %{{x:.2%}}, {hover}<extra>{label}</extra>",
                 **extra,
             )
         )
-    return fig
-
-
-def _finish(fig: go.Figure, group: pl.DataFrame, title: str) -> None:
-    """The page's base layout with hit rate on x; the ceiling (one unbounded cache) as a
-    dashed line when the group's routers share it."""
-    fig.update_layout(base_layout(title, "fleet token hit rate", height=400, showlegend=False))
-    fig.update_layout(title_font_size=13)
     ceilings = group["ceiling_token_hit_rate"].drop_nulls().unique()
-    xs = group["token_hit_rate"].drop_nulls().to_list() + ceilings.to_list()
-    low, high = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    pad = max(0.02, (high - low) * 0.1)  # no point nor its label sits on the edge, cut
-    fig.update_xaxes(tickformat=".0%", range=[max(0.0, low - pad), min(1.0, high + pad)])
-    if ceilings.len() == 1:
-        fig.add_vline(
-            x=ceilings[0],
-            line_dash="dash",
-            line_color="#555",
-            annotation_text=f"one unbounded cache {ceilings[0]:.1%}",
-            annotation_position="bottom left",
+    if ceilings.len() == 1 and not shown.is_empty():
+        low, high = shown[y].min(), shown[y].max()
+        pad = max(abs(high) * 0.05, 1e-3)
+        fig.add_trace(
+            go.Scatter(
+                x=[ceilings[0], ceilings[0]],
+                y=[low - pad, high + pad],
+                mode="lines+text",
+                text=["", f"one unbounded cache {ceilings[0]:.1%}"],
+                textposition="bottom left",
+                meta=meta,
+                line={"dash": "dash", "color": POLICY_COLOURS["ceiling"], "width": 1},
+                hoverinfo="skip",
+                name="ceiling",
+            )
         )
 
 
-def replica_figure(replicas: pl.DataFrame, colors: dict[str, int]) -> Markup | None:
+def _finish(fig: go.Figure, rows: pl.DataFrame) -> None:
+    """The page's base layout with hit rate on x."""
+    fig.update_layout(base_layout("", "fleet token hit rate", height=400, showlegend=False))
+    fig.update_layout(title_font_size=13)
+    xs = rows["token_hit_rate"].drop_nulls().to_list()
+    xs += rows["ceiling_token_hit_rate"].drop_nulls().to_list()
+    low, high = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    pad = max(0.02, (high - low) * 0.1)  # no point nor its label sits on the edge, cut
+    fig.update_xaxes(tickformat=".0%", range=[max(0.0, low - pad), min(1.0, high + pad)])
+
+
+def _replica_bars(
+    fig: go.Figure, replicas: pl.DataFrame, colors: dict[str, int], meta: dict[str, int]
+) -> None:
     """Each replica's busy time against its fleet's mean, grouped by router: the tallest bar
     of a router is its load imbalance less one."""
     if replicas.is_empty():
-        return None
+        return
     replicas = replicas.sort(["router", "replica"]).with_columns(
         over_mean=pl.col("busy_s") / pl.col("busy_s").mean().over("router") - 1
     )
     routers = replicas["router"].to_list()
     labels = [plotly_text(r) for r in routers]
-    fig = go.Figure(
+    fig.add_trace(
         go.Bar(
             x=[labels, [str(i) for i in replicas["replica"].to_list()]],
             y=replicas["over_mean"].to_list(),
             text=labels,
             textposition="none",
+            meta=meta,
             customdata=replicas.select(
                 "replica", "busy_s", "prefill_tokens", "requests", "token_hit_rate"
             ).rows(),
@@ -302,15 +340,31 @@ def replica_figure(replicas: pl.DataFrame, colors: dict[str, int]) -> Markup | N
             "%{customdata[3]:,} requests, token hit rate %{customdata[4]:.2%}<extra></extra>",
         )
     )
-    fig.update_layout(
-        base_layout("Busy time per replica, vs its fleet's mean", "router, replica", height=300)
-    )
-    fig.update_layout(title_font_size=13)
-    fig.update_yaxes(title="busy time vs mean", tickformat="+.1%", rangemode="normal")
-    return figure_markup(fig)
 
 
 # --- table -----------------------------------------------------------------------------------
+
+
+#: The table's columns: (key, header, is_text); the engine's only where the warehouse has it.
+COLUMNS = (
+    ("router", "router", True),
+    ("engine", "engine", True),
+    ("replicas", "replicas", False),
+    ("capacity", "capacity per replica", False),
+    ("load_scale", "load scale", False),
+    ("window", "window", True),
+    ("token_hit_rate", "token hit rate", False),
+    ("ceiling", "ceiling", False),
+    ("ttft_p50", "TTFT p50", False),
+    ("ttft_p95", "TTFT p95", False),
+    ("ttft_p99", "TTFT p99", False),
+    ("load_imbalance", "load imbalance", False),
+    ("prefill_imbalance", "prefill imbalance", False),
+)
+
+
+def table_columns(rows: pl.DataFrame) -> list[tuple[str, str, bool]]:
+    return [c for c in COLUMNS if c[0] != "engine" or "engine" in rows.columns]
 
 
 def table_rows(rows: pl.DataFrame) -> list[dict[str, str]]:
@@ -326,6 +380,7 @@ def table_rows(rows: pl.DataFrame) -> list[dict[str, str]]:
         out.append(
             {
                 "router": r["router"],
+                "engine": r.get("engine") or "",
                 "replicas": str(r["replicas"]),
                 "capacity": capacity,
                 "load_scale": f"{r['load_scale']:g}×",

@@ -105,7 +105,7 @@ def trend_figure(
     first, last = rows["run_at"].min(), rows["run_at"].max()
     if first == last:  # one run: an hour either side, not milliseconds
         fig.update_xaxes(range=[first - ONE_RUN_SPAN, last + ONE_RUN_SPAN])
-    return figure_markup(fig)
+    return figure_markup(fig, defer=True)  # the section starts collapsed
 
 
 def _configuration_expr() -> pl.Expr:

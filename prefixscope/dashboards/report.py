@@ -9,13 +9,13 @@ in titles, legends and hover labels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import plotly.graph_objects as go
-import plotly.offline
 import polars as pl
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
@@ -23,13 +23,23 @@ from markupsafe import Markup
 from prefixscope import __version__
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.block_sizes import block_size_table
-from prefixscope.dashboards.figures import PALETTE, base_layout, figure_markup, plotly_text
+from prefixscope.dashboards.cards import headline_cards
+from prefixscope.dashboards.figures import (
+    POLICY_COLOURS,
+    base_layout,
+    figure_markup,
+    plotly_bundle,
+    plotly_text,
+    policy_line,
+    selectable,
+)
 from prefixscope.dashboards.fleet import fleet_section
 from prefixscope.dashboards.history import history_section
 from prefixscope.dashboards.plan import plan_section
 from prefixscope.dashboards.plan_slo import from_warehouse as slo_sentences
 from prefixscope.dashboards.savings import DECODE_NOTE, savings_section
 from prefixscope.dashboards.structure import structure_section
+from prefixscope.dashboards.tables import datatable, datatables_script
 from prefixscope.dashboards.validation import validation_section
 from prefixscope.dashboards.views import read_view
 
@@ -41,6 +51,9 @@ TEMPLATES = Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
+TEMPLATES.globals["datatable"] = datatable
+#: The selectors' script (inline, after the charts): ``templates/select.js``.
+SELECT_JS = (Path(__file__).parent / "templates" / "select.js").read_text(encoding="utf-8")
 
 
 def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name: str) -> Path:
@@ -51,14 +64,20 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
     own = summary["max_block_size"]
     if own is not None:  # the charts and tables at the log's own block size; what-ifs apart
         rates = rates.filter(pl.col("block_size") == own)
+    curves = read_view(con, "latest_mrc")
+    choices = Choices.of(rates, curves)
     page = TEMPLATES.get_template("report.html").render(
-        plotlyjs=Markup(plotly.offline.get_plotlyjs()),
+        plotlyjs=Markup(plotly_bundle()),
+        datatables=datatables_script(),
+        selectjs=Markup(SELECT_JS),
         generated=f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
         version=__version__,
         warehouse=warehouse_name,
         summary=summary_items(summary),
-        charts=capacity_figures(rates),
-        mrc=curve_figures(read_view(con, "latest_mrc")),
+        cards=headline_cards(con),
+        choices=choices.options(),
+        capacity=capacity_figure(rates, choices),
+        mrc=curve_figure(curves, choices),
         timeseries=timeseries_figure(read_view(con, "latest_timeseries")),
         history=history_section(con),
         rates=rate_rows(rates),
@@ -79,80 +98,150 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
 # --- figures ---------------------------------------------------------------------------------
 
 
-def capacity_figures(rates: pl.DataFrame) -> list[Markup]:
-    """Per window: the fleet's hit rate over capacity, and each tenant's when there are two or
-    more."""
+@dataclass(frozen=True)
+class Choices:
+    """What the page's selectors offer: the tenants (the fleet first) and the windows ("all"
+    first); a chart's traces name them by index (``figures.selectable``)."""
+
+    tenants: tuple[str, ...]
+    windows: tuple[str, ...]
+
+    @staticmethod
+    def of(rates: pl.DataFrame, curves: pl.DataFrame) -> Choices:
+        names = [*rates["tenant"].to_list(), *curves["tenant"].to_list()]
+        tenants = [FLEET] + sorted({t for t in names if t != FLEET})
+        found = [*rates["measure_window"].to_list(), *curves["measure_window"].to_list()]
+        windows = list(dict.fromkeys(found))
+        windows.sort(key=lambda w: w != "all")
+        return Choices(tuple(tenants), tuple(windows or ["all"]))
+
+    def options(self) -> dict[str, list[str]]:
+        """The selectors' options, as the page shows them (text)."""
+        return {
+            "tenant": ["fleet" if t == FLEET else f"tenant {t}" for t in self.tenants],
+            "window": list(self.windows),
+        }
+
+    def titles(self, title: str) -> dict[str, str]:
+        """``title`` for every choice of tenant and window."""
+        who = self.options()["tenant"]
+        return {
+            f"{i}|{j}": f"{title} — {who[i]}, window: {w}"
+            for i in range(len(self.tenants))
+            for j, w in enumerate(self.windows)
+        }
+
+    def index(self, tenant: str, window: str) -> dict[str, int]:
+        return {"tenant": self.tenants.index(tenant), "window": self.windows.index(window)}
+
+
+SELECTED = ("tenant", "window")
+
+
+def capacity_figure(rates: pl.DataFrame, choices: Choices) -> Markup | None:
+    """The token hit rate over capacity: one chart, a line per policy (and isolation) for every
+    tenant and window, the selected ones shown; the ceilings as dashed lines."""
     if rates.is_empty():
-        return []
-    parts = []
-    for window in rates["measure_window"].unique(maintain_order=True):
-        in_window = rates.filter(pl.col("measure_window") == window)
-        tenants = in_window["tenant"].unique(maintain_order=True).to_list()
-        groups = [FLEET] + ([t for t in tenants if t != FLEET] if len(tenants) > 2 else [])
-        for tenant in groups:
-            fig = _curve_figure(in_window.filter(pl.col("tenant") == tenant), window, tenant)
-            parts.append(figure_markup(fig))
-    return parts
-
-
-def curve_figures(curves: pl.DataFrame) -> list[Markup]:
-    """The ``mrc`` curves: token hit rate against capacity (log axis; in GiB of KV cache when
-    the curve was computed for a model), one chart per window, a line per tenant and curve."""
-    if curves.is_empty():
-        return []
-    parts = []
-    for (window,), rows in curves.group_by(["measure_window"], maintain_order=True):
-        in_gib = rows["capacity_gib"].null_count() == 0
-        fig = go.Figure()
-        keys = rows.select("policy", "isolation", "sample_rate", "sample_by", "tenant").unique(
-            maintain_order=True
-        )
-        for i, (policy, mode, rate, by, tenant) in enumerate(keys.iter_rows()):
-            line = rows.filter(
-                (pl.col("policy") == policy)
-                & (pl.col("isolation") == mode)
-                & (pl.col("sample_rate") == rate)
-                & pl.col("sample_by").eq_missing(by)
-                & (pl.col("tenant") == tenant)
-            ).sort("capacity_blocks")
-            who = "fleet" if tenant == FLEET else f"tenant {tenant}"
-            name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
-                "" if rate == 1 else f", sampled{' by ' + by if by else ''} {rate:g}"
-            )
-            drawn = line["sampled_blocks"][0] if "sampled_blocks" in line.columns else None
-            if drawn is not None:
-                name += f" ({drawn:,} sampled blocks)"
-            label = plotly_text(f"{name} — {who}")
-            x = line["capacity_gib" if in_gib else "capacity_tokens"].to_list()
-            band = _interval_band(line, x, PALETTE[i % len(PALETTE)], label)
-            if band is not None:
-                fig.add_trace(band)
+        return None
+    fig = go.Figure()
+    rates = rates.with_columns(label=_label_expr())
+    lowest, highest = rates["capacity_tokens"].min(), rates["capacity_tokens"].max()
+    for (tenant, window), rows in rates.group_by(["tenant", "measure_window"], maintain_order=True):
+        meta = choices.index(str(tenant), str(window))
+        bounded = rows.filter(pl.col("capacity_blocks").is_not_null()).sort("capacity_blocks")
+        for (policy, options, mode, name), curve in bounded.group_by(
+            ["policy", "policy_options", "isolation", "label"], maintain_order=True
+        ):
+            label = plotly_text(str(name))
             fig.add_trace(
                 go.Scatter(
-                    x=x,
-                    y=line["token_hit_rate"].to_list(),
-                    customdata=line["capacity_blocks"].to_list(),
-                    mode="lines",
+                    x=curve["capacity_tokens"].to_list(),
+                    y=curve["token_hit_rate"].to_list(),
+                    customdata=curve["capacity_blocks"].to_list(),
+                    mode="lines+markers",
                     name=label,
-                    line={
-                        "color": PALETTE[i % len(PALETTE)],
-                        "width": 3 if tenant == FLEET else 1.5,
-                    },
-                    hovertemplate=f"%{{x:,.4g}} (%{{customdata:,}} blocks): %{{y:.2%}}"
+                    meta=meta,
+                    line=policy_line(str(policy), str(mode), options),
+                    hovertemplate="%{x:,} tokens (%{customdata:,} blocks): %{y:.2%}"
                     f"<extra>{label}</extra>",
                 )
             )
-        unit = "GiB of KV cache" if in_gib else "tokens"
-        fig.update_layout(
-            base_layout(
-                f"Token hit rate at every capacity (curve) — window: {window}",
-                f"cache capacity ({unit})",
-                log_x=True,
-                height=440,
+        # One dashed line per distinct unbounded rate (the ceilings of several isolations
+        # often coincide: one line, their labels joined).
+        unbounded = rows.filter(
+            pl.col("capacity_blocks").is_null() & pl.col("token_hit_rate").is_not_null()
+        )
+        ceilings = unbounded.group_by(pl.col("token_hit_rate").round(4), maintain_order=True)
+        for rate, labels in ceilings.agg("label").sort("token_hit_rate").iter_rows():
+            label = plotly_text(f"{' = '.join(labels)} (unbounded) {rate:.2%}")
+            fig.add_trace(
+                go.Scatter(
+                    x=[lowest, highest],
+                    y=[rate, rate],
+                    mode="lines",
+                    name=label,
+                    meta=meta,
+                    line={"color": POLICY_COLOURS["ceiling"], "dash": "dash", "width": 1.5},
+                    hovertemplate=f"%{{y:.2%}}<extra>{label}</extra>",
+                )
+            )
+    fig.update_layout(
+        base_layout("", "cache capacity (tokens)", log_x=True, legend={"title": "policy"})
+    )
+    return figure_markup(selectable(fig, SELECTED, choices.titles("Token hit rate over capacity")))
+
+
+def curve_figure(curves: pl.DataFrame, choices: Choices) -> Markup | None:
+    """The ``mrc`` curves: token hit rate against capacity (log axis; in GiB of KV cache when
+    the curve was computed for a model), a line per curve of the selected tenant and window."""
+    if curves.is_empty():
+        return None
+    in_gib = curves["capacity_gib"].null_count() == 0
+    fig = go.Figure()
+    keys = curves.select(
+        "measure_window", "tenant", "policy", "isolation", "sample_rate", "sample_by"
+    ).unique(maintain_order=True)
+    for window, tenant, policy, mode, rate, by in keys.iter_rows():
+        line = curves.filter(
+            (pl.col("measure_window") == window)
+            & (pl.col("policy") == policy)
+            & (pl.col("isolation") == mode)
+            & (pl.col("sample_rate") == rate)
+            & pl.col("sample_by").eq_missing(by)
+            & (pl.col("tenant") == tenant)
+        ).sort("capacity_blocks")
+        name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
+            "" if rate == 1 else f", sampled{' by ' + by if by else ''} {rate:g}"
+        )
+        drawn = line["sampled_blocks"][0] if "sampled_blocks" in line.columns else None
+        if drawn is not None:
+            name += f" ({drawn:,} sampled blocks)"
+        who = "fleet" if tenant == FLEET else f"tenant {tenant}"
+        label = plotly_text(f"{name} — {who}")
+        style = policy_line(policy, mode)
+        x = line["capacity_gib" if in_gib else "capacity_tokens"].to_list()
+        meta = choices.index(tenant, window)
+        band = _interval_band(line, x, style["color"], label)
+        if band is not None:
+            band.meta = meta
+            fig.add_trace(band)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=line["token_hit_rate"].to_list(),
+                customdata=line["capacity_blocks"].to_list(),
+                mode="lines",
+                name=label,
+                meta=meta,
+                line={**style, "width": 2.5},
+                hovertemplate=f"%{{x:,.4g}} (%{{customdata:,}} blocks): %{{y:.2%}}"
+                f"<extra>{label}</extra>",
             )
         )
-        parts.append(figure_markup(fig))
-    return parts
+    unit = "GiB of KV cache" if in_gib else "tokens"
+    fig.update_layout(base_layout("", f"cache capacity ({unit})", log_x=True, height=420))
+    titles = choices.titles("Token hit rate at every capacity (curve)")
+    return figure_markup(selectable(fig, SELECTED, titles))
 
 
 def _interval_band(line: pl.DataFrame, x: list, color: str, label: str) -> go.Scatter | None:
@@ -175,18 +264,16 @@ def _interval_band(line: pl.DataFrame, x: list, color: str, label: str) -> go.Sc
     )
 
 
-def timeseries_figure(series: pl.DataFrame) -> Markup | None:
-    """The fleet's token hit rate over time: warm-up and drift. One line per configuration; the
-    middle capacity of each policy is shown, the others are a click on the legend away."""
+def timeseries_figure(series: pl.DataFrame) -> dict[str, Any] | None:
+    """The fleet's token hit rate over time: warm-up and drift. One line per policy and
+    isolation at the capacity selected (the middle one as the page opens; the unbounded
+    ceiling at every one): the chart, and its selector's options."""
     if series.is_empty():
         return None
     fig = go.Figure()
+    caps = sorted(series["capacity_blocks"].drop_nulls().unique().to_list())
+    options = [f"{c:,} blocks" for c in caps] or ["unbounded"]
     keys = series.select("policy", "isolation", "capacity_blocks").unique(maintain_order=True)
-    middle: dict[tuple[str, str], int | None] = {}
-    for (policy, mode), group in keys.group_by(["policy", "isolation"], maintain_order=True):
-        caps = sorted(c for c in group["capacity_blocks"].to_list() if c is not None)
-        middle[(str(policy), str(mode))] = caps[len(caps) // 2] if caps else None
-    colors = {name: i for i, name in enumerate(keys["policy"].unique(maintain_order=True))}
     for policy, mode, cap in keys.iter_rows():
         line = series.filter(
             (pl.col("policy") == policy)
@@ -197,72 +284,25 @@ def timeseries_figure(series: pl.DataFrame) -> Markup | None:
                 else pl.col("capacity_blocks") == cap
             )
         )
-        name = f"{policy}{'' if mode == 'shared' else ', ' + mode}" + (
-            "" if cap is None else f" @ {cap:,} blocks"
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=line["bucket_start"].to_list(),
-                y=line["token_hit_rate"].to_list(),
-                mode="lines",
-                name=plotly_text(name),
-                line={
-                    "color": PALETTE[colors[policy] % len(PALETTE)],
-                    "dash": "solid" if cap == middle[(policy, mode)] else "dot",
-                },
-                visible=True if cap == middle[(policy, mode)] else "legendonly",
+        name = plotly_text(f"{policy}{'' if mode == 'shared' else ', ' + mode}")
+        for k in range(len(options)) if cap is None else [caps.index(cap)]:
+            fig.add_trace(
+                go.Scatter(
+                    x=line["bucket_start"].to_list(),
+                    y=line["token_hit_rate"].to_list(),
+                    mode="lines",
+                    name=name,
+                    meta={"tscap": k},
+                    line=policy_line(policy, mode),
+                    hovertemplate=f"%{{x}}: %{{y:.2%}}<extra>{name}</extra>",
+                )
             )
-        )
-    fig.update_layout(
-        base_layout("Fleet token hit rate over time (warm-up, drift)", "arrival time (UTC)")
-    )
-    return figure_markup(fig)
-
-
-def _curve_figure(rows: pl.DataFrame, window: str, tenant: str) -> go.Figure:
-    fig = go.Figure()
-    rows = rows.with_columns(label=_label_expr())
-    bounded = rows.filter(pl.col("capacity_blocks").is_not_null()).sort("capacity_blocks")
-    for i, policy in enumerate(bounded["label"].unique(maintain_order=True)):
-        curve = bounded.filter(pl.col("label") == policy)
-        label = plotly_text(policy)
-        fig.add_trace(
-            go.Scatter(
-                x=curve["capacity_tokens"].to_list(),
-                y=curve["token_hit_rate"].to_list(),
-                customdata=curve["capacity_blocks"].to_list(),
-                mode="lines+markers",
-                name=label,
-                line={"color": PALETTE[i % len(PALETTE)]},
-                hovertemplate="%{x:,} tokens (%{customdata:,} blocks): %{y:.2%}"
-                f"<extra>{label}</extra>",
-            )
-        )
-    # One dashed line per distinct unbounded rate (the ceilings of several isolations often
-    # coincide: one line, their labels joined); the labels of distinct lines alternate above
-    # and below, so two close lines do not print over each other.
-    unbounded = rows.filter(
-        pl.col("capacity_blocks").is_null() & pl.col("token_hit_rate").is_not_null()
-    )
-    lines = unbounded.group_by(pl.col("token_hit_rate").round(4), maintain_order=True).agg("label")
-    for k, (rate, labels) in enumerate(lines.sort("token_hit_rate").iter_rows()):
-        fig.add_hline(
-            y=rate,
-            line_dash="dash",
-            line_color="#555",
-            annotation_text=plotly_text(f"{' = '.join(labels)} {rate:.2%}"),
-            annotation_position="bottom left" if k % 2 else "top left",
-        )
-    who = "fleet" if tenant == FLEET else f"tenant {tenant}"
-    fig.update_layout(
-        base_layout(
-            f"Token hit rate over capacity — {who}, window: {window}",
-            "cache capacity (tokens)",
-            log_x=True,
-            legend={"title": "policy"},
-        )
-    )
-    return fig
+    fig.update_layout(base_layout("", "arrival time (UTC)"))
+    title = "Fleet token hit rate over time (warm-up, drift)"
+    titles = {str(k): f"{title} — caches of {o}" for k, o in enumerate(options)}
+    middle = len(options) // 2
+    chart = selectable(fig, ["tscap"], titles, default={"tscap": middle})
+    return {"chart": figure_markup(chart), "options": options, "selected": middle}
 
 
 def _label_expr() -> pl.Expr:
@@ -283,15 +323,15 @@ def _label_expr() -> pl.Expr:
 # --- tables ----------------------------------------------------------------------------------
 
 
-def summary_items(row: dict[str, Any]) -> list[tuple[str, str]]:
-    """The trace table: (what, value) pairs."""
+def summary_items(row: dict[str, Any]) -> list[dict[str, str]]:
+    """The trace table: rows of what and value."""
     span = "—"
     if row["first_arrival"] is not None:
         minutes = (row["last_arrival"] - row["first_arrival"]).total_seconds() / 60
         span = f"{row['first_arrival']:%Y-%m-%d %H:%M:%S} UTC, {minutes:,.1f} min"
         if row["first_arrival"].year == 1970:  # offsets from the start, as hash-id traces give
             span += " (relative times: the log carries no date; `ingest --start` sets one)"
-    return [
+    pairs = [
         ("Requests", f"{row['requests']:,}"),
         ("Rejected input lines", f"{row['rejected_lines']:,}"),
         ("Files", f"{row['files']:,}"),
@@ -303,6 +343,7 @@ def summary_items(row: dict[str, Any]) -> list[tuple[str, str]]:
         ("Block size (tokens)", str(row["block_sizes"] or "—")),
         ("First arrival, span", span),
     ]
+    return [{"what": what, "value": value} for what, value in pairs]
 
 
 def rate_rows(rates: pl.DataFrame) -> list[dict[str, Any]]:

@@ -1,0 +1,146 @@
+"""The SLO plan on the page: cost against TTFT p95, one point per fleet the planner searched
+(``plan --slo``), the cheapest that meets the SLO marked, fleets without prefix caching apart.
+
+Reads ``latest_plan_slo_fleets`` and ``latest_plan_slo_answers`` where the warehouse has them
+(None otherwise: a warehouse from before the SLO planner, or one never planned for an SLO)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import plotly.graph_objects as go
+import polars as pl
+from markupsafe import Markup
+
+from prefixscope.dashboards.figures import base_layout, figure_markup, plotly_text, selectable
+from prefixscope.dashboards.views import has_view, read_view
+
+FLEETS = "latest_plan_slo_fleets"
+ANSWERS = "latest_plan_slo_answers"
+#: How each kind of fleet is drawn: (prefix caching, meets the SLO) -> name, symbol, colour.
+KINDS = {
+    (True, True): ("prefix caching, meets the SLO", "circle", "#1f77b4"),
+    (True, False): ("prefix caching, misses the SLO", "circle-open", "#1f77b4"),
+    (False, True): ("no cache, meets the SLO", "square", "#7f7f7f"),
+    (False, False): ("no cache, misses the SLO", "square-open", "#7f7f7f"),
+}
+ANSWER_COLUMNS = (
+    ("load_scale", "load scale", False),
+    ("caching", "prefix caching", True),
+    ("slo", "SLO", True),
+    ("met", "met", True),
+    ("fleet", "cheapest fleet", True),
+    ("usd_per_hour", "$ per hour", False),
+    ("ttft_p95", "TTFT p95", False),
+    ("binding", "binding", True),
+    ("searched", "fleets searched", False),
+    ("saved", "the cache saves", True),
+)
+
+
+def slo_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    """The frontier chart (a load-scale selector when the plan covers several), and the
+    answers' rows; None without an SLO plan."""
+    if not has_view(con, FLEETS):
+        return None
+    fleets = read_view(con, FLEETS)
+    if fleets.is_empty():
+        return None
+    loads = sorted(fleets["load_scale"].unique().to_list())
+    answers = read_view(con, ANSWERS).to_dicts() if has_view(con, ANSWERS) else []
+    return {
+        "loads": [f"load ×{x:g}" for x in loads],
+        "chart": frontier_figure(fleets, loads),
+        "answers": [answer_cells(r) for r in answers],
+        "columns": ANSWER_COLUMNS,
+    }
+
+
+def frontier_figure(fleets: pl.DataFrame, loads: list[float]) -> Markup:
+    """$ per hour (y) against TTFT p95 (x): a point per fleet searched, by prefix caching and
+    whether it meets the SLO; a star on the cheapest that meets it, per caching mode."""
+    fig = go.Figure()
+    for i, load in enumerate(loads):
+        at = fleets.filter(pl.col("load_scale") == load)
+        meta = {"sloload": i}
+        for (caching, meets), (name, symbol, colour) in KINDS.items():
+            part = at.filter((pl.col("prefix_caching") == caching) & (pl.col("meets_slo") == meets))
+            if part.is_empty():
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=part["ttft_p95_s"].to_list(),
+                    y=part["usd_per_hour"].to_list(),
+                    text=[plotly_text(_words(r)) for r in part.iter_rows(named=True)],
+                    mode="markers",
+                    name=name,
+                    meta=meta,
+                    marker={"symbol": symbol, "color": colour, "size": 9},
+                    hovertemplate="%{text}: TTFT p95 %{x:.3f} s, $%{y:,.2f}/h"
+                    f"<extra>{name}</extra>",
+                )
+            )
+        for caching in (True, False):
+            met = at.filter((pl.col("prefix_caching") == caching) & pl.col("meets_slo"))
+            if met.is_empty():
+                continue
+            best = met.sort(["usd_per_hour", "ttft_p95_s"]).row(0, named=True)
+            label = "cheapest that meets the SLO" + ("" if caching else " without a cache")
+            fig.add_trace(
+                go.Scatter(
+                    x=[best["ttft_p95_s"]],
+                    y=[best["usd_per_hour"]],
+                    text=[plotly_text(f"{label}: {_words(best)}, ${best['usd_per_hour']:,.2f}/h")],
+                    mode="markers+text",
+                    textposition="top right",
+                    name=label,
+                    meta=meta,
+                    marker={
+                        "symbol": "star",
+                        "size": 18,
+                        "color": KINDS[(caching, True)][2],
+                        "line": {"color": "#222", "width": 1},
+                    },
+                    hovertemplate="%{text}<extra></extra>",
+                )
+            )
+    fig.update_layout(base_layout("", "TTFT p95 (s)", height=420))
+    fig.update_yaxes(title="$ per hour", tickformat="$,.0f", rangemode="tozero")
+    titles = {
+        str(i): f"Cost against TTFT p95, every fleet searched — load ×{x:g}"
+        for i, x in enumerate(loads)
+    }
+    return figure_markup(selectable(fig, ["sloload"], titles))
+
+
+def _words(r: dict[str, Any]) -> str:
+    """A fleet searched, in words (4 × h100x1, cache-aware, vllm)."""
+    out = f"{r['replicas']} × {r['deployment'] or r['gpu']}, {r['router']}"
+    if r.get("engine"):
+        out += f", {r['engine']}"
+    return out
+
+
+def answer_cells(r: dict[str, Any]) -> dict[str, str]:
+    """One row of ``latest_plan_slo_answers`` as text."""
+    saved = ""
+    if r.get("gpus_saved") is not None:
+        saved = f"{r['gpus_saved']:,} GPUs"
+        if r.get("usd_saved_per_month") is not None:
+            saved += f", ${r['usd_saved_per_month']:,.0f} a month"
+    fleet = "—"
+    if r["met"] and r["replicas"] is not None:
+        fleet = f"{r['replicas']} × {r['deployment']} ({r['gpus']} GPUs), {r['router']}"
+    return {
+        "load_scale": f"{r['load_scale']:g}×",
+        "caching": "on" if r["prefix_caching"] else "off",
+        "slo": str(r["slo"]),
+        "met": "yes" if r["met"] else "no",
+        "fleet": fleet,
+        "usd_per_hour": "—" if r["usd_per_hour"] is None else f"${r['usd_per_hour']:,.2f}",
+        "ttft_p95": "—" if r["ttft_p95_s"] is None else f"{r['ttft_p95_s']:.3f} s",
+        "binding": str(r["binding"] or ""),
+        "searched": f"{r['fleets_searched']:,}",
+        "saved": saved,
+    }
