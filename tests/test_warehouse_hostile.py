@@ -25,8 +25,8 @@ from prefixscope.cli import describe, main
 from tests.test_block_size import token_log
 
 KIB = 1024
-#: The tmpfs: the bundled warehouse (2 MiB) and the results of a small simulate fit in it.
-DISK_SIZE = "8M"
+#: The tmpfs: the bundled warehouse, a re-ingest of it with --replace and a small simulate fit in it.
+DISK_SIZE = "16M"
 
 
 @dataclass(frozen=True)
