@@ -20,6 +20,7 @@ from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
+from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.hardware import Hardware, capacity_options, of_deployment
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
@@ -129,6 +130,8 @@ class FleetSettings:
     capacities: Capacities = field(default_factory=lambda: Capacities(blocks=[16_000]))
     policy: str = "lru"
     load_scales: tuple[float, ...] = (1.0,)
+    #: Each configuration under every one of these engines (``engines.ENGINES``).
+    engines: tuple[str, ...] = ("ideal",)
     drams: tuple[TierSpec | None, ...] = (None,)
     stores: tuple[TierSpec | None, ...] = (None,)
     windows: tuple[str, ...] = ("all",)
@@ -156,6 +159,10 @@ class FleetSettings:
             raise ValueError(f"max_lookups must be at least 1, not {self.max_lookups}")
         for name in self.routers:
             resolve_router(name)
+        if not self.engines:
+            raise ValueError("give at least one engine")
+        for name in self.engines:
+            resolve_engine(name)
         if not (self.routers and self.replicas and self.load_scales and self.drams and self.stores):
             raise ValueError("give at least one router, replica count, load scale and tier option")
         if self.cost_model not in COST_KINDS:
@@ -203,8 +210,9 @@ class FleetSettings:
         """Every replicas × capacity × tiers × load scale × router."""
         gibs = list(gibs) if gibs else [None] * len(blocks)
         return [
-            Fleet(router, n, int(c), self.policy, float(s), g, t)
-            for n, (c, g), t, s, router in itertools.product(
+            Fleet(router, n, int(c), self.policy, float(s), g, t, e)
+            for e, n, (c, g), t, s, router in itertools.product(
+                self.engines,
                 self.replicas,
                 zip(blocks, gibs, strict=True),
                 list(tiers or [Tiers()]),
@@ -258,6 +266,7 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
         )
         tiers = settings.tiers(trace.block_size)
         runs = [(f, h) for b, g, h in options for f in settings.grid([b], [g], tiers)]
+        _check_pools_fit(runs)
         outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
         pricing = [priced[h.gpu or settings.gpu][1] for _, h in runs]
         hardware = [h for _, h in runs]
@@ -266,6 +275,18 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
             warehouse.append(con, "fleet_hit_rates", hit_rates, run.run_id)
             warehouse.append(con, "fleet_replicas", replicas, run.run_id)
     return FleetResult(run.run_id, hit_rates, replicas, tuple(outcomes))
+
+
+def _check_pools_fit(runs: Sequence[tuple[Fleet, Hardware]]) -> None:
+    """A KV pool engine holds its running requests in HBM: its capacity cannot be a what-if
+    beyond the deployment's pool (``ideal`` may be, and its rows say ``exceeds_hbm``)."""
+    for f, h in runs:
+        if resolve_engine(f.engine).pooled and h.deployment and h.exceeds(f.capacity_blocks):
+            raise ValueError(
+                f"--engine {f.engine} runs the KV pool in HBM: {f.capacity_blocks:,} blocks "
+                f"exceed {h.deployment}'s pool of {h.kv_pool_blocks:,}; drop --capacity-blocks "
+                "or use --engine ideal for a what-if"
+            )
 
 
 def _gpu_texts(settings: FleetSettings) -> list[str]:

@@ -45,10 +45,9 @@ from prefixscope.analysis.fleet.reference_parts import (
     _queued_prefill,
     _touch,
     footprint,
-    histogram_width,
     time_weighted,
 )
-from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic
+from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic, histogram_width
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.trace.csr import Trace
 
@@ -129,7 +128,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
     replicas = [_Replica() for _ in range(n_rep)]
     fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
     tree_blocks = max(1, settings.tree_tokens // trace.block_size)
-    shape = (trace.block_size, histogram_width(fleet.capacity_blocks))
+    shape = (trace.block_size, histogram_width(trace, output, fleet, engine))
     last_evict = requests[0].arrival if requests else 0.0
 
     for r, req in enumerate(requests):

@@ -36,10 +36,6 @@ def footprint(rep: Any, requests: list[Any], block_size: int) -> int:
     return started + decoding
 
 
-def histogram_width(capacity: int) -> int:
-    return -(-(capacity + 1) // HIST_BUCKETS)
-
-
 def time_weighted(replicas: list[Any], width: int) -> dict[str, np.ndarray]:
     """The outcome's per-replica time-weighted fields from the replicas' sums."""
     busy = np.array([p.busy for p in replicas], np.float64)

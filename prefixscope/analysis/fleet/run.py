@@ -246,7 +246,7 @@ def _run(  # type: ignore[no-untyped-def]
     r, t, n = engine.routers, fleet.tiers, trace.n_requests
     arrival = trace.times / fleet.load_scale
     dram_s, store_s = t.per_token_s(engine.kv_bytes_per_token)
-    width = -(-(fleet.capacity_blocks + 1) // _records.HIST_BUCKETS)
+    width = histogram_width(trace, output, fleet, engine)
     workload = _records.Workload(
         trace.offsets, trace.blocks, trace.parent, arrival, trace.input_tokens, output,
         trace.recomputes_last_block,
@@ -285,6 +285,17 @@ def _run(  # type: ignore[no-untyped-def]
         _per_busy(rep.running_s, rep.busy), weighted_p95(rep.hist, width),
         _per_busy(rep.cached_s, rep.busy),
     )  # fmt: skip
+
+
+def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engine) -> int:
+    """Blocks per bucket of the running-blocks histogram: its buckets cover the most blocks
+    running requests can hold (a pool's capacity; ``ideal``: ``max_seqs`` of the longest)."""
+    bound = fleet.capacity_blocks
+    if trace.n_requests and not resolve_engine(fleet.engine).pooled:
+        longest = trace.input_tokens + np.maximum(output, 1) - 1
+        need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
+        bound = max(bound, engine.max_seqs * int(need.max()))
+    return -(-(bound + 1) // _records.HIST_BUCKETS)
 
 
 def _check_fits(trace: Trace, output: np.ndarray, fleet: Fleet) -> None:
