@@ -47,6 +47,7 @@ from prefixscope.analysis.fleet.reference_parts import (
     footprint,
     time_weighted,
 )
+from prefixscope.analysis.fleet.routers import RouterSettings
 from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic, histogram_width
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.trace.csr import Trace
@@ -127,9 +128,8 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
     ]
     replicas = [_Replica() for _ in range(n_rep)]
     fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
-    tree_blocks = max(1, settings.tree_tokens // trace.block_size)
     shape = (trace.block_size, histogram_width(trace, output, fleet, engine))
-    last_evict = requests[0].arrival if requests else 0.0
+    clock = [requests[0].arrival if requests else 0.0]  # the router trees' last eviction
 
     for r, req in enumerate(requests):
         t = req.arrival
@@ -138,41 +138,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
                 _step(rep, requests, engine, shape)
             rep.now = max(rep.now, t)
 
-        if fixed is not None:
-            i = fixed[r]
-        elif fleet.router == "least-loaded":
-            i = _argmin([_queued_prefill(rep, requests) for rep in replicas], r)
-        elif fleet.router == "kv-aware":
-            scores = []
-            for rep in replicas:
-                load = (_queued_prefill(rep, requests) + _decode_context(rep)) / trace.block_size
-                overlap = _leading_run(req.blocks, rep.cache)
-                scores.append(settings.load_weight * load - settings.overlap_weight * overlap)
-            i = _argmin(scores, r)
-        elif fleet.router == "cache-aware":
-            interval = settings.evict_interval_s
-            if interval >= 0 and t - last_evict >= interval:
-                for rep in replicas:
-                    _evict(rep.tree, tree_blocks)
-                last_evict = t
-            inflight = [len(rep.queue) + len(rep.decoding) for rep in replicas]
-            hi, lo = max(inflight), min(inflight)
-            if hi - lo > settings.balance_abs and hi > settings.balance_rel * lo:
-                i = _argmin(inflight, r)
-            else:
-                matches = [_leading_run(req.blocks, rep.tree) for rep in replicas]
-                best = _argmin([-m for m in matches], r)
-                share = settings.cache_threshold * len(req.blocks)
-                if req.blocks and matches[best] >= share:
-                    i = best
-                else:
-                    i = _argmin([len(rep.tree) for rep in replicas], r)
-            tree = replicas[i].tree
-            _touch(tree, req.blocks, refresh=True)
-            if interval < 0:  # no periodic eviction: the bound holds after every insert
-                _evict(tree, tree_blocks)
-        else:
-            raise ValueError(f"no reference for router {fleet.router!r}")
+        i = route(r, req, replicas, requests, fleet, settings, fixed, trace.block_size, clock)
 
         rep = replicas[i]
         req.replica = i
@@ -241,6 +207,59 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
         no_cache_s=per_request("no_cache", np.float64),
         **time_weighted(replicas, shape[1]),
     )
+
+
+def route(  # type: ignore[no-untyped-def]
+    r: int,
+    req,
+    replicas: list,  # type: ignore[type-arg]
+    requests: list,  # type: ignore[type-arg]
+    fleet: Fleet,
+    settings: RouterSettings,
+    fixed: list[int] | None,
+    block_size: int,
+    clock: list[float],
+) -> int:
+    """The replica of request ``r``, from the replicas' state recounted (``rep.cache``: the
+    hashes it holds; ``rep.tree``: its router tree). ``clock[0]``: the trees' last eviction."""
+    t = req.arrival
+    tree_blocks = max(1, settings.tree_tokens // block_size)
+    if fixed is not None:
+        i = fixed[r]
+    elif fleet.router == "least-loaded":
+        i = _argmin([_queued_prefill(rep, requests) for rep in replicas], r)
+    elif fleet.router == "kv-aware":
+        scores = []
+        for rep in replicas:
+            load = (_queued_prefill(rep, requests) + _decode_context(rep)) / block_size
+            overlap = _leading_run(req.blocks, rep.cache)
+            scores.append(settings.load_weight * load - settings.overlap_weight * overlap)
+        i = _argmin(scores, r)
+    elif fleet.router == "cache-aware":
+        interval = settings.evict_interval_s
+        if interval >= 0 and t - clock[0] >= interval:
+            for rep in replicas:
+                _evict(rep.tree, tree_blocks)
+            clock[0] = t
+        inflight = [len(rep.queue) + len(rep.decoding) for rep in replicas]
+        hi, lo = max(inflight), min(inflight)
+        if hi - lo > settings.balance_abs and hi > settings.balance_rel * lo:
+            i = _argmin(inflight, r)
+        else:
+            matches = [_leading_run(req.blocks, rep.tree) for rep in replicas]
+            best = _argmin([-m for m in matches], r)
+            share = settings.cache_threshold * len(req.blocks)
+            if req.blocks and matches[best] >= share:
+                i = best
+            else:
+                i = _argmin([len(rep.tree) for rep in replicas], r)
+        tree = replicas[i].tree
+        _touch(tree, req.blocks, refresh=True)
+        if interval < 0:  # no periodic eviction: the bound holds after every insert
+            _evict(tree, tree_blocks)
+    else:
+        raise ValueError(f"no reference for router {fleet.router!r}")
+    return i
 
 
 def _serve(
