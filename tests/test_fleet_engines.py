@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from prefixscope.analysis.fleet.hardware import Hardware
 from prefixscope.analysis.fleet.run import Fleet, Tiers, Traffic, simulate_fleet
 from prefixscope.stages.fleet import _check_pools_fit
 from tests.test_fleet import ENGINE, sessions_trace
+from tests.test_fleet_deployment import fleet, rows, small  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +36,13 @@ def test_a_pool_never_holds_more_than_its_capacity(busy: tuple, engine: str, cap
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_a_tight_pool_preempts_and_a_larger_one_caches_more(busy: tuple, engine: str) -> None:  # type: ignore[type-arg]
     trace, traffic = busy
-    small, large = (
+    tight, roomy = (
         simulate_fleet(trace, traffic, Fleet("round-robin", 2, c, engine=engine), ENGINE)
         for c in (40, 4_000)
     )
-    assert small.preemptions.sum() > 0
-    assert large.prefix_cache_blocks_mean.sum() > small.prefix_cache_blocks_mean.sum()
-    assert large.hit_tokens.sum() >= small.hit_tokens.sum()
+    assert tight.preemptions.sum() > 0
+    assert roomy.prefix_cache_blocks_mean.sum() > tight.prefix_cache_blocks_mean.sum()
+    assert roomy.hit_tokens.sum() >= tight.hit_tokens.sum()
 
 
 def test_the_ideal_engine_takes_nothing_from_its_cache(busy: tuple) -> None:  # type: ignore[type-arg]
@@ -77,3 +79,27 @@ def test_a_pool_beyond_the_deployment_is_refused_only_for_a_pool_engine() -> Non
     with pytest.raises(ValueError, match="exceed h100x1's pool of 885"):
         _check_pools_fit([(replace(over, engine="vllm"), h)])
     _check_pools_fit([(replace(over, engine="vllm", capacity_blocks=885), h)])
+
+
+def test_the_cli_refuses_a_pool_beyond_hbm_and_writes_nothing(small: Path, capsys) -> None:  # noqa: ANN001, F811
+    before = rows(small, "SELECT count(*) FROM runs")
+    flags = ["--deployment", "h100x1", "--capacity-blocks", "5000", "--engine", "vllm"]
+    assert fleet(small, *flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "exceed h100x1's pool" in err, err
+    assert rows(small, "SELECT count(*) FROM runs") == before
+
+
+def test_rows_carry_each_engine(small: Path) -> None:  # noqa: F811
+    assert fleet(small, "--deployment", "h100x1", "--engine", "ideal,vllm,sglang") == 0
+    got = rows(
+        small,
+        "SELECT engine, count(*) FROM latest_fleet_replicas GROUP BY engine ORDER BY engine",
+    )
+    assert got == [("ideal", 2), ("sglang", 2), ("vllm", 2)]
+    pooled = rows(
+        small,
+        "SELECT bool_and(running_blocks_p95 <= kv_pool_blocks) FROM latest_fleet_hit_rates "
+        "WHERE engine <> 'ideal'",
+    )
+    assert pooled == [(True,)]  # its conversations name block 1 twice: held once

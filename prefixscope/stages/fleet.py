@@ -51,7 +51,7 @@ from prefixscope.analysis.fleet.tables import (
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.load import REPLAY_ORDER, load_trace
+from prefixscope.analysis.trace.load import REPLAY_ORDER, block_size_of, load_trace
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.analysis.trace.tail import tail, tail_start
 from prefixscope.analysis.trace.windows import check_windows
@@ -232,6 +232,7 @@ class FleetResult:
 
 def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
     settings.check()
+    _precheck_pools(wh, settings)
     gpus = list(dict.fromkeys(_gpu_texts(settings)))
     with warehouse.StageRun(wh, "fleet", settings) as run:
         with run.reading() as con:
@@ -275,6 +276,29 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
             warehouse.append(con, "fleet_hit_rates", hit_rates, run.run_id)
             warehouse.append(con, "fleet_replicas", replicas, run.run_id)
     return FleetResult(run.run_id, hit_rates, replicas, tuple(outcomes))
+
+
+def _precheck_pools(wh: str | Path, settings: FleetSettings) -> None:
+    """A pool engine's what-if capacity beyond its deployment is refused before the run
+    starts, so nothing is written: it needs only the trace's block size."""
+    given = settings.capacities
+    pooled = any(resolve_engine(e).pooled for e in settings.engines)
+    if not (pooled and settings.deployments and (given.blocks or given.tokens or given.gib)):
+        return
+    with warehouse.reading(wh) as con:
+        block_size = block_size_of(con)
+    capacities = replace(
+        given,
+        model=given.model or (settings.model if given.gib else None),
+        model_config=given.model_config or settings.model_config,
+        kv_dtype=settings.kv_dtype,
+    )
+    blocks, gibs = capacities.resolve(block_size)
+    options = capacity_options(
+        blocks, gibs, settings.deployments, settings.shape, settings.gpu, block_size,
+        settings.kv_dtype,
+    )  # fmt: skip
+    _check_pools_fit([(f, h) for b, g, h in options for f in settings.grid([b], [g])])
 
 
 def _check_pools_fit(runs: Sequence[tuple[Fleet, Hardware]]) -> None:

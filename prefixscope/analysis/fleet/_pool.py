@@ -108,7 +108,7 @@ def register(i, b, stride, sched, parent, sets, pool):  # type: ignore[no-untype
 
 
 @piece
-def release(i, anon, blocks, start, end, stride, sched, sets, pool, n_rep):  # type: ignore[no-untyped-def]
+def release(i, anon, blocks, repeat, start, end, stride, sched, sets, pool, n_rep):  # type: ignore[no-untyped-def]
     """A request frees its blocks: its ``anon`` hashless ones (its tail), then its prompt's
     from the deepest; a block no running request holds any more joins the prefix cache."""
     base = i * stride
@@ -121,6 +121,8 @@ def release(i, anon, blocks, start, end, stride, sched, sets, pool, n_rep):  # t
         pool.anon_before[s] += anon
     pool.stamp_ctr[0] += 1
     for p in range(end - 1, start - 1, -1):
+        if repeat[p]:
+            continue
         v = base + blocks[p]
         pool.refcnt[v] -= 1
         if pool.refcnt[v] > 0:
@@ -158,13 +160,13 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     need = total - nb
     for p in range(start, end):
         b = tr.blocks[p]
-        if not sets.held[b] & bit or pool.refcnt[base + b] == 0:
+        if not tr.repeat[p] and (not sets.held[b] & bit or pool.refcnt[base + b] == 0):
             need += 1
     if need > pool.free_n[i]:
         return False
     for p in range(start, end):  # cached blocks first, so taking new ones cannot evict them
         b = tr.blocks[p]
-        if sets.held[b] & bit:
+        if sets.held[b] & bit and not tr.repeat[p]:
             lock(i, base + b, stride, sched, sets, pool, rep.now.size)
     for p in range(start, end):  # parents before children
         b = tr.blocks[p]

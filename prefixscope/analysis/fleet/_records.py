@@ -34,7 +34,7 @@ HIST_BUCKETS = 4096
 class Workload(NamedTuple):
     """The trace as the loop reads it: CSR blocks (dense ids) and each block's parent, and per
     request its arrival on the scaled clock, input and output tokens and whether a whole-block
-    prompt recomputes its last block."""
+    prompt recomputes its last block. A KV pool holds a block a request names twice once."""
 
     offsets: np.ndarray
     blocks: np.ndarray
@@ -43,6 +43,7 @@ class Workload(NamedTuple):
     input_tokens: np.ndarray
     output_tokens: np.ndarray
     recompute_last: np.ndarray
+    repeat: np.ndarray  # per lookup: its block came earlier in the same request (pools only)
 
 
 class Cost(NamedTuple):

@@ -209,7 +209,17 @@ def _free(q, i, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-unt
     rep.footprint[i] -= end - start + req.anon[q]
     if sched.engine != IDEAL:
         _pool.release(
-            i, req.anon[q], tr.blocks, start, end, stride, sched, sets, pool, rep.now.size
+            i,
+            req.anon[q],
+            tr.blocks,
+            tr.repeat,
+            start,
+            end,
+            stride,
+            sched,
+            sets,
+            pool,
+            rep.now.size,
         )
     req.anon[q] = 0
 

@@ -108,7 +108,7 @@ class _PoolReplica:
         for _ in range(0 if self.sglang else anon):
             self.anon_ids += 1
             self.free_queue[("anon", self.anon_ids)] = None
-        for b in reversed(blocks):
+        for b in reversed(list(dict.fromkeys(blocks))):
             self.cache[b] -= 1
             if self.cache[b] == 0:
                 self.stamp[b] = self.releases
@@ -208,13 +208,14 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
     while k < len(req.blocks) and req.blocks[k] in rep.cache:
         k += 1
     anon = blocks_for(req, length, bs) - len(req.blocks)
-    need = anon + sum(1 for b in req.blocks if rep.cache.get(b, 0) == 0)
+    distinct = list(dict.fromkeys(req.blocks))  # a block named twice is held once
+    need = anon + sum(1 for b in distinct if rep.cache.get(b, 0) == 0)
     if need > rep.free():
         return False
-    for b in req.blocks:
+    for b in distinct:
         if b in rep.cache:
             rep.lock(b)
-    for b in req.blocks:
+    for b in distinct:
         if b not in rep.cache:
             rep.take(q, c.trace.parent)
             rep.cache[b] = 1

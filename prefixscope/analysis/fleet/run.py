@@ -247,9 +247,10 @@ def _run(  # type: ignore[no-untyped-def]
     arrival = trace.times / fleet.load_scale
     dram_s, store_s = t.per_token_s(engine.kv_bytes_per_token)
     width = histogram_width(trace, output, fleet, engine)
+    repeat = _repeats(trace) if code != _records.IDEAL else np.zeros(1, np.bool_)
     workload = _records.Workload(
         trace.offsets, trace.blocks, trace.parent, arrival, trace.input_tokens, output,
-        trace.recomputes_last_block,
+        trace.recomputes_last_block, repeat,
     )  # fmt: skip
     c = engine.cost
     cost = _records.Cost(c.a, c.b, c.c, c.e, c.f, c.k1, c.k2)
@@ -296,6 +297,17 @@ def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engi
         need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
         bound = max(bound, engine.max_seqs * int(need.max()))
     return -(-(bound + 1) // _records.HIST_BUCKETS)
+
+
+def _repeats(trace: Trace) -> np.ndarray:
+    """Per lookup, whether its block came earlier in the same request (a trace may name one
+    block twice in a prompt; chained hashes never do)."""
+    request = np.repeat(np.arange(trace.n_requests, dtype=np.int64), trace.blocks_per_request)
+    key = request * max(trace.n_unique, 1) + trace.blocks
+    _, first = np.unique(key, return_index=True)
+    out = np.ones(len(key), np.bool_)
+    out[first] = False
+    return out
 
 
 def _check_fits(trace: Trace, output: np.ndarray, fleet: Fleet) -> None:
