@@ -25,7 +25,7 @@ from prefixscope.cli import describe, main
 from tests.test_block_size import token_log
 
 KIB = 1024
-#: The tmpfs: the bundled warehouse, a re-ingest of it with --replace and a small simulate fit in it.
+#: The tmpfs: the bundled warehouse, its re-ingest with --replace and a small simulate fit.
 DISK_SIZE = "16M"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from prefixscope.analysis.fleet.engines import ENGINES
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.fleet.run import DEFAULT_BUDGET, DEFAULT_MAX_SEQS, FLEET_POLICIES
 from prefixscope.cli import flags
@@ -54,7 +55,20 @@ def arguments(p: argparse.ArgumentParser) -> None:
         choices=["auto", "calibrated", "roofline"],
         help="step times: calibrated when the warehouse has one (auto), else the roofline",
     )
-    p.add_argument("--policy", default="lru", choices=sorted(FLEET_POLICIES))
+    p.add_argument(
+        "--policy",
+        default="lru",
+        choices=sorted(FLEET_POLICIES),
+        help="the ideal engine's cache policy (%(default)s)",
+    )
+    p.add_argument(
+        "--engine",
+        type=flags.name_list,
+        default=["ideal"],
+        metavar="E[,E...]",
+        help=f"how a replica keeps KV: {', '.join(ENGINES)} (ideal: the cache apart from the "
+        "running requests; vllm, sglang: one KV pool holds both)",
+    )
     p.add_argument(
         "--load-scale",
         type=flags.load_scales,
@@ -177,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         policy=args.policy,
         load_scales=tuple(args.load_scale),
+        engines=tuple(args.engine),
         drams=tuple(args.tier),
         stores=tuple(args.shared_store),
         windows=tuple(args.window),

@@ -106,24 +106,29 @@ def format_fleet(table: pa.Table, more: More | None = None) -> str:
     assert isinstance(df, pl.DataFrame)
     df = df.filter(pl.col("tenant") == FLEET).sort(
         ["measure_window", "replicas", "deployment", "capacity_blocks", "dram_blocks",
-         "store_unbounded", "store_blocks", "load_scale", "router"],
+         "store_unbounded", "store_blocks", "load_scale", "router",
+         *(["engine"] if "engine" in df.columns else [])],
         nulls_last=False,
     )  # fmt: skip
     tiered = bool(df["dram_blocks"].max()) or df["store_gbps"].drop_nulls().len() > 0
+    # the engine's column only when some row runs a KV pool (an ideal-only run reads as before)
+    pooled = "engine" in df.columns and bool((df["engine"].fill_null("ideal") != "ideal").any())
     header = [
         f"{'window':<10} {'replicas':>8} {'deployment':<10} {'capacity':>12} {'HBM':>4} "
         + (f"{'DRAM':>10} {'store':>10} " if tiered else "")
         + f"{'load':>5} {'router':<13} "
-        f"{'token hit':>9} {'ceiling':>8} {'TTFT p50':>9} {'p95':>8} {'p99':>8} {'imbalance':>9}"
+        + (f"{'engine':<7} {'preempt':>7} " if pooled else "")
+        + f"{'token hit':>9} {'ceiling':>8} {'TTFT p50':>9} {'p95':>8} {'p99':>8} {'imbalance':>9}"
     ]
     lines = []
     for r in df.iter_rows(named=True):
         tiers = f"{_tier(r['dram_blocks'] or None):>10} {_store(r):>10} " if tiered else ""
+        eng = f"{r['engine'] or 'ideal':<7} {r['preemptions'] or 0:>7,} " if pooled else ""
         lines.append(
             f"{r['measure_window']:<10} {r['replicas']:>8} {r['deployment'] or '—':<10} "
             f"{r['capacity_blocks']:>8,} blk {_hbm(r['exceeds_hbm']):>4} "
             f"{tiers}{r['load_scale']:>4g}x {r['router']:<13} "
-            f"{_num(r['token_hit_rate'], 9)} {_num(r['ceiling_token_hit_rate'], 8)} "
+            f"{eng}{_num(r['token_hit_rate'], 9)} {_num(r['ceiling_token_hit_rate'], 8)} "
             f"{_seconds(r['ttft_p50_s'], 9)} {_seconds(r['ttft_p95_s'], 8)} "
             f"{_seconds(r['ttft_p99_s'], 8)} {_num(r['load_imbalance'], 9)}"
         )

@@ -4,12 +4,10 @@ load scale → ``fleet_hit_rates`` and ``fleet_replicas``."""
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -20,19 +18,22 @@ from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
-from prefixscope.analysis.fleet.hardware import Hardware, capacity_options, of_deployment
+from prefixscope.analysis.fleet.engines import resolve_engine
+from prefixscope.analysis.fleet.hardware import (
+    Hardware,
+    capacity_options,
+    check_pools_fit,
+    of_deployment,
+)
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
     DEFAULT_BUDGET,
     DEFAULT_MAX_SEQS,
-    STORE_GBPS,
-    UNBOUNDED,
     Engine,
     Fleet,
     FleetOutcome,
     Tiers,
     Traffic,
-    dram_gbps_for,
     merge_replicas,
     simulate_fleet,
     simulate_replica,
@@ -47,72 +48,17 @@ from prefixscope.analysis.fleet.tables import (
     shared_start,
     window_groups,
 )
+from prefixscope.analysis.fleet.tierspec import TierSpec, tiers_of
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.load import REPLAY_ORDER, load_trace
+from prefixscope.analysis.trace.load import block_size_of, load_trace, load_traffic
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.analysis.trace.tail import tail, tail_start
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.stages.outcomes import calibrated
 
 COST_KINDS = ("auto", "calibrated", "roofline")
-
-
-@dataclass(frozen=True)
-class TierSpec:
-    """A tier as given: its GiB of the model's KV cache (``inf``: unbounded, for the store)
-    and its bandwidth in GB/s (None: the default link)."""
-
-    gib: float
-    gbps: float | None = None
-
-    def check(self, what: str) -> None:
-        if not self.gib >= 0:
-            raise ValueError(f"a {what} of {self.gib} GiB")
-        if what == "DRAM tier" and math.isinf(self.gib):
-            raise ValueError("a DRAM tier is per replica and bounded: give its GiB")
-        if self.gbps is not None and not self.gbps > 0:
-            raise ValueError(f"a {what}'s bandwidth must be positive, got {self.gbps} GB/s")
-
-
-def tiers_of(
-    dram: TierSpec | None,
-    store: TierSpec | None,
-    model: str | ModelShape,
-    block_size: int,
-    kv_dtype: str,
-    gpu: str = DEFAULT_GPU,
-) -> Tiers:
-    """GiB become blocks through the model's KV bytes per token, as ``--capacity-gib`` does;
-    a DRAM tier without a bandwidth gets its GPU host's PCIe link."""
-    shape = resolve_model(model) if isinstance(model, str) else model
-    tiers = Tiers()
-    for what, tier in (("DRAM tier", dram), ("shared store", store)):
-        # a tier of no whole block is no tier: its figures would be a cache that cannot exist
-        finite = tier is not None and not math.isinf(tier.gib)
-        if finite and shape.blocks_in(tier.gib, block_size, kv_dtype) < 1:
-            raise ValueError(
-                f"a {what} of {tier.gib:g} GiB holds no block of {block_size} tokens of "
-                f"{shape.name} — give it at least one block's GiB"
-            )
-    if dram is not None:
-        tiers = replace(
-            tiers,
-            dram_blocks=shape.blocks_in(dram.gib, block_size, kv_dtype),
-            dram_gib=dram.gib,
-            dram_gbps=dram.gbps or dram_gbps_for(gpu),
-        )
-    if store is not None:
-        unbounded = math.isinf(store.gib)
-        blocks = UNBOUNDED if unbounded else shape.blocks_in(store.gib, block_size, kv_dtype)
-        tiers = replace(
-            tiers,
-            store_blocks=blocks,
-            store_gib=None if unbounded else store.gib,
-            store_gbps=store.gbps or STORE_GBPS,
-        )
-    return tiers
 
 
 @dataclass(frozen=True)
@@ -129,6 +75,8 @@ class FleetSettings:
     capacities: Capacities = field(default_factory=lambda: Capacities(blocks=[16_000]))
     policy: str = "lru"
     load_scales: tuple[float, ...] = (1.0,)
+    #: Each configuration under every one of these engines (``engines.ENGINES``).
+    engines: tuple[str, ...] = ("ideal",)
     drams: tuple[TierSpec | None, ...] = (None,)
     stores: tuple[TierSpec | None, ...] = (None,)
     windows: tuple[str, ...] = ("all",)
@@ -156,6 +104,10 @@ class FleetSettings:
             raise ValueError(f"max_lookups must be at least 1, not {self.max_lookups}")
         for name in self.routers:
             resolve_router(name)
+        if not self.engines:
+            raise ValueError("give at least one engine")
+        for name in self.engines:
+            resolve_engine(name)
         if not (self.routers and self.replicas and self.load_scales and self.drams and self.stores):
             raise ValueError("give at least one router, replica count, load scale and tier option")
         if self.cost_model not in COST_KINDS:
@@ -208,8 +160,9 @@ class FleetSettings:
         """Every replicas × capacity × tiers × load scale × router."""
         gibs = list(gibs) if gibs else [None] * len(blocks)
         return [
-            Fleet(router, n, int(c), self.policy, float(s), g, t)
-            for n, (c, g), t, s, router in itertools.product(
+            Fleet(router, n, int(c), self.policy, float(s), g, t, e)
+            for e, n, (c, g), t, s, router in itertools.product(
+                self.engines,
                 self.replicas,
                 zip(blocks, gibs, strict=True),
                 list(tiers or [Tiers()]),
@@ -229,6 +182,7 @@ class FleetResult:
 
 def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
     settings.check()
+    _precheck_pools(wh, settings)
     gpus = list(dict.fromkeys(_gpu_texts(settings)))
     with warehouse.StageRun(wh, "fleet", settings) as run:
         with run.reading() as con:
@@ -248,26 +202,10 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
         priced = {
             (g, tp): engine_for(replace(settings, gpu=g), fitted[(g, tp)], tp) for g, tp in gpus
         }
-        given = settings.capacities
-        capacities = replace(
-            given,
-            model=given.model or (settings.model if given.gib else None),
-            model_config=given.model_config or settings.model_config,
-            kv_dtype=settings.kv_dtype,
-        )
-        some = bool(given.blocks or given.tokens or given.gib)
-        blocks, gibs = capacities.resolve(trace.block_size) if some else ([], [])
-        options = capacity_options(
-            blocks,
-            gibs,
-            settings.deployments,
-            settings.shape,
-            settings.gpu,
-            trace.block_size,
-            settings.kv_dtype,
-        )
+        options = _options(settings, trace.block_size)
         tiers = settings.tiers(trace.block_size)
         runs = [(f, h) for b, g, h in options for f in settings.grid([b], [g], tiers)]
+        check_pools_fit(runs)
         outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
         pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
         hardware = [h for _, h in runs]
@@ -276,6 +214,37 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
             warehouse.append(con, "fleet_hit_rates", hit_rates, run.run_id)
             warehouse.append(con, "fleet_replicas", replicas, run.run_id)
     return FleetResult(run.run_id, hit_rates, replicas, tuple(outcomes))
+
+
+def _options(settings: FleetSettings, block_size: int) -> list[tuple[int, float | None, Hardware]]:
+    """Each capacity with its hardware: given (blocks, tokens or GiB), else each deployment's
+    KV pool."""
+    given = settings.capacities
+    capacities = replace(
+        given,
+        model=given.model or (settings.model if given.gib else None),
+        model_config=given.model_config or settings.model_config,
+        kv_dtype=settings.kv_dtype,
+    )
+    some = bool(given.blocks or given.tokens or given.gib)
+    blocks, gibs = capacities.resolve(block_size) if some else ([], [])
+    return capacity_options(
+        blocks, gibs, settings.deployments, settings.shape, settings.gpu, block_size,
+        settings.kv_dtype,
+    )  # fmt: skip
+
+
+def _precheck_pools(wh: str | Path, settings: FleetSettings) -> None:
+    """A pool engine's what-if capacity beyond its deployment is refused before the run
+    starts, so nothing is written: it needs only the trace's block size."""
+    given = settings.capacities
+    pooled = any(resolve_engine(e).pooled for e in settings.engines)
+    if not (pooled and settings.deployments and (given.blocks or given.tokens or given.gib)):
+        return
+    with warehouse.reading(wh) as con:
+        block_size = block_size_of(con)
+    options = _options(settings, block_size)
+    check_pools_fit([(f, h) for b, g, h in options for f in settings.grid([b], [g])])
 
 
 def _gpu_texts(settings: FleetSettings) -> list[tuple[str, int]]:
@@ -307,19 +276,6 @@ def simulate_by_gpu(
             )
         }
     return [done[(h.priced_by(settings.gpu), f)] for f, h in runs]
-
-
-def load_traffic(con: duckdb.DuckDBPyConnection) -> Traffic:
-    """Output tokens (0 where the log has none) and session ids, in replay order."""
-    table = con.sql(
-        f"SELECT coalesce(output_tokens, 0) AS output_tokens, session_id FROM requests "
-        f"ORDER BY {REPLAY_ORDER}"
-    ).to_arrow_table()
-    sessions = table.column("session_id")
-    return Traffic(
-        np.maximum(table.column("output_tokens").to_numpy(), 0).astype(np.int64),
-        None if sessions.null_count == len(sessions) else sessions.to_pylist(),
-    )
 
 
 def engine_for(

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from prefixscope.analysis.cost.deployment import Deployment, memory_split, parse_deployment
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import ModelShape
+from prefixscope.analysis.fleet.engines import resolve_engine
+from prefixscope.analysis.fleet.run import Fleet
 
 #: The deployment columns of ``fleet_hit_rates`` and ``fleet_replicas``, in schema order.
 COLUMNS = (
@@ -134,3 +136,15 @@ def capacity_options(
         pool = [(hw.kv_pool_blocks or 0, None)]
         out += [(b, g, hw) for b, g in (zip(blocks, gibs, strict=True) if given else pool)]
     return out
+
+
+def check_pools_fit(runs: Sequence[tuple[Fleet, Hardware]]) -> None:
+    """A KV pool engine holds its running requests in HBM: its capacity cannot be a what-if
+    beyond the deployment's pool (``ideal`` may be, and its rows say ``exceeds_hbm``)."""
+    for f, h in runs:
+        if resolve_engine(f.engine).pooled and h.deployment and h.exceeds(f.capacity_blocks):
+            raise ValueError(
+                f"--engine {f.engine} runs the KV pool in HBM: {f.capacity_blocks:,} blocks "
+                f"exceed {h.deployment}'s pool of {h.kv_pool_blocks:,}; drop --capacity-blocks "
+                "or use --engine ideal for a what-if"
+            )

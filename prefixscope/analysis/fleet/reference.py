@@ -30,16 +30,25 @@ The rules, as ``_kernel.py`` states them:
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixscope.analysis.fleet.assign import ring, session_keys
-from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
-from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic
+from prefixscope.analysis.fleet._records import HIST_BUCKETS
+from prefixscope.analysis.fleet.reference_parts import (
+    _argmin,
+    _decode_context,
+    _evict,
+    _fixed_routing,
+    _leading_run,
+    _queued_prefill,
+    _touch,
+    footprint,
+    time_weighted,
+)
+from prefixscope.analysis.fleet.routers import RouterSettings
+from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic, histogram_width
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.trace.csr import Trace
 
@@ -86,6 +95,9 @@ class _Replica:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     filled_at: int = -1
+    running_s: float = 0.0  # Σ blocks the running requests need × step seconds
+    cached_s: float = 0.0  # Σ blocks cached × step seconds
+    hist: dict[int, float] = field(default_factory=dict)  # step seconds by running bucket
 
     def has_work(self) -> bool:
         return bool(self.queue) or bool(self.decoding)
@@ -116,51 +128,17 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
     ]
     replicas = [_Replica() for _ in range(n_rep)]
     fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
-    tree_blocks = max(1, settings.tree_tokens // trace.block_size)
-    last_evict = requests[0].arrival if requests else 0.0
+    shape = (trace.block_size, histogram_width(trace, output, fleet, engine))
+    clock = [requests[0].arrival if requests else 0.0]  # the router trees' last eviction
 
     for r, req in enumerate(requests):
         t = req.arrival
         for rep in replicas:
             while rep.now < t and rep.has_work():
-                _step(rep, requests, engine)
+                _step(rep, requests, engine, shape)
             rep.now = max(rep.now, t)
 
-        if fixed is not None:
-            i = fixed[r]
-        elif fleet.router == "least-loaded":
-            i = _argmin([_queued_prefill(rep, requests) for rep in replicas], r)
-        elif fleet.router == "kv-aware":
-            scores = []
-            for rep in replicas:
-                load = (_queued_prefill(rep, requests) + _decode_context(rep)) / trace.block_size
-                overlap = _leading_run(req.blocks, rep.cache)
-                scores.append(settings.load_weight * load - settings.overlap_weight * overlap)
-            i = _argmin(scores, r)
-        elif fleet.router == "cache-aware":
-            interval = settings.evict_interval_s
-            if interval >= 0 and t - last_evict >= interval:
-                for rep in replicas:
-                    _evict(rep.tree, tree_blocks)
-                last_evict = t
-            inflight = [len(rep.queue) + len(rep.decoding) for rep in replicas]
-            hi, lo = max(inflight), min(inflight)
-            if hi - lo > settings.balance_abs and hi > settings.balance_rel * lo:
-                i = _argmin(inflight, r)
-            else:
-                matches = [_leading_run(req.blocks, rep.tree) for rep in replicas]
-                best = _argmin([-m for m in matches], r)
-                share = settings.cache_threshold * len(req.blocks)
-                if req.blocks and matches[best] >= share:
-                    i = best
-                else:
-                    i = _argmin([len(rep.tree) for rep in replicas], r)
-            tree = replicas[i].tree
-            _touch(tree, req.blocks, refresh=True)
-            if interval < 0:  # no periodic eviction: the bound holds after every insert
-                _evict(tree, tree_blocks)
-        else:
-            raise ValueError(f"no reference for router {fleet.router!r}")
+        i = route(r, req, replicas, requests, fleet, settings, fixed, trace.block_size, clock)
 
         rep = replicas[i]
         req.replica = i
@@ -199,7 +177,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
 
     for rep in replicas:  # drain
         while rep.has_work():
-            _step(rep, requests, engine)
+            _step(rep, requests, engine, shape)
 
     def per_request(name: str, dtype: type) -> np.ndarray:
         return np.array([getattr(q, name) for q in requests], dtype)
@@ -227,7 +205,61 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
         source_saved_s=np.array([q.source_saved for q in requests], np.float64).reshape(n, 3),
         transfer_s=per_request("transfer", np.float64),
         no_cache_s=per_request("no_cache", np.float64),
+        **time_weighted(replicas, shape[1]),
     )
+
+
+def route(  # type: ignore[no-untyped-def]
+    r: int,
+    req,
+    replicas: list,  # type: ignore[type-arg]
+    requests: list,  # type: ignore[type-arg]
+    fleet: Fleet,
+    settings: RouterSettings,
+    fixed: list[int] | None,
+    block_size: int,
+    clock: list[float],
+) -> int:
+    """The replica of request ``r``, from the replicas' state recounted (``rep.cache``: the
+    hashes it holds; ``rep.tree``: its router tree). ``clock[0]``: the trees' last eviction."""
+    t = req.arrival
+    tree_blocks = max(1, settings.tree_tokens // block_size)
+    if fixed is not None:
+        i = fixed[r]
+    elif fleet.router == "least-loaded":
+        i = _argmin([_queued_prefill(rep, requests) for rep in replicas], r)
+    elif fleet.router == "kv-aware":
+        scores = []
+        for rep in replicas:
+            load = (_queued_prefill(rep, requests) + _decode_context(rep)) / block_size
+            overlap = _leading_run(req.blocks, rep.cache)
+            scores.append(settings.load_weight * load - settings.overlap_weight * overlap)
+        i = _argmin(scores, r)
+    elif fleet.router == "cache-aware":
+        interval = settings.evict_interval_s
+        if interval >= 0 and t - clock[0] >= interval:
+            for rep in replicas:
+                _evict(rep.tree, tree_blocks)
+            clock[0] = t
+        inflight = [len(rep.queue) + len(rep.decoding) for rep in replicas]
+        hi, lo = max(inflight), min(inflight)
+        if hi - lo > settings.balance_abs and hi > settings.balance_rel * lo:
+            i = _argmin(inflight, r)
+        else:
+            matches = [_leading_run(req.blocks, rep.tree) for rep in replicas]
+            best = _argmin([-m for m in matches], r)
+            share = settings.cache_threshold * len(req.blocks)
+            if req.blocks and matches[best] >= share:
+                i = best
+            else:
+                i = _argmin([len(rep.tree) for rep in replicas], r)
+        tree = replicas[i].tree
+        _touch(tree, req.blocks, refresh=True)
+        if interval < 0:  # no periodic eviction: the bound holds after every insert
+            _evict(tree, tree_blocks)
+    else:
+        raise ValueError(f"no reference for router {fleet.router!r}")
+    return i
 
 
 def _serve(
@@ -296,8 +328,9 @@ def _prefill_alone(cost: StepCost, new: int, cached: int) -> float:
     return a + b * max(new, k1) + c * cached + e * max(new, k2) * cached + f * new * new
 
 
-def _step(rep: _Replica, requests: list[_Request], engine: Engine) -> None:
-    """One step of ``rep``: decodes, then prefill chunks from the queue; advances its clock."""
+def _step(rep: _Replica, requests: list[_Request], engine: Engine, shape: tuple[int, int]) -> None:
+    """One step of ``rep``: decodes, then prefill chunks from the queue; advances its clock.
+    ``shape``: the block size and the running-blocks histogram's bucket width."""
     a, b, c, e, f, k1, k2 = (float(x) for x in engine.cost.array())
     d = len(rep.decoding)
     decode_context = _decode_context(rep)
@@ -331,6 +364,11 @@ def _step(rep: _Replica, requests: list[_Request], engine: Engine) -> None:
             break
         through += 1
     seconds += b * max(tokens, k1)
+    running = footprint(rep, requests, shape[0])
+    rep.running_s += running * seconds
+    rep.cached_s += len(rep.cache) * seconds
+    bucket = min(running // shape[1], HIST_BUCKETS - 1)
+    rep.hist[bucket] = rep.hist.get(bucket, 0.0) + seconds
 
     rep.now += seconds
     rep.busy += seconds
@@ -351,70 +389,3 @@ def _step(rep: _Replica, requests: list[_Request], engine: Engine) -> None:
             rep.decoding[r] = _Decoding(req.input_tokens + 1, req.output_tokens - 1)
         else:
             req.done_at = rep.now
-
-
-def _queued_prefill(rep: _Replica, requests: list[_Request]) -> int:
-    return sum(requests[q].to_prefill for q in rep.queue)
-
-
-def _decode_context(rep: _Replica) -> int:
-    return sum(dec.context for dec in rep.decoding.values())
-
-
-def _argmin(values: list[float] | list[int], first: int) -> int:
-    """The index of the smallest value; ties go to the first counting from ``first``
-    (rotating)."""
-    n = len(values)
-    order = [(first + j) % n for j in range(n)]
-    return min(order, key=lambda i: values[i])  # min keeps the first of equals
-
-
-def _leading_run(blocks: list[int], held: OrderedDict[int, None]) -> int:
-    k = 0
-    while k < len(blocks) and blocks[k] in held:
-        k += 1
-    return k
-
-
-def _touch(held: OrderedDict[int, None], blocks: list[int], refresh: bool) -> None:
-    """Insert the blocks deepest first (so the deepest leaves first); a block already held
-    moves to the back only when ``refresh``."""
-    for b in reversed(blocks):
-        if b not in held:
-            held[b] = None
-        elif refresh:
-            held.move_to_end(b)
-
-
-def _evict(held: OrderedDict[int, None], limit: int) -> None:
-    while len(held) > limit:
-        held.popitem(last=False)
-
-
-def _fixed_routing(
-    trace: Trace, traffic: Traffic, router: str, n_rep: int, settings: RouterSettings
-) -> list[int] | None:
-    """Round-robin, random and session: the replica of every request before anything runs
-    (None for a stateful router)."""
-    if not resolve_router(router).fixed:
-        return None
-    n = trace.n_requests
-    if router == "round-robin":
-        return [r % n_rep for r in range(n)]
-    if router == "random":
-        return [int(i) for i in np.random.default_rng(settings.seed).integers(0, n_rep, n)]
-    if router != "session":
-        raise ValueError(f"no reference for router {router!r}")
-    points, owner = ring(n_rep, settings.virtual_nodes)
-    points_list = [int(p) for p in points]
-    keys = session_keys(trace, traffic.sessions, settings)
-    count = [0] * n_rep
-    out = []
-    for r in range(n):
-        bound = math.ceil(settings.balance_factor * (r + 1) / n_rep)
-        j = bisect.bisect_left(points_list, int(keys[r])) % len(points_list)
-        while count[owner[j]] >= bound:  # clockwise to the first replica under its bound
-            j = (j + 1) % len(points_list)
-        out.append(int(owner[j]))
-        count[owner[j]] += 1
-    return out

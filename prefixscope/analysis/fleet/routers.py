@@ -7,14 +7,14 @@ Two kinds:
   what was routed before, never from cache state or time, so the routing is computed first
   (``assign.py``) and each replica can then be simulated on its own, anywhere;
 - **stateful** routers (``least-loaded``, ``cache-aware``, ``kv-aware``) read the replicas'
-  queues or caches at the request's arrival, inside the compiled loop (``_kernel.py``).
+  queues or caches at the request's arrival, inside the compiled loop (``_route.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prefixscope.analysis.fleet import _kernel
+from prefixscope.analysis.fleet import _records
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,13 @@ class RouterSettings:
 @dataclass(frozen=True)
 class Router:
     name: str
-    kind: int  # _kernel.FIXED or the stateful rule's code
+    kind: int  # _records.FIXED or the stateful rule's code in ``_route.route``
     rule: str
     reference: str
 
     @property
     def fixed(self) -> bool:
-        return self.kind == _kernel.FIXED
+        return self.kind == _records.FIXED
 
 
 ROUTERS: dict[str, Router] = {
@@ -76,38 +76,38 @@ ROUTERS: dict[str, Router] = {
     for r in (
         Router(
             "round-robin",
-            _kernel.FIXED,
+            _records.FIXED,
             "request i goes to replica i mod N",
             "vLLM router / SGLang gateway `round_robin`",
         ),
         Router(
             "random",
-            _kernel.FIXED,
+            _records.FIXED,
             "a uniform replica per request, from a seeded generator",
             "SGLang gateway `random`",
         ),
         Router(
             "session",
-            _kernel.FIXED,
+            _records.FIXED,
             "consistent hashing of the session id (else the first k blocks) with bounded loads",
             "Mirrokni, Thorup and Zadimoghaddam (SODA 2018); HAProxy `hash-balance-factor`",
         ),
         Router(
             "least-loaded",
-            _kernel.LEAST_LOADED,
+            _records.LEAST_LOADED,
             "the replica with the fewest prefill tokens queued (ties rotate)",
             "SGLang gateway `shortest_queue`, measured in tokens",
         ),
         Router(
             "cache-aware",
-            _kernel.CACHE_AWARE,
+            _records.CACHE_AWARE,
             "longest match in an approximate per-replica tree when the match share ≥ 0.3, "
             "else the smallest tree; the least-loaded when loads are imbalanced",
             "SGLang gateway / vLLM router `cache_aware`",
         ),
         Router(
             "kv-aware",
-            _kernel.KV_AWARE,
+            _records.KV_AWARE,
             "the highest overlap weight × cached blocks − load (queued prefill and active "
             "decode blocks), from an exact view of every cache",
             "Dynamo KV router; llm-d precise prefix-cache scorer",

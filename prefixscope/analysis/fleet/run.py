@@ -1,25 +1,37 @@
 """One fleet configuration through the compiled loop: the public entry of ``analysis/fleet``.
 
-A replica's cache is an eviction policy with a per-replica linked list; the policies a fleet
-runs are the online ones that keep one (``lru``, ``fifo``). Belady needs each replica's future,
-which a stateful router decides as it goes.
+Under the ``ideal`` engine a replica's cache is an eviction policy with a per-replica linked
+list; the policies a fleet runs are the online ones that keep one (``lru``, ``fifo``); the
+others of the registry are refused with their reason (:data:`REFUSED_POLICIES`). Under
+``vllm`` and ``sglang`` the engine's KV pool evicts by its own rule (``engines.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from prefixscope.analysis.fleet import _kernel
+from prefixscope.analysis.fleet import _kernel, _records
 from prefixscope.analysis.fleet.assign import assign
+from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.isolation import subset
 
-FLEET_POLICIES = {"lru": _kernel.LRU, "fifo": _kernel.FIFO}
+#: The ideal engine's policies: whether a hit refreshes a cached block.
+FLEET_POLICIES = {"lru": True, "fifo": False}
+#: The registry's other policies, and why a fleet does not run them.
+REFUSED_POLICIES = {
+    "belady": "it needs each replica's future, which a stateful router decides as it goes",
+    "lfu": "its use counts and s3fifo's queues are not kept per replica by the fleet loop",
+    "s3fifo": "its small, main and ghost queues are not kept per replica by the fleet loop",
+    "ttl": "it drops blocks by idle time, which the fleet loop does not track per replica",
+    "pinned": "its pin sets are chosen per cache and the fleet loop keeps none",
+    "ceiling": "it is unbounded; a replica's cache has a capacity",
+}
 #: The bit masks of the loop hold one bit per replica.
 MAX_REPLICAS = 64
 #: vLLM's defaults: ``max_num_batched_tokens`` with chunked prefill, and ``max_num_seqs``.
@@ -84,13 +96,27 @@ class Fleet:
     load_scale: float = 1.0
     capacity_gib: float | None = None
     tiers: Tiers = field(default_factory=Tiers)
+    engine: str = "ideal"
 
     def check(self) -> None:
         resolve_router(self.router)
+        pooled = resolve_engine(self.engine).pooled
         self.tiers.check()
         if self.policy not in FLEET_POLICIES:
+            why = REFUSED_POLICIES.get(self.policy)
             raise ValueError(
                 f"a fleet's caches run {', '.join(FLEET_POLICIES)}; got {self.policy!r}"
+                + (f" ({why})" if why else "")
+            )
+        if pooled and self.policy != "lru":
+            raise ValueError(
+                f"the {self.engine} engine evicts by its own rule; --policy applies to "
+                "--engine ideal"
+            )
+        if pooled and (self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None):
+            raise ValueError(
+                f"the {self.engine} engine's KV pool is HBM alone: DRAM tiers and a shared "
+                "store run under --engine ideal"
             )
         if not 1 <= self.replicas <= MAX_REPLICAS:
             raise ValueError(f"replicas must be 1 to {MAX_REPLICAS}, got {self.replicas}")
@@ -141,7 +167,11 @@ class FleetOutcome:
     the request after which its cache was full (-1: never) and when it went idle for good.
     Per request and source (HBM, DRAM, store): hit tokens, and the prefill seconds each saved,
     transfers paid (a telescoping split of ``T(input, 0) − T(served) − transfers``); the
-    transfer seconds; the prefill alone without any cache, ``T(input, 0)``."""
+    transfer seconds; the prefill alone without any cache, ``T(input, 0)``. Per replica,
+    time-weighted over its steps (each step weighs its seconds; idle time does not count):
+    the mean and p95 of the blocks its running requests hold (under ``ideal``: would hold) and
+    the mean prefix cache (blocks cached but not held by a running request; ``ideal``: its
+    whole cache); and how many times a request was preempted."""
 
     fleet: Fleet
     arrival: np.ndarray
@@ -161,6 +191,10 @@ class FleetOutcome:
     source_saved_s: np.ndarray
     transfer_s: np.ndarray
     no_cache_s: np.ndarray
+    preemptions: np.ndarray
+    running_blocks_mean: np.ndarray
+    running_blocks_p95: np.ndarray
+    prefix_cache_blocks_mean: np.ndarray
 
     @property
     def fleet_filled_at(self) -> int:
@@ -197,72 +231,117 @@ def simulate_replica(
     sub = subset(trace, requests)
     if fleet.tiers.store_blocks is not None:
         raise ValueError("a shared store joins the replicas: simulate the fleet together")
-    one = Fleet(
-        fleet.router, 1, fleet.capacity_blocks, fleet.policy, fleet.load_scale, None, fleet.tiers
-    )
+    one = replace(fleet, replicas=1, capacity_gib=None)
     zeros = np.zeros(len(requests), np.int32)
-    return _run(sub, traffic.take(requests), one, engine, _kernel.FIXED, zeros, 1)
+    return _run(sub, traffic.take(requests), one, engine, _records.FIXED, zeros, 1)
 
 
 def _run(  # type: ignore[no-untyped-def]
     trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine, kind: int, fixed, n_rep: int
 ) -> FleetOutcome:
-    r = engine.routers
-    rparams = np.array(
-        [
-            r.cache_threshold,
-            r.balance_abs,
-            r.balance_rel,
-            max(1, r.tree_tokens // trace.block_size),
-            r.evict_interval_s,
-            r.overlap_weight,
-            r.load_weight,
-        ],
-        np.float64,
-    )
-    nodes = n_rep * (trace.n_unique + 1)
-    tree = kind == _kernel.CACHE_AWARE
+    output = np.asarray(traffic.output_tokens, np.int64)
+    code = ENGINES[fleet.engine].code
+    if code != _records.IDEAL:
+        _check_fits(trace, output, fleet)
+    r, t, n = engine.routers, fleet.tiers, trace.n_requests
     arrival = trace.times / fleet.load_scale
-    t = fleet.tiers
-    dram = t.dram_blocks > 0
-    store = t.store_blocks is not None
     dram_s, store_s = t.per_token_s(engine.kv_bytes_per_token)
-    tiers = np.array(
-        [t.dram_blocks, -1 if t.store_blocks is None else t.store_blocks, dram_s, store_s],
-        np.float64,
+    width = histogram_width(trace, output, fleet, engine)
+    repeat = _repeats(trace) if code != _records.IDEAL else np.zeros(1, np.bool_)
+    workload = _records.Workload(
+        trace.offsets, trace.blocks, trace.parent, arrival, trace.input_tokens, output,
+        trace.recomputes_last_block, repeat,
+    )  # fmt: skip
+    c = engine.cost
+    cost = _records.Cost(c.a, c.b, c.c, c.e, c.f, c.k1, c.k2)
+    sched = _records.Sched(
+        engine.budget_tokens, engine.max_seqs, trace.block_size, code, fleet.capacity_blocks,
+        FLEET_POLICIES[fleet.policy], width,
+    )  # fmt: skip
+    rp = _records.RouterParams(
+        kind, float(r.cache_threshold), float(r.balance_abs), float(r.balance_rel),
+        max(1, r.tree_tokens // trace.block_size), float(r.evict_interval_s),
+        float(r.overlap_weight), float(r.load_weight),
+    )  # fmt: skip
+    store = -1 if t.store_blocks is None else t.store_blocks
+    tiers = _records.TierParams(t.dram_blocks, store, dram_s, store_s)
+    req = _records.requests(n)
+    rep = _records.replicas(n_rep, float(arrival[0]) if n else 0.0)
+    tree = kind == _records.CACHE_AWARE
+    sets = _records.sets(trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0)
+    hp = _records.heaps(n, n_rep, engine.max_seqs)
+    pool = _records.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks)
+    longest = int(trace.blocks_per_request.max()) if n else 0
+    scratch = (
+        np.zeros(longest + 1, np.int8),
+        np.zeros(longest + 2, np.float64),
+        np.zeros(longest + 2, np.float64),
+        np.array([0.0, dram_s, store_s]),
     )
-    out = _kernel.fleet(
-        trace.offsets,
-        trace.blocks,
-        arrival,
-        trace.input_tokens,
-        np.asarray(traffic.output_tokens, np.int64),
-        trace.recomputes_last_block,
-        trace.block_size,
-        kind,
-        fixed,
-        n_rep,
-        fleet.capacity_blocks,
-        FLEET_POLICIES[fleet.policy],
-        engine.cost.array(),
-        engine.budget_tokens,
-        engine.max_seqs,
-        rparams,
-        np.zeros(trace.n_unique, np.uint64),
-        np.empty(nodes, np.int32),
-        np.empty(nodes, np.int32),
-        np.zeros(trace.n_unique if tree else 1, np.uint64),
-        np.empty(nodes if tree else 1, np.int32),
-        np.empty(nodes if tree else 1, np.int32),
-        tiers,
-        np.zeros(trace.n_unique if dram else 1, np.uint64),
-        np.empty(nodes if dram else 1, np.int32),
-        np.empty(nodes if dram else 1, np.int32),
-        np.zeros(trace.n_unique if store else 1, np.bool_),
-        np.empty(trace.n_unique + 1 if store else 1, np.int32),
-        np.empty(trace.n_unique + 1 if store else 1, np.int32),
-    )
-    return FleetOutcome(fleet, arrival, *out)
+    _kernel.fleet(workload, fixed, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch)
+    return FleetOutcome(
+        fleet, arrival, req.replica, req.hit_blocks, req.hit_tok, req.ttft, req.first_start,
+        req.done_at, rep.busy, rep.steps, rep.prefill_tok, rep.decode_tok, rep.filled_at,
+        rep.now, req.src_tok, req.saved, req.xfer, req.cost_none, rep.preemptions,
+        _per_busy(rep.running_s, rep.busy), weighted_p95(rep.hist, width),
+        _per_busy(rep.cached_s, rep.busy),
+    )  # fmt: skip
+
+
+def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engine) -> int:
+    """Blocks per bucket of the running-blocks histogram: its buckets cover the most blocks
+    running requests can hold (a pool's capacity; ``ideal``: ``max_seqs`` of the longest)."""
+    bound = fleet.capacity_blocks
+    if trace.n_requests and not resolve_engine(fleet.engine).pooled:
+        longest = trace.input_tokens + np.maximum(output, 1) - 1
+        need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
+        bound = max(bound, engine.max_seqs * int(need.max()))
+    return -(-(bound + 1) // _records.HIST_BUCKETS)
+
+
+def _repeats(trace: Trace) -> np.ndarray:
+    """Per lookup, whether its block came earlier in the same request (a trace may name one
+    block twice in a prompt; chained hashes never do)."""
+    request = np.repeat(np.arange(trace.n_requests, dtype=np.int64), trace.blocks_per_request)
+    key = request * max(trace.n_unique, 1) + trace.blocks
+    _, first = np.unique(key, return_index=True)
+    out = np.ones(len(key), np.bool_)
+    out[first] = False
+    return out
+
+
+def _check_fits(trace: Trace, output: np.ndarray, fleet: Fleet) -> None:
+    """Under a KV pool, each request alone must fit its replica's pool at its longest (its
+    prompt and every generated token), as an engine checks ``max_model_len`` against its pool
+    at start-up; else it could never run."""
+    if trace.n_requests == 0:
+        return
+    longest = trace.input_tokens + np.maximum(output, 1) - 1
+    need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
+    worst = int(need.max())
+    if worst > fleet.capacity_blocks:
+        raise ValueError(
+            f"under --engine {fleet.engine} a request of {worst:,} blocks (prompt and output) "
+            f"does not fit a KV pool of {fleet.capacity_blocks:,} blocks; give each replica "
+            "more blocks"
+        )
+
+
+def _per_busy(weighted: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    return np.divide(weighted, busy, out=np.zeros_like(weighted), where=busy > 0)
+
+
+def weighted_p95(hist: np.ndarray, width: int) -> np.ndarray:
+    """Per replica, the p95 of a histogram of seconds by running blocks (``width`` blocks a
+    bucket; a bucket stands for its lowest count): the smallest count whose bucket and those
+    below hold 95% of the seconds. 0 for a replica that never stepped."""
+    total = hist.sum(axis=1)
+    out = np.zeros(hist.shape[0], np.float64)
+    for i in range(hist.shape[0]):
+        if total[i] > 0:
+            below = np.cumsum(hist[i])
+            out[i] = float(np.argmax(below >= 0.95 * total[i]) * width)
+    return out
 
 
 def merge_replicas(
@@ -303,6 +382,10 @@ def merge_replicas(
         per_request["source_saved_s"],
         per_request["transfer_s"],
         per_request["no_cache_s"],
+        cat("preemptions"),
+        cat("running_blocks_mean"),
+        cat("running_blocks_p95"),
+        cat("prefix_cache_blocks_mean"),
     )
 
 

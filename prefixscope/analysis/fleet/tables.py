@@ -27,6 +27,17 @@ DEPLOYMENT_FIELDS = [
     ("exceeds_hbm", pa.bool_()),
 ]
 
+
+#: The engine and what its KV pool did, per replica (``FleetOutcome``; time-weighted over the
+#: steps): in ``fleet_hit_rates`` summed (preemptions) or averaged over the replicas.
+ENGINE_FIELDS = [
+    ("engine", pa.string()),
+    ("preemptions", pa.int64()),
+    ("running_blocks_mean", pa.float64()),
+    ("running_blocks_p95", pa.float64()),
+    ("prefix_cache_blocks_mean", pa.float64()),
+]
+
 FLEET_HIT_RATES_SCHEMA = pa.schema(
     [
         ("tenant", pa.string()),
@@ -75,6 +86,7 @@ FLEET_HIT_RATES_SCHEMA = pa.schema(
         ("warmup_requests", pa.int64()),
         ("steady", pa.bool_()),
         *DEPLOYMENT_FIELDS,
+        *ENGINE_FIELDS,
     ]
 )
 
@@ -100,6 +112,7 @@ FLEET_REPLICAS_SCHEMA = pa.schema(
         ("utilisation", pa.float64()),
         ("drained_s", pa.float64()),
         *DEPLOYMENT_FIELDS,
+        *ENGINE_FIELDS,
     ]
 )
 
@@ -192,6 +205,7 @@ def hit_rate_rows(
         "load_imbalance": _imbalance(o.busy),
         "prefill_imbalance": _imbalance(o.prefill_tokens.astype(np.float64)),
         **(hardware or Hardware()).columns(f.capacity_blocks),
+        **engine_columns(o),
     }
     rows = []
     filled = own_warm_up(trace, o).filled
@@ -277,6 +291,20 @@ def replica_rows(trace: Trace, o: FleetOutcome, hardware: Hardware | None = None
             "utilisation": _share(float(o.busy[i]), span),
             "drained_s": float(o.drained_at[i] - o.arrival[0]) if len(o.arrival) else 0.0,
             **deployed,
+            **engine_columns(o, i),
         }
         for i in range(n)
     ]
+
+
+def engine_columns(o: FleetOutcome, replica: int | None = None) -> dict:  # type: ignore[type-arg]
+    """The engine's columns: one replica's, or the fleet's (preemptions summed, the
+    time-weighted blocks averaged over the replicas)."""
+    pick = slice(None) if replica is None else slice(replica, replica + 1)
+    return {
+        "engine": o.fleet.engine,
+        "preemptions": int(o.preemptions[pick].sum()),
+        "running_blocks_mean": float(o.running_blocks_mean[pick].mean()),
+        "running_blocks_p95": float(o.running_blocks_p95[pick].mean()),
+        "prefix_cache_blocks_mean": float(o.prefix_cache_blocks_mean[pick].mean()),
+    }

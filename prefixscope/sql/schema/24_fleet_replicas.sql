@@ -38,3 +38,13 @@ ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS weights_gib DOUBLE;
 ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS reserve_gib DOUBLE;
 ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS kv_pool_gib DOUBLE;
 ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS exceeds_hbm BOOLEAN;
+-- The engine (--engine: ideal, vllm, sglang; NULL in older rows: ideal) and what each
+-- replica's KV pool did, time-weighted over its steps (docs/fleet.md, "Engines"):
+-- preemptions; running_blocks_mean and running_blocks_p95, the blocks running requests hold
+-- (ideal: would hold); prefix_cache_blocks_mean, blocks cached but not held (ideal: its whole
+-- cache).
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS engine VARCHAR;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS preemptions BIGINT;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS running_blocks_mean DOUBLE;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS running_blocks_p95 DOUBLE;
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS prefix_cache_blocks_mean DOUBLE;

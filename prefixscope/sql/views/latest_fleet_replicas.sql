@@ -1,10 +1,10 @@
 -- Each replica of the newest fresh run of each fleet configuration (router, replicas,
--- capacity, policy, load scale, tiers, deployment): the freshness rule of fresh_runs.
+-- capacity, policy, load scale, tiers, deployment, engine): the freshness rule of fresh_runs.
 SELECT r.*
 FROM fleet_replicas r
 JOIN fresh_runs f USING (run_id)
 QUALIFY f.recency = min(f.recency) OVER (
     PARTITION BY r.router, r.replicas, r.capacity_blocks, r.policy, r.load_scale,
-                 r.dram_blocks, r.store_blocks, r.store_unbounded, r.deployment
+                 r.dram_blocks, r.store_blocks, r.store_unbounded, r.deployment, r.engine
 )
 ORDER BY replicas, capacity_blocks, load_scale, router, replica

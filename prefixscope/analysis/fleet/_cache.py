@@ -1,0 +1,117 @@
+"""The ``ideal`` engine's cache: each replica's prefix cache apart from the memory its running
+requests hold, looked up and touched when a request arrives, as ``simulate`` does
+(``policies/_lists.py``: deepest block first, so it leaves first among equals; evict while over
+capacity), with a DRAM tier below it and the fleet's store when there are such
+(``_tiers.py``). The blocks count as cached from the request's arrival, so one replica equals
+``simulate`` to the token.
+
+:func:`prefill_alone` is the cost model's ``T(new, cached)``, shared with the KV pools.
+"""
+
+from __future__ import annotations
+
+from prefixscope.analysis.fleet._records import piece
+from prefixscope.analysis.fleet._sets import _bit, _evict_to, _touch
+from prefixscope.analysis.fleet._tiers import hbm_over_dram, store_write
+
+
+@piece
+def prefill_alone(cost, inp, served_blocks, block_size):  # type: ignore[no-untyped-def]
+    """One prompt of ``inp`` tokens alone in a step, the first ``served_blocks`` served."""
+    new = max(inp - min(served_blocks * block_size, inp), 1)
+    c0 = max(inp - new, 0)  # an empty prompt still computes one token
+    return (
+        cost.a + cost.b * max(new, cost.k1) + cost.c * c0 + cost.e * max(new, cost.k2) * c0
+        + cost.f * new * new
+    )  # fmt: skip
+
+
+@piece
+def served(k, nb, recompute_last):  # type: ignore[no-untyped-def]
+    """Blocks of a leading run of ``k`` that count: a whole prompt recomputes its last block."""
+    return k - (1 if recompute_last and k >= nb and k > 0 else 0)
+
+
+@piece
+def _leading_run(blocks, start, end, bit, sets, tiers, source):  # type: ignore[no-untyped-def]
+    """The leading run, each block from the fastest tier holding it (0 HBM, 1 DRAM, 2 store)."""
+    has_dram, has_store = tiers.dram_blocks > 0, tiers.store_blocks >= 0
+    k = 0
+    while start + k < end:
+        b = blocks[start + k]
+        if sets.held[b] & bit:
+            source[k] = 0
+        elif has_dram and sets.dram_held[b] & bit:
+            source[k] = 1
+        elif has_store and sets.store_in[b]:
+            source[k] = 2
+        else:
+            break
+        k += 1
+    return k
+
+
+@piece
+def lookup(r, i, blocks, start, end, inp, recompute_last, cost, sched, tiers, sets, req, scratch):  # type: ignore[no-untyped-def]
+    """Request ``r``'s served run on replica ``i``: ``j* =`` the whole run unless stopping
+    before a slower tier's block (recomputing from there) takes less time, transfers
+    included. Sets its hit blocks and tokens, its tokens and savings by source, its copies and
+    ``T(input, 0)``; returns the hit tokens."""
+    source, t_at, x_at, per_token = scratch
+    bs = sched.block_size
+    nb = end - start
+    k = _leading_run(blocks, start, end, _bit(i), sets, tiers, source)
+    tiered = tiers.dram_blocks > 0 or tiers.store_blocks >= 0
+    best = k
+    for j in range(k + 1):  # T(j) and X(j), the transfers of the first j blocks
+        if not tiered and 0 < j < k:
+            continue  # one tier: only T(0) and T(k) are used
+        t_at[j] = prefill_alone(cost, inp, served(j, nb, recompute_last), bs)
+        if tiered and j > 0:
+            tok = min(max(inp - (j - 1) * bs, 0), bs)
+            x_at[j] = x_at[j - 1] + per_token[source[j - 1]] * tok
+    if tiered:
+        for j in range(k - 1, -1, -1):
+            slower = source[j] != 0 and x_at[k] > x_at[j]
+            if slower and t_at[j] + x_at[j] < t_at[best] + x_at[best]:
+                best = j
+    req.hit_blocks[r] = best
+    req.cost_none[r] = t_at[0]
+    req.xfer[r] = x_at[best] if tiered else 0.0
+    hit = min(served(best, nb, recompute_last) * bs, inp)
+    if tiered:
+        for j in range(best):
+            tok = min(max(hit - j * bs, 0), bs)
+            req.src_tok[r, source[j]] += tok
+            req.saved[r, source[j]] += t_at[j] - t_at[j + 1] - (x_at[j + 1] - x_at[j])
+    else:
+        req.src_tok[r, 0] = hit
+        req.saved[r, 0] = t_at[0] - t_at[best]
+    req.hit_tok[r] = hit
+    return best
+
+
+@piece
+def insert(r, i, blocks, start, end, best, stride, sched, tiers, sets, rep, scratch):  # type: ignore[no-untyped-def]
+    """After the lookup: the request's blocks into replica ``i``'s cache (its victims into its
+    DRAM tier, exclusive), then the store takes what was computed."""
+    base = i * stride
+    s = base + stride - 1
+    cap = sched.capacity
+    if tiers.dram_blocks > 0:  # exclusive tiers: a DRAM hit moves up; HBM victims move down
+        rep.size[i], rep.dsize[i] = hbm_over_dram(
+            blocks, start, end, i, base, s, cap, tiers.dram_blocks, rep.size[i], rep.dsize[i],
+            sched.recency, sets.held, sets.nxt, sets.prv, sets.dram_held, sets.dnxt, sets.dprv,
+        )  # fmt: skip
+    else:
+        rep.size[i] += _touch(
+            blocks, start, end, i, base, s, sets.held, sets.nxt, sets.prv, sched.recency
+        )
+        rep.size[i] = _evict_to(i, base, s, cap, rep.size[i], sets.held, sets.nxt, sets.prv)
+    if rep.filled_at[i] < 0 and rep.size[i] >= cap:
+        rep.filled_at[i] = r
+    if tiers.store_blocks >= 0:  # what was computed is written; what the store served is used
+        rep.clock[3] = store_write(
+            blocks, start, end, best, scratch[0], tiers.store_blocks, int(rep.clock[3]),
+            sched.recency, sets.store_in, sets.snxt, sets.sprv,
+        )  # fmt: skip

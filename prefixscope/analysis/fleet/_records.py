@@ -1,0 +1,290 @@
+"""The compiled fleet loop's records: settings as named tuples (numba compiles a ``NamedTuple``
+argument into a struct, so a field is read by name at no cost), and its state as named tuples
+of arrays, one record per concern, built here in Python and mutated in place by the loop.
+
+Codes the loop dispatches on (their names live in ``routers.ROUTERS`` and ``run.ENGINES``):
+routers ``FIXED .. KV_AWARE``, engines ``IDEAL .. SGLANG``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+#: The decorator of the loop's pieces: compiled without reference counting. A piece takes
+#: records of arrays and never allocates; counting every array of every record on each call
+#: made the loop about 1,000 times slower (measured on the bundled hour, 1.6 M steps).
+piece = numba.njit(_nrt=False)
+#: A piece run on every step, inlined where it is called: a call passes each array of each
+#: record as separate arguments, which cost the step loop 25 times its time (measured).
+step_piece = numba.njit(_nrt=False, inline="always")
+
+FIXED, LEAST_LOADED, CACHE_AWARE, KV_AWARE = 0, 1, 2, 3
+IDEAL, VLLM, SGLANG = 0, 1, 2
+NONE = -1
+#: The decode heaps' keys: ``step · SEQ_SPAN + schedule sequence``, so entries due at the same
+#: step come out in the order their requests were scheduled.
+SEQ_SPAN = 2**31
+#: Buckets of the running-blocks histogram (its p95 is exact below this many blocks).
+HIST_BUCKETS = 4096
+
+
+class Workload(NamedTuple):
+    """The trace as the loop reads it: CSR blocks (dense ids) and each block's parent, and per
+    request its arrival on the scaled clock, input and output tokens and whether a whole-block
+    prompt recomputes its last block. A KV pool holds a block a request names twice once."""
+
+    offsets: np.ndarray
+    blocks: np.ndarray
+    parent: np.ndarray
+    arrival: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    recompute_last: np.ndarray
+    repeat: np.ndarray  # per lookup: its block came earlier in the same request (pools only)
+
+
+class Cost(NamedTuple):
+    """The step cost model's terms and knees (``stepcost.StepCost``)."""
+
+    a: float
+    b: float
+    c: float
+    e: float
+    f: float
+    k1: float
+    k2: float
+
+
+class Sched(NamedTuple):
+    """How every replica runs: the step's token budget, the most requests running, the block
+    size, the engine (``IDEAL``, ``VLLM``, ``SGLANG``), each replica's capacity in blocks and
+    whether a hit refreshes a cached block (``lru``; ``fifo`` does not)."""
+
+    budget: int
+    max_seqs: int
+    block_size: int
+    engine: int
+    capacity: int
+    recency: bool
+    hist_width: int  # blocks per bucket of the running-blocks histogram
+
+
+class RouterParams(NamedTuple):
+    """The stateful routers' settings (``routers.RouterSettings``; the tree in blocks)."""
+
+    kind: int
+    threshold: float
+    balance_abs: float
+    balance_rel: float
+    tree_blocks: int
+    evict_interval_s: float
+    overlap_weight: float
+    load_weight: float
+
+
+class TierParams(NamedTuple):
+    """A DRAM tier per replica (``dram_blocks``, 0: none) and the fleet's store
+    (``store_blocks``, -1: none), with the seconds to copy one token from each."""
+
+    dram_blocks: int
+    store_blocks: int
+    dram_s: float
+    store_s: float
+
+
+class Requests(NamedTuple):
+    """Per request. ``gen``: tokens generated so far; ``anon``: blocks it holds that carry no
+    hash (a partial prompt block, generated tokens); ``seq``: its latest schedule's number."""
+
+    replica: np.ndarray
+    hit_blocks: np.ndarray
+    hit_tok: np.ndarray
+    ttft: np.ndarray
+    first_start: np.ndarray
+    done_at: np.ndarray
+    rem: np.ndarray  # prefill tokens still to compute
+    ctx: np.ndarray  # positions before the next chunk
+    qnext: np.ndarray
+    started: np.ndarray
+    gen: np.ndarray
+    anon: np.ndarray
+    dec_start: np.ndarray  # the replica's step count when its decode began
+    seq: np.ndarray
+    src_tok: np.ndarray  # hit tokens by source (HBM, DRAM, store)
+    saved: np.ndarray  # prefill seconds each source saves, transfers paid
+    xfer: np.ndarray
+    cost_none: np.ndarray  # T(input, 0): the request without any cache
+
+
+class Replicas(NamedTuple):
+    """Per replica: clock and counters, the queue, loads, cache sizes and the time-weighted
+    sums of the blocks running requests hold and the prefix cache's size."""
+
+    now: np.ndarray
+    busy: np.ndarray
+    steps: np.ndarray
+    prefill_tok: np.ndarray
+    decode_tok: np.ndarray
+    qhead: np.ndarray
+    qtail: np.ndarray
+    n_started: np.ndarray
+    outstanding: np.ndarray  # prefill tokens queued (the least-loaded load)
+    inflight: np.ndarray  # routed, not finished (the cache-aware load)
+    n_dec: np.ndarray
+    sum_ctx: np.ndarray  # context of the decoding requests
+    size: np.ndarray  # blocks cached (ideal)
+    tsize: np.ndarray  # blocks in the router tree (cache-aware)
+    dsize: np.ndarray  # blocks in the DRAM tier
+    filled_at: np.ndarray
+    preemptions: np.ndarray
+    footprint: np.ndarray  # blocks the running requests need (ideal: not taken from a pool)
+    running_s: np.ndarray  # Σ running blocks × step seconds
+    cached_s: np.ndarray  # Σ prefix-cache blocks × step seconds
+    hist: np.ndarray  # (replicas, HIST_BUCKETS): step seconds by running blocks
+    overlap: np.ndarray  # scratch: each replica's leading run for the request being routed
+    score: np.ndarray  # scratch: router scores
+    clock: np.ndarray  # [last tree eviction (s), schedule counter, stamp counter, store size]
+
+
+class Heaps(NamedTuple):
+    """Two indexed min-heaps per replica over its running requests (segments of ``max_seqs``):
+    decodes by the step they end, decodes by the step they next need a block."""
+
+    done_key: np.ndarray
+    done_req: np.ndarray
+    done_n: np.ndarray
+    done_pos: np.ndarray
+    grow_key: np.ndarray
+    grow_req: np.ndarray
+    grow_n: np.ndarray
+    grow_pos: np.ndarray
+
+
+class Sets(NamedTuple):
+    """The block sets: per block ``uint64`` masks of which replicas hold it (``held``: its
+    cache, or its KV pool's hashes), and linked lists over nodes ``i·(n_unique + 1) + b``
+    (sentinel ``i·(n_unique + 1) + n_unique``): the cache's eviction order (ideal), the router
+    trees, the DRAM tiers and the store."""
+
+    held: np.ndarray
+    nxt: np.ndarray
+    prv: np.ndarray
+    tree_held: np.ndarray
+    tnxt: np.ndarray
+    tprv: np.ndarray
+    dram_held: np.ndarray
+    dnxt: np.ndarray
+    dprv: np.ndarray
+    store_in: np.ndarray
+    snxt: np.ndarray
+    sprv: np.ndarray
+
+
+class Pool(NamedTuple):
+    """One KV pool per replica (vllm, sglang), over the same nodes as :class:`Sets`.
+
+    - ``refcnt``: running requests holding the block; ``free_n``: free blocks (vllm: the free
+      queue's length; sglang: free plus evictable); ``cached_free``: free blocks that keep a
+      hash (the prefix cache);
+    - vllm's free queue is the list ``Sets.nxt``/``prv``; ``anon_before[v]``: hashless free
+      blocks just before node ``v`` (at the sentinel: after the last node);
+    - sglang: ``nchild`` cached children per block, ``stamp`` the release that last unlocked it,
+      a heap of evictable leaves by stamp (``heap_*``), ``anon_free`` hashless free blocks;
+    - the running requests in schedule order (``rnext``/``rprev``, sentinel ``n + i``)."""
+
+    refcnt: np.ndarray
+    anon_before: np.ndarray
+    free_n: np.ndarray
+    cached_free: np.ndarray
+    nchild: np.ndarray
+    stamp: np.ndarray
+    heap_key: np.ndarray
+    heap_node: np.ndarray
+    heap_n: np.ndarray
+    heap_pos: np.ndarray
+    anon_free: np.ndarray
+    rnext: np.ndarray
+    rprev: np.ndarray
+    stamp_ctr: np.ndarray  # [releases so far] (sglang's stamps)
+
+
+def requests(n: int) -> Requests:
+    z64, zf = (lambda: np.zeros(n, np.int64)), (lambda: np.zeros(n, np.float64))
+    return Requests(
+        np.full(n, NONE, np.int32), np.zeros(n, np.int32), z64(), zf(), zf(), zf(), z64(), z64(),
+        np.full(n, NONE, np.int64), np.zeros(n, np.bool_), z64(), z64(), z64(),
+        np.full(n, NONE, np.int64), np.zeros((n, 3), np.int64), np.zeros((n, 3), np.float64),
+        zf(), zf(),
+    )  # fmt: skip
+
+
+def replicas(n_rep: int, first_arrival: float) -> Replicas:
+    z64, zf = (lambda: np.zeros(n_rep, np.int64)), (lambda: np.zeros(n_rep, np.float64))
+    return Replicas(
+        zf(), zf(), z64(), z64(), z64(), np.full(n_rep, NONE, np.int64),
+        np.full(n_rep, NONE, np.int64), z64(), zf(), zf(), z64(), z64(), z64(), z64(), z64(),
+        np.full(n_rep, NONE, np.int64), z64(), z64(), zf(), zf(),
+        np.zeros((n_rep, HIST_BUCKETS), np.float64), z64(), zf(),
+        np.array([first_arrival, 0, 0, 0], np.float64),
+    )  # fmt: skip
+
+
+def heaps(n: int, n_rep: int, max_seqs: int) -> Heaps:
+    m = n_rep * max_seqs
+
+    def heap() -> tuple[np.ndarray, ...]:
+        return (
+            np.zeros(m, np.int64),
+            np.zeros(m, np.int64),
+            np.zeros(n_rep, np.int64),
+            np.full(n, NONE, np.int64),
+        )
+
+    return Heaps(*heap(), *heap())
+
+
+def sets(n_unique: int, n_rep: int, tree: bool, dram: bool, store: bool) -> Sets:
+    nodes = n_rep * (n_unique + 1)
+
+    def lists(on: bool) -> tuple[np.ndarray, ...]:
+        return (
+            np.zeros(n_unique if on else 1, np.uint64),
+            np.empty(nodes if on else 1, np.int32),
+            np.empty(nodes if on else 1, np.int32),
+        )
+
+    s = n_unique + 1 if store else 1
+    return Sets(
+        *lists(True),
+        *lists(tree),
+        *lists(dram),
+        np.zeros(n_unique if store else 1, np.bool_),
+        np.empty(s, np.int32),
+        np.empty(s, np.int32),
+    )
+
+
+def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int) -> Pool:
+    on = engine != IDEAL
+    nodes = n_rep * (n_unique + 1) if on else 1
+    sg = engine == SGLANG
+    leaves = min(capacity, n_unique) + 1
+    return Pool(
+        np.zeros(nodes, np.int32),
+        np.zeros(nodes if engine == VLLM else 1, np.int64),
+        np.full(n_rep, capacity, np.int64),
+        np.zeros(n_rep, np.int64),
+        np.zeros(nodes if sg else 1, np.int32),
+        np.zeros(nodes if sg else 1, np.int64),
+        np.zeros(n_rep * leaves if sg else 1, np.int64),
+        np.zeros(n_rep * leaves if sg else 1, np.int64),
+        np.zeros(n_rep, np.int64),
+        np.full(nodes if sg else 1, NONE, np.int64),
+        np.full(n_rep, capacity, np.int64),
+        np.empty(n + n_rep if on else 1, np.int64),
+        np.empty(n + n_rep if on else 1, np.int64),
+        np.zeros(1, np.int64),
+    )

@@ -1,0 +1,276 @@
+"""One step of a replica: vLLM's scheduler with chunked prefill (docs/fleet.md).
+
+1. (``vllm``, ``sglang``) every decoding request whose sequence crosses a block boundary in
+   this step takes one block, oldest schedule first; when no block is free the newest running
+   request is preempted (:func:`preempt`) until one is, or until the request itself was;
+2. every decoding request adds one token; the queue, first come first served, fills what is
+   left of the token ``budget``, a request's prefill split across steps when it does not fit;
+   at most ``max_seqs`` requests run (decoding or part-prefilled). Under a KV pool a request
+   is scheduled only when its blocks fit (``_pool.admit``), else the queue waits;
+3. the step's time is the cost model over its chunks and decodes (``stepcost.py``);
+4. decodes that end and prefills that complete leave: a request's first token is out when
+   the step holding its last prefill chunk ends (its TTFT), then it decodes ``output - 1``
+   more tokens, one per step; a finished request releases its blocks.
+
+Every request's blocks are counted in the step's footprint under ``ideal`` too (where they
+are not taken from the cache), so the engines report running blocks alike.
+"""
+
+from __future__ import annotations
+
+from prefixscope.analysis.fleet import _heap, _pool
+from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, step_piece
+
+NEVER = 2**62
+EMPTY = 2**63 - 1  # an empty heap's top key
+
+
+@step_piece
+def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+    """Run one step of replica ``i`` and advance its clock."""
+    if sched.engine != IDEAL:
+        _grow(i, tr, sched, stride, req, rep, hp, sets, pool)
+    else:
+        _grow_footprint(i, tr, sched, req, rep, hp)
+    d = rep.n_dec[i]
+    left = sched.budget - d
+    seconds = cost.a + cost.f * d + (cost.c + cost.e * max(1.0, cost.k2)) * rep.sum_ctx[i]
+    tokens = d
+    q = rep.qhead[i]
+    while q != NONE and left > 0:
+        if not req.started[q]:
+            if d + rep.n_started[i] >= sched.max_seqs:
+                break
+            if not _start(q, i, tr, cost, sched, stride, req, rep, sets, pool):
+                break
+            seconds += req.xfer[q]  # its prefix is loaded before its first chunk
+        take = min(req.rem[q], left)
+        c0 = req.ctx[q]
+        seconds += cost.c * c0 + cost.e * max(take, cost.k2) * c0 + cost.f * take * take
+        tokens += take
+        left -= take
+        req.rem[q] -= take
+        req.ctx[q] += take
+        rep.outstanding[i] -= take
+        if req.rem[q] > 0:
+            break
+        q = req.qnext[q]
+    seconds += cost.b * max(tokens, cost.k1)
+    _account(i, seconds, sched, rep, pool)
+    rep.now[i] += seconds
+    rep.busy[i] += seconds
+    rep.steps[i] += 1
+    rep.prefill_tok[i] += tokens - d
+    rep.decode_tok[i] += d
+    rep.sum_ctx[i] += d
+    _end_decodes(i, tr, sched, stride, req, rep, hp, sets, pool)
+    _end_prefills(i, q, tr, sched, stride, req, rep, hp, sets, pool)
+
+
+@step_piece
+def _start(q, i, tr, cost, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+    """Request ``q`` is scheduled: its blocks (under a pool, if they fit), its schedule number
+    and, the first time, its start."""
+    if sched.engine != IDEAL:
+        if not _pool.admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):
+            return False
+        n = tr.offsets.size - 1
+        sentinel = n + i  # the newest running request is the list's last
+        last = pool.rprev[sentinel]
+        pool.rnext[last] = q
+        pool.rprev[q] = last
+        pool.rnext[q] = sentinel
+        pool.rprev[sentinel] = q
+    else:
+        nb = tr.offsets[q + 1] - tr.offsets[q]
+        total = max(nb, (tr.input_tokens[q] + sched.block_size - 1) // sched.block_size)
+        req.anon[q] = total - nb
+    rep.footprint[i] += tr.offsets[q + 1] - tr.offsets[q] + req.anon[q]
+    if req.seq[q] == NONE:
+        req.first_start[q] = rep.now[i]
+    req.seq[q] = int(rep.clock[1])
+    rep.clock[1] += 1
+    req.started[q] = True
+    rep.n_started[i] += 1
+    return True
+
+
+@step_piece
+def _account(i, seconds, sched, rep, pool):  # type: ignore[no-untyped-def]
+    """The step's share of the time-weighted running blocks and prefix-cache size."""
+    if sched.engine == IDEAL:
+        running, cached = rep.footprint[i], rep.size[i]
+    else:
+        running, cached = sched.capacity - pool.free_n[i], pool.cached_free[i]
+    rep.running_s[i] += running * seconds
+    rep.cached_s[i] += cached * seconds
+    bucket = min(running // sched.hist_width, rep.hist.shape[1] - 1)
+    rep.hist[i, bucket] += seconds
+
+
+@step_piece
+def _grow_at(q, tr, sched, req):  # type: ignore[no-untyped-def]
+    """The step at which decoding request ``q`` next needs a block (its context passes the
+    blocks it holds), or ``NEVER`` when its decode ends first."""
+    nb = tr.offsets[q + 1] - tr.offsets[q]
+    inp, g = tr.input_tokens[q], req.gen[q]
+    at = (nb + req.anon[q]) * sched.block_size - inp - g + req.dec_start[q] + 2
+    end = req.dec_start[q] + tr.output_tokens[q] - g
+    return at if at <= end else NEVER
+
+
+@step_piece
+def _push_grow(q, i, tr, sched, req, hp):  # type: ignore[no-untyped-def]
+    at = _grow_at(q, tr, sched, req)
+    if at != NEVER:
+        base = i * sched.max_seqs
+        key = at * SEQ_SPAN + req.seq[q]
+        _heap.push(hp.grow_key, hp.grow_req, hp.grow_pos, hp.grow_n, i, base, key, q)
+
+
+@step_piece
+def _grow_footprint(i, tr, sched, req, rep, hp):  # type: ignore[no-untyped-def]
+    """``ideal``: the decodes' new blocks, counted but taken from nothing."""
+    base = i * sched.max_seqs
+    due = (rep.steps[i] + 1) * SEQ_SPAN + SEQ_SPAN - 1
+    while _heap.top_key(hp.grow_key, hp.grow_n, i, base, EMPTY) <= due:
+        q = hp.grow_req[base]
+        _heap.remove(hp.grow_key, hp.grow_req, hp.grow_pos, hp.grow_n, i, base, q)
+        req.anon[q] += 1
+        rep.footprint[i] += 1
+        _push_grow(q, i, tr, sched, req, hp)
+
+
+@step_piece
+def _grow(i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+    """Under a pool: each growing decode takes a block, preempting the newest when none is
+    free (vLLM's ``schedule``: a running request that cannot allocate preempts the last of
+    ``running``, itself included)."""
+    base = i * sched.max_seqs
+    due = (rep.steps[i] + 1) * SEQ_SPAN + SEQ_SPAN - 1
+    sentinel = tr.offsets.size - 1 + i
+    while _heap.top_key(hp.grow_key, hp.grow_n, i, base, EMPTY) <= due:
+        q = hp.grow_req[base]
+        _heap.remove(hp.grow_key, hp.grow_req, hp.grow_pos, hp.grow_n, i, base, q)
+        gone = False
+        while pool.free_n[i] == 0:
+            v = pool.rprev[sentinel]
+            preempt(v, i, tr, sched, stride, req, rep, hp, sets, pool)
+            if v == q:
+                gone = True
+                break
+        if gone:
+            continue
+        _pool.take(i, q, stride, sched, tr.parent, sets, pool, rep)
+        req.anon[q] += 1
+        rep.footprint[i] += 1
+        _push_grow(q, i, tr, sched, req, hp)
+
+
+@step_piece
+def preempt(v, i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+    """Request ``v`` gives its blocks back and waits at the front of the queue (behind a
+    part-prefilled head, which vLLM keeps running), to recompute its prompt and the tokens it
+    generated; its prefix may still be cached then."""
+    pool.rnext[pool.rprev[v]] = pool.rnext[v]
+    pool.rprev[pool.rnext[v]] = pool.rprev[v]
+    base = i * sched.max_seqs
+    if hp.done_pos[v] >= 0:  # decoding
+        _heap.remove(hp.done_key, hp.done_req, hp.done_pos, hp.done_n, i, base, v)
+        _heap.remove(hp.grow_key, hp.grow_req, hp.grow_pos, hp.grow_n, i, base, v)
+        g = req.gen[v] + rep.steps[i] - req.dec_start[v]
+        rep.sum_ctx[i] -= tr.input_tokens[v] + g
+        rep.n_dec[i] -= 1
+        req.gen[v] = g
+        h = rep.qhead[i]
+        if h != NONE and req.started[h]:
+            req.qnext[v] = req.qnext[h]
+            req.qnext[h] = v
+            if rep.qtail[i] == h:
+                rep.qtail[i] = v
+        else:
+            req.qnext[v] = h
+            rep.qhead[i] = v
+            if h == NONE:
+                rep.qtail[i] = v
+    else:  # the part-prefilled head
+        rep.n_started[i] -= 1
+        rep.outstanding[i] -= req.rem[v]
+    req.started[v] = False
+    _free(v, i, tr, sched, stride, req, rep, sets, pool)
+    req.rem[v] = tr.input_tokens[v] + req.gen[v]
+    rep.outstanding[i] += req.rem[v]
+    rep.preemptions[i] += 1
+
+
+@step_piece
+def _free(q, i, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+    start, end = tr.offsets[q], tr.offsets[q + 1]
+    rep.footprint[i] -= end - start + req.anon[q]
+    if sched.engine != IDEAL:
+        _pool.release(
+            i,
+            req.anon[q],
+            tr.blocks,
+            tr.repeat,
+            start,
+            end,
+            stride,
+            sched,
+            sets,
+            pool,
+            rep.now.size,
+        )
+    req.anon[q] = 0
+
+
+@step_piece
+def _finish(q, i, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+    rep.inflight[i] -= 1
+    req.done_at[q] = rep.now[i]
+    _free(q, i, tr, sched, stride, req, rep, sets, pool)
+    if sched.engine != IDEAL:
+        pool.rnext[pool.rprev[q]] = pool.rnext[q]
+        pool.rprev[pool.rnext[q]] = pool.rprev[q]
+
+
+@step_piece
+def _end_decodes(i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+    """Decodes whose last token came out in this step, in schedule order."""
+    base = i * sched.max_seqs
+    due = rep.steps[i] * SEQ_SPAN + SEQ_SPAN - 1
+    while _heap.top_key(hp.done_key, hp.done_n, i, base, EMPTY) <= due:
+        q = hp.done_req[base]
+        _heap.remove(hp.done_key, hp.done_req, hp.done_pos, hp.done_n, i, base, q)
+        _heap.remove(hp.grow_key, hp.grow_req, hp.grow_pos, hp.grow_n, i, base, q)
+        rep.sum_ctx[i] -= tr.input_tokens[q] + tr.output_tokens[q]
+        rep.n_dec[i] -= 1
+        _finish(q, i, tr, sched, stride, req, rep, sets, pool)
+
+
+@step_piece
+def _end_prefills(i, q, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+    """The queue's requests before ``q`` completed their prefill in this step: a token out
+    (the first: their TTFT), then decoding or done."""
+    base = i * sched.max_seqs
+    h = rep.qhead[i]
+    while h != q:
+        nx = req.qnext[h]
+        rep.n_started[i] -= 1
+        if req.gen[h] == 0:
+            req.ttft[h] = rep.now[i] - tr.arrival[h]
+        req.gen[h] += 1
+        more = tr.output_tokens[h] - req.gen[h]
+        if more > 0:
+            req.dec_start[h] = rep.steps[i]
+            key = (rep.steps[i] + more) * SEQ_SPAN + req.seq[h]
+            _heap.push(hp.done_key, hp.done_req, hp.done_pos, hp.done_n, i, base, key, h)
+            rep.n_dec[i] += 1
+            rep.sum_ctx[i] += tr.input_tokens[h] + req.gen[h]
+            _push_grow(h, i, tr, sched, req, hp)
+        else:
+            _finish(h, i, tr, sched, stride, req, rep, sets, pool)
+        h = nx
+    rep.qhead[i] = q
+    if q == NONE:
+        rep.qtail[i] = NONE

@@ -1,0 +1,61 @@
+"""The engines: how a replica keeps KV. A registry, as the routers and eviction policies are;
+each entry states its rule and the source it follows (docs/fleet.md, "Engines").
+
+- ``ideal``: the prefix cache apart from the memory running requests hold (its capacity is all
+  cache), looked up and filled at arrival; one replica equals ``simulate``;
+- ``vllm``, ``sglang``: one KV pool per replica holds the running requests' blocks and the
+  prefix cache, so load shrinks the cache (``_pool.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefixscope.analysis.fleet import _records
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    name: str
+    code: int  # _records.IDEAL or the pool's code in ``_pool``
+    rule: str
+    reference: str
+
+    @property
+    def pooled(self) -> bool:
+        return self.code != _records.IDEAL
+
+
+ENGINES: dict[str, EngineKind] = {
+    e.name: e
+    for e in (
+        EngineKind(
+            "ideal",
+            _records.IDEAL,
+            "a prefix cache of the whole capacity, apart from the running requests' memory",
+            "simulate (docs/simulation.md)",
+        ),
+        EngineKind(
+            "vllm",
+            _records.VLLM,
+            "one pool: running requests hold their blocks; freed blocks join a free queue tail "
+            "block first and keep their hashes; allocation takes the least recently freed; "
+            "the newest running request is preempted when no block is free",
+            "vLLM v1 block_pool.py, kv_cache_manager.py, sched/scheduler.py",
+        ),
+        EngineKind(
+            "sglang",
+            _records.SGLANG,
+            "one pool: running requests lock their path; the radix cache evicts the unlocked "
+            "leaf last accessed longest ago; the newest running request is preempted when no "
+            "block is free",
+            "SGLang mem_cache/radix_cache.py",
+        ),
+    )
+}
+
+
+def resolve_engine(name: str) -> EngineKind:
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    return ENGINES[name]

@@ -1,0 +1,334 @@
+"""The ``vllm`` and ``sglang`` engines in plain Python: the test oracle for the compiled KV pool
+(``_pool.py``) and the scheduler's preemption (``_sched.py``).
+
+Written for obviousness, not speed. Each replica's pool is a dict of the hashes it holds
+(block -> how many running requests hold it) and the count of its free blocks, recounted:
+
+- ``vllm``: the free queue is an ``OrderedDict`` in eviction order, hashless blocks as
+  entries of their own; a release appends the request's hashless blocks, then its prompt's
+  from the deepest; an allocation pops the first entry (evicting its hash); a hit takes its
+  entry out;
+- ``sglang``: hashless free blocks are counted; an allocation evicts, among the free hashed
+  blocks no cached block extends, the one released longest ago (ties: the smaller id).
+
+The schedule (docs/fleet.md, "Engines"): a request is looked up and takes its blocks when
+first scheduled, if they fit; each step, the decodes that outgrow their blocks take one
+each, oldest schedule first, preempting the newest running request while none is free.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prefixscope.analysis.fleet.reference import _Decoding, _prefill_alone, _Request, route
+from prefixscope.analysis.fleet.reference_parts import (
+    HIST_BUCKETS,
+    _fixed_routing,
+    blocks_for,
+    time_weighted,
+)
+from prefixscope.analysis.fleet.run import (
+    Engine,
+    Fleet,
+    FleetOutcome,
+    Traffic,
+    histogram_width,
+)
+from prefixscope.analysis.trace.csr import Trace
+
+
+@dataclass
+class _PoolReplica:
+    capacity: int
+    sglang: bool
+    cache: dict[int, int] = field(default_factory=dict)  # hash -> running holders
+    free_queue: OrderedDict[tuple[str, int], None] = field(default_factory=OrderedDict)
+    anon_free: int = 0  # sglang's hashless free blocks
+    stamp: dict[int, int] = field(default_factory=dict)
+    releases: int = 0
+    anon_ids: int = 0
+    tree: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    queue: deque[int] = field(default_factory=deque)
+    decoding: dict[int, _Decoding] = field(default_factory=dict)
+    running: list[int] = field(default_factory=list)  # schedule order
+    held: dict[int, int] = field(default_factory=dict)  # request -> hashless blocks it holds
+    now: float = 0.0
+    busy: float = 0.0
+    steps: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    filled_at: int = -1
+    preemptions: int = 0
+    running_s: float = 0.0
+    cached_s: float = 0.0
+    hist: dict[int, float] = field(default_factory=dict)
+
+    def has_work(self) -> bool:
+        return bool(self.queue) or bool(self.decoding)
+
+    def free(self) -> int:
+        if self.sglang:
+            return self.anon_free + sum(1 for n in self.cache.values() if n == 0)
+        return len(self.free_queue)
+
+    def cached_free(self) -> int:
+        return sum(1 for n in self.cache.values() if n == 0)
+
+    def take(self, r: int, parent: np.ndarray) -> None:
+        """One free block for request ``r``."""
+        if self.sglang:
+            if self.anon_free:
+                self.anon_free -= 1
+                return
+            children = {int(parent[b]) for b in self.cache}
+            leaves = [b for b, n in self.cache.items() if n == 0 and b not in children]
+            self._evict(min(leaves, key=lambda b: (self.stamp[b], b)), r)
+            return
+        (kind, b), _ = self.free_queue.popitem(last=False)
+        if kind == "hash":
+            self._evict(b, r)
+
+    def _evict(self, b: int, r: int) -> None:
+        del self.cache[b]
+        if self.filled_at == -1:
+            self.filled_at = r
+
+    def lock(self, b: int) -> None:
+        if self.cache[b] == 0 and not self.sglang:
+            del self.free_queue[("hash", b)]
+        self.cache[b] += 1
+
+    def release(self, blocks: list[int], anon: int) -> None:
+        self.releases += 1
+        if self.sglang:
+            self.anon_free += anon
+        for _ in range(0 if self.sglang else anon):
+            self.anon_ids += 1
+            self.free_queue[("anon", self.anon_ids)] = None
+        for b in reversed(list(dict.fromkeys(blocks))):
+            self.cache[b] -= 1
+            if self.cache[b] == 0:
+                self.stamp[b] = self.releases
+                if not self.sglang:
+                    self.free_queue[("hash", b)] = None
+
+
+def reference_pool_fleet(
+    trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
+) -> FleetOutcome:
+    """The fleet under ``fleet.engine`` (``vllm`` or ``sglang``), as ``simulate_fleet`` runs it."""
+    fleet.check()
+    engine.check()
+    n_rep, settings = fleet.replicas, engine.routers
+    arrival = trace.times / fleet.load_scale
+    output = np.asarray(traffic.output_tokens, np.int64)
+    requests = [
+        _Request(
+            arrival=float(arrival[r]),
+            blocks=[int(b) for b in trace.blocks[trace.offsets[r] : trace.offsets[r + 1]]],
+            input_tokens=int(trace.input_tokens[r]),
+            output_tokens=int(output[r]),
+            recomputes_last=bool(trace.recomputes_last_block[r]),
+        )
+        for r in range(trace.n_requests)
+    ]
+    gen = [0] * len(requests)
+    seq = [-1] * len(requests)
+    replicas = [_PoolReplica(fleet.capacity_blocks, fleet.engine == "sglang") for _ in range(n_rep)]
+    for rep in replicas:
+        for _ in range(0 if rep.sglang else rep.capacity):
+            rep.anon_ids += 1
+            rep.free_queue[("anon", rep.anon_ids)] = None
+        rep.anon_free = rep.capacity if rep.sglang else 0
+    fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
+    width = histogram_width(trace, output, fleet, engine)
+    ctx = _Context(trace, engine, requests, gen, seq, width, [0])
+    clock = [requests[0].arrival if requests else 0.0]
+    for r, req in enumerate(requests):
+        for rep in replicas:
+            while rep.now < req.arrival and rep.has_work():
+                _step(rep, ctx)
+            rep.now = max(rep.now, req.arrival)
+        i = route(r, req, replicas, requests, fleet, settings, fixed, trace.block_size, clock)
+        req.replica = i
+        req.to_prefill = req.input_tokens
+        replicas[i].queue.append(r)
+    for rep in replicas:
+        while rep.has_work():
+            _step(rep, ctx)
+
+    def per_request(name: str, dtype: type) -> np.ndarray:
+        return np.array([getattr(q, name) for q in requests], dtype)
+
+    def per_replica(name: str, dtype: type) -> np.ndarray:
+        return np.array([getattr(p, name) for p in replicas], dtype)
+
+    n = len(requests)
+    return FleetOutcome(
+        fleet=fleet,
+        arrival=arrival,
+        replica=per_request("replica", np.int32),
+        hit_blocks=per_request("hit_blocks", np.int32),
+        hit_tokens=per_request("hit_tokens", np.int64),
+        ttft=per_request("ttft", np.float64),
+        first_start=per_request("first_start", np.float64),
+        done_at=per_request("done_at", np.float64),
+        busy=per_replica("busy", np.float64),
+        steps=per_replica("steps", np.int64),
+        prefill_tokens=per_replica("prefill_tokens", np.int64),
+        decode_tokens=per_replica("decode_tokens", np.int64),
+        filled_at=per_replica("filled_at", np.int64),
+        drained_at=per_replica("now", np.float64),
+        source_tokens=np.array([q.source_tokens for q in requests], np.int64).reshape(n, 3),
+        source_saved_s=np.array([q.source_saved for q in requests], np.float64).reshape(n, 3),
+        transfer_s=per_request("transfer", np.float64),
+        no_cache_s=per_request("no_cache", np.float64),
+        **time_weighted(replicas, width),
+    )
+
+
+@dataclass
+class _Context:
+    trace: Trace
+    engine: Engine
+    requests: list[_Request]
+    gen: list[int]
+    seq: list[int]
+    width: int
+    schedules: list[int]
+
+
+def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
+    req, bs = c.requests[q], c.trace.block_size
+    length = req.input_tokens + c.gen[q]
+    k = 0
+    while k < len(req.blocks) and req.blocks[k] in rep.cache:
+        k += 1
+    anon = blocks_for(req, length, bs) - len(req.blocks)
+    distinct = list(dict.fromkeys(req.blocks))  # a block named twice is held once
+    need = anon + sum(1 for b in distinct if rep.cache.get(b, 0) == 0)
+    if need > rep.free():
+        return False
+    for b in distinct:
+        if b in rep.cache:
+            rep.lock(b)
+    for b in distinct:
+        if b not in rep.cache:
+            rep.take(q, c.trace.parent)
+            rep.cache[b] = 1
+    for _ in range(anon):
+        rep.take(q, c.trace.parent)
+    rep.held[q] = anon
+    nb, inp = len(req.blocks), req.input_tokens
+    if c.gen[q] == 0:
+        served = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
+        req.hit_blocks, req.hit_tokens = k, min(served * bs, inp)
+        new = max(inp - req.hit_tokens, 1)
+        req.source_tokens = [req.hit_tokens, 0, 0]
+        req.no_cache = _prefill_alone(c.engine.cost, max(inp, 1), 0)
+        alone = _prefill_alone(c.engine.cost, new, max(inp - new, 0))
+        req.source_saved = [req.no_cache - alone, 0.0, 0.0]
+    else:
+        new = length - min(k * bs, inp)
+    req.to_prefill, req.context = new, max(length - new, 0)
+    return True
+
+
+def _preempt(v: int, rep: _PoolReplica, c: _Context) -> None:
+    req = c.requests[v]
+    rep.running.remove(v)
+    if v in rep.decoding:
+        c.gen[v] = req.output_tokens - rep.decoding.pop(v).left
+        head = rep.queue[0] if rep.queue else None
+        at = 1 if head is not None and c.requests[head].started else 0
+        rep.queue.insert(at, v)
+    req.started = False
+    rep.release(req.blocks, rep.held.pop(v))
+    req.to_prefill = req.input_tokens + c.gen[v]
+    rep.preemptions += 1
+
+
+def _grow(rep: _PoolReplica, c: _Context) -> None:
+    """Decodes that outgrow their blocks in this step take one each, oldest schedule first."""
+    bs = c.trace.block_size
+    for q in sorted(rep.decoding, key=lambda r: c.seq[r]):
+        if q not in rep.decoding:
+            continue  # preempted for an older one
+        req = c.requests[q]
+        if blocks_for(req, rep.decoding[q].context, bs) <= len(req.blocks) + rep.held[q]:
+            continue
+        while rep.free() == 0 and q in rep.running:
+            _preempt(max(rep.running, key=lambda r: c.seq[r]), rep, c)
+        if q in rep.running:
+            rep.take(q, c.trace.parent)
+            rep.held[q] += 1
+
+
+def _step(rep: _PoolReplica, c: _Context) -> None:
+    _grow(rep, c)
+    a, b, cc, e, f, k1, k2 = (float(x) for x in c.engine.cost.array())
+    d = len(rep.decoding)
+    seconds = a + f * d + (cc + e * max(1.0, k2)) * sum(x.context for x in rep.decoding.values())
+    tokens, left = d, c.engine.budget_tokens - d
+    running = d + sum(c.requests[q].started for q in rep.queue)
+    through = 0
+    for q in rep.queue:
+        if left <= 0:
+            break
+        req = c.requests[q]
+        if not req.started:
+            if running >= c.engine.max_seqs or not _admit(q, rep, c):
+                break
+            if c.seq[q] == -1:
+                req.first_start = rep.now
+            c.seq[q] = c.schedules[0]
+            c.schedules[0] += 1
+            req.started = True
+            rep.running.append(q)
+            running += 1
+        take = min(req.to_prefill, left)
+        seconds += cc * req.context + e * max(take, k2) * req.context + f * take * take
+        tokens += take
+        left -= take
+        req.to_prefill -= take
+        req.context += take
+        if req.to_prefill > 0:
+            break
+        through += 1
+    seconds += b * max(tokens, k1)
+    held = rep.capacity - rep.free()
+    rep.running_s += held * seconds
+    rep.cached_s += rep.cached_free() * seconds
+    bucket = min(held // c.width, HIST_BUCKETS - 1)
+    rep.hist[bucket] = rep.hist.get(bucket, 0.0) + seconds
+    rep.now += seconds
+    rep.busy += seconds
+    rep.steps += 1
+    rep.prefill_tokens += tokens - d
+    rep.decode_tokens += d
+    for r in sorted(rep.decoding, key=lambda r: c.seq[r]):
+        dec = rep.decoding[r]
+        dec.context += 1
+        dec.left -= 1
+        if dec.left == 0:
+            del rep.decoding[r]
+            _finish(r, rep, c)
+    for _ in range(through):
+        r = rep.queue.popleft()
+        req = c.requests[r]
+        if c.gen[r] == 0:
+            req.ttft = rep.now - req.arrival
+        c.gen[r] += 1
+        if req.output_tokens - c.gen[r] > 0:
+            rep.decoding[r] = _Decoding(req.input_tokens + c.gen[r], req.output_tokens - c.gen[r])
+        else:
+            _finish(r, rep, c)
+
+
+def _finish(r: int, rep: _PoolReplica, c: _Context) -> None:
+    c.requests[r].done_at = rep.now
+    rep.running.remove(r)
+    rep.release(c.requests[r].blocks, rep.held.pop(r))

@@ -1,0 +1,105 @@
+"""The KV-pool engines (vllm, sglang): what the pool must hold, what it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from prefixscope.analysis.fleet.hardware import Hardware
+from prefixscope.analysis.fleet.run import Fleet, Tiers, Traffic, simulate_fleet
+from prefixscope.stages.fleet import _check_pools_fit
+from tests.test_fleet import ENGINE, sessions_trace
+from tests.test_fleet_deployment import fleet, rows, small  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(scope="module")
+def busy() -> tuple:  # type: ignore[type-arg]
+    """Conversations of long outputs arriving fast: pools of a few dozen blocks fill."""
+    trace, traffic = sessions_trace(n_sessions=40, turns=4, seed=5, gap_s=0.02)
+    return trace, Traffic(traffic.output_tokens * 8 + 40, traffic.sessions)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("capacity", [40, 80, 4_000])
+def test_a_pool_never_holds_more_than_its_capacity(busy: tuple, engine: str, capacity: int) -> None:  # type: ignore[type-arg]
+    trace, traffic = busy
+    out = simulate_fleet(trace, traffic, Fleet("round-robin", 2, capacity, engine=engine), ENGINE)
+    assert (out.running_blocks_p95 <= capacity).all()
+    assert (out.running_blocks_mean + out.prefix_cache_blocks_mean <= capacity + 1e-9).all()
+    assert (out.ttft > 0).all() and (out.done_at >= out.first_start).all()
+    if capacity == 4_000:  # room for everything: nobody is preempted
+        assert out.preemptions.sum() == 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_tight_pool_preempts_and_a_larger_one_caches_more(busy: tuple, engine: str) -> None:  # type: ignore[type-arg]
+    trace, traffic = busy
+    tight, roomy = (
+        simulate_fleet(trace, traffic, Fleet("round-robin", 2, c, engine=engine), ENGINE)
+        for c in (40, 4_000)
+    )
+    assert tight.preemptions.sum() > 0
+    assert roomy.prefix_cache_blocks_mean.sum() > tight.prefix_cache_blocks_mean.sum()
+    assert roomy.hit_tokens.sum() >= tight.hit_tokens.sum()
+
+
+def test_the_ideal_engine_takes_nothing_from_its_cache(busy: tuple) -> None:  # type: ignore[type-arg]
+    trace, traffic = busy
+    ideal = simulate_fleet(trace, traffic, Fleet("round-robin", 2, 40), ENGINE)
+    assert ideal.preemptions.sum() == 0
+    assert (ideal.running_blocks_p95 > 40).any()  # its running requests need more than 40
+
+
+@pytest.mark.parametrize(
+    ("fleet", "message"),
+    [
+        (Fleet("round-robin", 2, 3, engine="vllm"), "does not fit a KV pool"),
+        (Fleet("round-robin", 2, 400, engine="vllm", policy="fifo"), "its own rule"),
+        (Fleet("round-robin", 2, 400, engine="sglang", tiers=Tiers(dram_blocks=5)), "HBM alone"),
+        (Fleet("round-robin", 2, 400, engine="tgi"), "unknown engine"),
+        (Fleet("round-robin", 2, 400, policy="belady"), "replica's future"),
+    ],
+)
+def test_a_bad_engine_configuration_says_what_is_wrong(
+    busy: tuple,  # type: ignore[type-arg]
+    fleet: Fleet,
+    message: str,
+) -> None:
+    trace, traffic = busy
+    with pytest.raises(ValueError, match=message):
+        simulate_fleet(trace, traffic, fleet, ENGINE)
+
+
+def test_a_pool_beyond_the_deployment_is_refused_only_for_a_pool_engine() -> None:
+    h = Hardware(deployment="h100x1", gpu="h100", gpus=1, kv_pool_blocks=885, judged_blocks=885)
+    over = Fleet("round-robin", 2, 5_000)
+    _check_pools_fit([(over, h)])  # ideal: a what-if, its rows say exceeds_hbm
+    with pytest.raises(ValueError, match="exceed h100x1's pool of 885"):
+        _check_pools_fit([(replace(over, engine="vllm"), h)])
+    _check_pools_fit([(replace(over, engine="vllm", capacity_blocks=885), h)])
+
+
+def test_the_cli_refuses_a_pool_beyond_hbm_and_writes_nothing(small: Path, capsys) -> None:  # noqa: ANN001, F811
+    before = rows(small, "SELECT count(*) FROM runs")
+    flags = ["--deployment", "h100x1", "--capacity-blocks", "5000", "--engine", "vllm"]
+    assert fleet(small, *flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "exceed h100x1's pool" in err, err
+    assert rows(small, "SELECT count(*) FROM runs") == before
+
+
+def test_rows_carry_each_engine(small: Path) -> None:  # noqa: F811
+    assert fleet(small, "--deployment", "h100x1", "--engine", "ideal,vllm,sglang") == 0
+    got = rows(
+        small,
+        "SELECT engine, count(*) FROM latest_fleet_replicas GROUP BY engine ORDER BY engine",
+    )
+    assert got == [("ideal", 2), ("sglang", 2), ("vllm", 2)]
+    pooled = rows(
+        small,
+        "SELECT bool_and(running_blocks_p95 <= kv_pool_blocks) FROM latest_fleet_hit_rates "
+        "WHERE engine <> 'ideal'",
+    )
+    assert pooled == [(True,)]  # its conversations name block 1 twice: held once
