@@ -45,12 +45,12 @@ from prefixscope.analysis.fleet.engines import ENGINES
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.fleet.run import Engine, Fleet, Traffic, simulate_fleet
 from prefixscope.analysis.fleet.stepcost import from_roofline
+from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.isolation import subset
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.analysis.trace.measure import hit_tokens
-from prefixscope.stages.fleet import load_traffic
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

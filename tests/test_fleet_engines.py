@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from prefixscope.analysis.fleet.hardware import Hardware
+from prefixscope.analysis.fleet.hardware import Hardware, check_pools_fit
 from prefixscope.analysis.fleet.run import Fleet, Tiers, Traffic, simulate_fleet
-from prefixscope.stages.fleet import _check_pools_fit
 from tests.test_fleet import ENGINE, sessions_trace
 from tests.test_fleet_deployment import fleet, rows, small  # noqa: F401 (a fixture)
 
@@ -75,10 +74,10 @@ def test_a_bad_engine_configuration_says_what_is_wrong(
 def test_a_pool_beyond_the_deployment_is_refused_only_for_a_pool_engine() -> None:
     h = Hardware(deployment="h100x1", gpu="h100", gpus=1, kv_pool_blocks=885, judged_blocks=885)
     over = Fleet("round-robin", 2, 5_000)
-    _check_pools_fit([(over, h)])  # ideal: a what-if, its rows say exceeds_hbm
+    check_pools_fit([(over, h)])  # ideal: a what-if, its rows say exceeds_hbm
     with pytest.raises(ValueError, match="exceed h100x1's pool of 885"):
-        _check_pools_fit([(replace(over, engine="vllm"), h)])
-    _check_pools_fit([(replace(over, engine="vllm", capacity_blocks=885), h)])
+        check_pools_fit([(replace(over, engine="vllm"), h)])
+    check_pools_fit([(replace(over, engine="vllm", capacity_blocks=885), h)])
 
 
 def test_the_cli_refuses_a_pool_beyond_hbm_and_writes_nothing(small: Path, capsys) -> None:  # noqa: ANN001, F811

@@ -132,7 +132,7 @@ def test_transfers_are_paid_in_busy_time_and_ttft() -> None:
 
 @pytest.mark.parametrize(("gpu", "gbps"), [("h100", 63.0), ("h200", 63.0), ("a100", 31.5)])
 def test_a_dram_tier_reads_at_its_gpu_hosts_pcie_link_unless_told(gpu: str, gbps: float) -> None:
-    from prefixscope.stages.fleet import TierSpec, tiers_of
+    from prefixscope.analysis.fleet.tierspec import TierSpec, tiers_of
 
     tiers = tiers_of(TierSpec(64.0), None, "llama-3-8b", 512, "bf16", gpu)
     assert tiers.dram_gbps == gbps and tiers.dram_blocks == 64 * 2**30 // (512 * 131072)
@@ -146,7 +146,7 @@ def test_a_dram_tier_reads_at_its_gpu_hosts_pcie_link_unless_told(gpu: str, gbps
 def test_a_tier_of_no_whole_block_is_refused(dram, store) -> None:
     """A tier that holds no block of the model's KV would be priced and reported as a tier
     that cannot exist."""
-    from prefixscope.stages.fleet import TierSpec, tiers_of
+    from prefixscope.analysis.fleet.tierspec import TierSpec, tiers_of
 
     with pytest.raises(ValueError, match="holds no block of 512 tokens of llama-3-8b — give"):
         tiers_of(

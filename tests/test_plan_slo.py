@@ -17,6 +17,7 @@ from prefixscope.analysis.cost.gpus import GPUS
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.fleet.run import MAX_REPLICAS, Fleet, simulate_fleet
 from prefixscope.analysis.fleet.stepcost import from_roofline
+from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.plan.nocache import without_prefix_cache
 from prefixscope.analysis.plan.prices import Prices
 from prefixscope.analysis.plan.probe import Shared, simulate_probe
@@ -26,7 +27,6 @@ from prefixscope.analysis.plan.slo_tables import HOURS_PER_MONTH
 from prefixscope.analysis.plan.space import replica_of, series_of
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
-from prefixscope.stages.fleet import load_traffic
 from tests.conftest import mooncake_line
 
 

@@ -49,10 +49,11 @@ from prefixscope.analysis.fleet.tables import (
     window_groups,
 )
 from prefixscope.analysis.fleet.tierspec import TierSpec, tiers_of
+from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.load import block_size_of, load_trace, load_traffic
+from prefixscope.analysis.trace.load import block_size_of, load_trace
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.analysis.trace.tail import tail, tail_start
 from prefixscope.analysis.trace.windows import check_windows

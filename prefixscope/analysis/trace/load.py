@@ -3,16 +3,10 @@ order and the warehouse's block size."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import duckdb
-import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.trace.csr import Trace, build_trace
-
-if TYPE_CHECKING:
-    from prefixscope.analysis.fleet.run import Traffic
 
 #: Formats whose block ids come with the trace (a partial last block is hashed and can hit).
 #: Every other format is a token source, which follows vLLM's rule that the last prompt token
@@ -130,19 +124,3 @@ def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
         _LOADED.clear()  # one trace at a time: the memory of one
         _LOADED[stamp] = trace
     return trace
-
-
-def load_traffic(con: duckdb.DuckDBPyConnection) -> Traffic:
-    """Output tokens (0 where the log has none) and session ids, in replay order: what the
-    fleet needs beyond the trace."""
-    from prefixscope.analysis.fleet.run import Traffic  # the fleet's record; simulate needs none
-
-    table = con.sql(
-        f"SELECT coalesce(output_tokens, 0) AS output_tokens, session_id FROM requests "
-        f"ORDER BY {REPLAY_ORDER}"
-    ).to_arrow_table()
-    sessions = table.column("session_id")
-    return Traffic(
-        np.maximum(table.column("output_tokens").to_numpy(), 0).astype(np.int64),
-        None if sessions.null_count == len(sessions) else sessions.to_pylist(),
-    )
