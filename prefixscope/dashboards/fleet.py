@@ -345,7 +345,8 @@ def _replica_bars(
 # --- table -----------------------------------------------------------------------------------
 
 
-#: The table's columns: (key, header, is_text); the engine's only where the warehouse has it.
+#: The table's columns: (key, header, is_text); the engine's only where some row runs a KV pool
+#: (an ``ideal``-only fleet reads as before engines existed).
 COLUMNS = (
     ("router", "router", True),
     ("engine", "engine", True),
@@ -364,7 +365,10 @@ COLUMNS = (
 
 
 def table_columns(rows: pl.DataFrame) -> list[tuple[str, str, bool]]:
-    return [c for c in COLUMNS if c[0] != "engine" or "engine" in rows.columns]
+    pooled = "engine" in rows.columns and bool(
+        (rows["engine"].fill_null("ideal") != "ideal").any()
+    )
+    return [c for c in COLUMNS if c[0] != "engine" or pooled]
 
 
 def table_rows(rows: pl.DataFrame) -> list[dict[str, str]]:

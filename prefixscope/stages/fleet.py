@@ -25,6 +25,7 @@ from prefixscope.analysis.fleet.hardware import (
     check_pools_fit,
     of_deployment,
 )
+from prefixscope.analysis.fleet.merge import merge_replicas
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
     DEFAULT_BUDGET,
@@ -34,7 +35,6 @@ from prefixscope.analysis.fleet.run import (
     FleetOutcome,
     Tiers,
     Traffic,
-    merge_replicas,
     simulate_fleet,
     simulate_replica,
 )

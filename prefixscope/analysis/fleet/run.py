@@ -233,11 +233,20 @@ def simulate_replica(
         raise ValueError("a shared store joins the replicas: simulate the fleet together")
     one = replace(fleet, replicas=1, capacity_gib=None)
     zeros = np.zeros(len(requests), np.int32)
-    return _run(sub, traffic.take(requests), one, engine, _records.FIXED, zeros, 1)
+    # the histogram's buckets of the whole trace, so its p95 is the fleet's to the block
+    width = histogram_width(trace, np.asarray(traffic.output_tokens, np.int64), fleet, engine)
+    return _run(sub, traffic.take(requests), one, engine, _records.FIXED, zeros, 1, width)
 
 
 def _run(  # type: ignore[no-untyped-def]
-    trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine, kind: int, fixed, n_rep: int
+    trace: Trace,
+    traffic: Traffic,
+    fleet: Fleet,
+    engine: Engine,
+    kind: int,
+    fixed,
+    n_rep: int,
+    width: int | None = None,
 ) -> FleetOutcome:
     output = np.asarray(traffic.output_tokens, np.int64)
     code = ENGINES[fleet.engine].code
@@ -246,7 +255,7 @@ def _run(  # type: ignore[no-untyped-def]
     r, t, n = engine.routers, fleet.tiers, trace.n_requests
     arrival = trace.times / fleet.load_scale
     dram_s, store_s = t.per_token_s(engine.kv_bytes_per_token)
-    width = histogram_width(trace, output, fleet, engine)
+    width = width or histogram_width(trace, output, fleet, engine)
     repeat = _repeats(trace) if code != _records.IDEAL else np.zeros(1, np.bool_)
     workload = _records.Workload(
         trace.offsets, trace.blocks, trace.parent, arrival, trace.input_tokens, output,
@@ -342,64 +351,3 @@ def weighted_p95(hist: np.ndarray, width: int) -> np.ndarray:
             below = np.cumsum(hist[i])
             out[i] = float(np.argmax(below >= 0.95 * total[i]) * width)
     return out
-
-
-def merge_replicas(
-    trace: Trace, fleet: Fleet, parts: Sequence[tuple[np.ndarray, FleetOutcome]]
-) -> FleetOutcome:
-    """One outcome from per-replica runs (``(requests, outcome)`` in replica order)."""
-    n = trace.n_requests
-    per_request = {
-        k: np.zeros((n, *v.shape[1:]), v.dtype) for k, v in _request_arrays(parts[0][1]).items()
-    }
-    for i, (requests, part) in enumerate(parts):
-        for k, v in _request_arrays(part).items():
-            per_request[k][requests] = v
-        per_request["replica"][requests] = i
-
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(p, name) for _, p in parts])
-
-    filled = np.array(
-        [req[p.filled_at[0]] if p.filled_at[0] >= 0 else -1 for req, p in parts], np.int64
-    )
-    return FleetOutcome(
-        fleet,
-        trace.times / fleet.load_scale,
-        per_request["replica"],
-        per_request["hit_blocks"],
-        per_request["hit_tokens"],
-        per_request["ttft"],
-        per_request["first_start"],
-        per_request["done_at"],
-        cat("busy"),
-        cat("steps"),
-        cat("prefill_tokens"),
-        cat("decode_tokens"),
-        filled,
-        cat("drained_at"),
-        per_request["source_tokens"],
-        per_request["source_saved_s"],
-        per_request["transfer_s"],
-        per_request["no_cache_s"],
-        cat("preemptions"),
-        cat("running_blocks_mean"),
-        cat("running_blocks_p95"),
-        cat("prefix_cache_blocks_mean"),
-    )
-
-
-def _request_arrays(o: FleetOutcome) -> dict[str, np.ndarray]:
-    names = (
-        "replica",
-        "hit_blocks",
-        "hit_tokens",
-        "ttft",
-        "first_start",
-        "done_at",
-        "source_tokens",
-        "source_saved_s",
-        "transfer_s",
-        "no_cache_s",
-    )
-    return {k: getattr(o, k) for k in names}
