@@ -257,8 +257,10 @@ def _run(  # type: ignore[no-untyped-def]
     dram_s, store_s = t.per_token_s(engine.kv_bytes_per_token)
     width = width or histogram_width(trace, output, fleet, engine)
     repeat = _repeats(trace) if code != _records.IDEAL else np.zeros(1, np.bool_)
+    inputs = trace.input_tokens.view()  # read-only as loaded or not: one compiled signature
+    inputs.flags.writeable = False
     workload = _records.Workload(
-        trace.offsets, trace.blocks, trace.parent, arrival, trace.input_tokens, output,
+        trace.offsets, trace.blocks, trace.parent, arrival, inputs, output,
         trace.recomputes_last_block, repeat,
     )  # fmt: skip
     c = engine.cost
