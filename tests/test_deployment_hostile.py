@@ -115,6 +115,8 @@ CASES: list[tuple[Argv, list[str], str]] = [
     (savings, ["--gpu", "b300"], "unknown GPU 'b300'"),
     (deployment, ["--deployment", "b300x2"], "unknown GPU 'b300'"),
     (flow, ["--savings-gpu", "b300"], "unknown GPU 'b300'"),
+    # an unknown engine: named, before any capacity is asked for
+    (fleet, ["--engine", "vlm"], "unknown engine 'vlm'; known: ideal, vllm, sglang"),
     # an unknown model
     (fleet, ["--deployment", "h100", "--model", "llama-9"], "unknown model 'llama-9'"),
     (plan, ["--model", "llama-9"], "unknown model 'llama-9'"),

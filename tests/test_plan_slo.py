@@ -255,6 +255,10 @@ def test_a_target_no_fleet_meets_is_said_in_words(small: Path, tmp_path: Path, c
          "does not fit on h100x1"),
         (["--deployments", "h100x1"], "go together"),
         (["--slo", "ttft-p95=2"], "go together"),
+        (["--slo", "ttft-p95=2", "--deployments", "h100x1", "--engine", "tgi"],
+         "unknown engine 'tgi'"),
+        (["--slo", "ttft-p95=2", "--deployments", "h100x1", "--engine", "vllm,ideal"],
+         "one engine at a time"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_writes_nothing(

@@ -191,6 +191,20 @@ def name_list(text: str) -> list[str]:
     return distinct(_items(text), text, str.casefold)
 
 
+def engine_list(text: str) -> list[str]:
+    """Distinct engines of the fleet's registry, refused by name before any capacity is
+    resolved."""
+    from prefixscope.analysis.fleet.engines import ENGINES  # only the fleet's commands need it
+
+    names = name_list(text)
+    unknown = [n for n in names if n not in ENGINES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown engine {unknown[0]!r}; known: {', '.join(ENGINES)}"
+        )
+    return names
+
+
 def tenant_name(text: str) -> str:
     """A tenant's name, by the rule of ``prefixscope.tenants`` (never the fleet's marker)."""
     try:

@@ -63,7 +63,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--engine",
-        type=flags.name_list,
+        type=flags.engine_list,
         default=["ideal"],
         metavar="E[,E...]",
         help=f"how a replica keeps KV: {', '.join(ENGINES)} (ideal: the cache apart from the "

@@ -53,7 +53,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="the cheapest fleet of --deployments meeting every target, e.g. ttft-p95=2",
     )
     p.add_argument(
-        "--engine", default="ideal", help="with --slo: the fleet's KV pool model (ideal)"
+        "--engine",
+        type=engine_one,
+        default="ideal",
+        help="with --slo: the fleet's KV pool model (ideal)",
     )
     p.add_argument("--dask-address", type=flags.dask_address, metavar="HOST:PORT")
 
@@ -122,3 +125,11 @@ def _run_slo(args: argparse.Namespace) -> int:
 COMMAND = Command(
     "plan", "the capacity and fleet that reach a target hit rate, or meet an SLO", arguments, run
 )
+
+
+def engine_one(text: str) -> str:
+    """One engine of the registry (the SLO search runs one KV pool model)."""
+    (name, *more) = flags.engine_list(text)
+    if more:
+        raise argparse.ArgumentTypeError("--slo searches one engine at a time: give one")
+    return name
