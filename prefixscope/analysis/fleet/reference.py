@@ -45,7 +45,7 @@ from prefixscope.analysis.fleet.reference_parts import (
     _queued_prefill,
     _touch,
     footprint,
-    time_weighted,
+    outcome_of,
 )
 from prefixscope.analysis.fleet.routers import RouterSettings
 from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic, histogram_width
@@ -179,34 +179,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
         while rep.has_work():
             _step(rep, requests, engine, shape)
 
-    def per_request(name: str, dtype: type) -> np.ndarray:
-        return np.array([getattr(q, name) for q in requests], dtype)
-
-    def per_replica(name: str, dtype: type) -> np.ndarray:
-        return np.array([getattr(p, name) for p in replicas], dtype)
-
-    n = len(requests)
-    return FleetOutcome(
-        fleet=fleet,
-        arrival=arrival,
-        replica=per_request("replica", np.int32),
-        hit_blocks=per_request("hit_blocks", np.int32),
-        hit_tokens=per_request("hit_tokens", np.int64),
-        ttft=per_request("ttft", np.float64),
-        first_start=per_request("first_start", np.float64),
-        done_at=per_request("done_at", np.float64),
-        busy=per_replica("busy", np.float64),
-        steps=per_replica("steps", np.int64),
-        prefill_tokens=per_replica("prefill_tokens", np.int64),
-        decode_tokens=per_replica("decode_tokens", np.int64),
-        filled_at=per_replica("filled_at", np.int64),
-        drained_at=per_replica("now", np.float64),
-        source_tokens=np.array([q.source_tokens for q in requests], np.int64).reshape(n, 3),
-        source_saved_s=np.array([q.source_saved for q in requests], np.float64).reshape(n, 3),
-        transfer_s=per_request("transfer", np.float64),
-        no_cache_s=per_request("no_cache", np.float64),
-        **time_weighted(replicas, shape[1]),
-    )
+    return outcome_of(fleet, arrival, requests, replicas, shape[1])
 
 
 def route(  # type: ignore[no-untyped-def]
