@@ -275,6 +275,18 @@ def wh(tmp_path: Path, empty_warehouse: Path) -> Iterator[tuple[Path, duckdb.Duc
     con.close()
 
 
+#: A Llama-3-8B-like Hugging Face config.json (what ``--model-config`` reads).
+LLAMA_8B_CONFIG = {
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+}
+
+
 def mooncake_line(
     timestamp: int = 0,
     input_length: int = 600,

@@ -20,18 +20,10 @@ from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.plan.prices import load_prices
 from prefixscope.cli import main
 from prefixscope.pipelines import parameters
-from tests.conftest import mooncake_line
+from tests.conftest import LLAMA_8B_CONFIG, mooncake_line
 
-#: A Llama-3-8B-like config.json (what ``--model-config`` reads), and its broken forms.
-CONFIG = {
-    "model_type": "llama",
-    "num_hidden_layers": 32,
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "vocab_size": 128256,
-}
+#: What ``--model-config`` reads: a Llama-3-8B-like config.json under another name.
+CONFIG = LLAMA_8B_CONFIG
 GPU_FILE = 'name = "mygpu"\ntflops = 400\ntbps = 2.0\nhbm_gib = 80\nprice_hour = {price}\n'
 
 

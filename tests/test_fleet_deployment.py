@@ -18,18 +18,10 @@ from prefixscope.analysis.plan.plan import Sizing
 from prefixscope.analysis.plan.prices import Prices
 from prefixscope.cli import main
 from prefixscope.dashboards.plan import sentences
-from tests.conftest import mooncake_line
+from tests.conftest import LLAMA_8B_CONFIG, mooncake_line
 
-#: A Llama-3-8B-like config.json under another name (what --model-config reads).
-CONFIG = {
-    "model_type": "llama",
-    "num_hidden_layers": 32,
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "vocab_size": 128256,
-}
+#: What ``--model-config`` reads: a Llama-3-8B-like config.json under another name.
+CONFIG = LLAMA_8B_CONFIG
 
 
 def rows(wh: Path, sql: str, params: list | None = None) -> list[tuple]:
