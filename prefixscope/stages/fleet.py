@@ -206,7 +206,6 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
         options = _options(settings, trace.block_size)
         tiers = settings.tiers(trace.block_size)
         runs = [(f, h) for b, g, h in options for f in settings.grid([b], [g], tiers)]
-        check_pools_fit(runs)
         outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
         pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
         hardware = [h for _, h in runs]
