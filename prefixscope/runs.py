@@ -3,6 +3,7 @@ be traced back to the command, parameters and package version that produced it."
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import json
 import os
@@ -21,6 +22,19 @@ from prefixscope import __version__
 from prefixscope.storage_errors import root_cause
 
 ABANDONED = "abandoned: the process that ran it ended before it finished"
+#: Where a run records the step of a flow it ran as (``pipelines/resume.py``).
+FLOW_STEP = "flow_step"
+_FLOW_STEP: contextvars.ContextVar[str | None] = contextvars.ContextVar(FLOW_STEP, default=None)
+
+
+@contextmanager
+def flow_step(name: str) -> Iterator[None]:
+    """Runs started in the block record ``name`` (``KEY:N``) in their parameters."""
+    token = _FLOW_STEP.set(name)
+    try:
+        yield
+    finally:
+        _FLOW_STEP.reset(token)
 
 
 def _alive(pid: int) -> bool:
@@ -125,7 +139,13 @@ def recorded_run(
 
 
 def parameters_of(settings: object) -> dict[str, Any]:
-    """A stage's settings as the ``runs.parameters`` it is recorded with."""
+    """A stage's settings as the ``runs.parameters`` it is recorded with, and the flow's step
+    it runs as, if any (:func:`flow_step`)."""
     if is_dataclass(settings) and not isinstance(settings, type):
-        return asdict(settings)
-    return dict(settings)  # type: ignore[call-overload]
+        out = asdict(settings)
+    else:
+        out = dict(settings)  # type: ignore[call-overload]
+    step = _FLOW_STEP.get()
+    if step is not None:
+        out[FLOW_STEP] = step
+    return out

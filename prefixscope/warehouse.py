@@ -23,6 +23,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from prefixscope import resources
+
 # The runs table's functions, used here and re-exported: ``warehouse.start_run`` and the rest.
 from prefixscope.runs import ABANDONED as ABANDONED
 from prefixscope.runs import finish_run as finish_run
@@ -296,6 +298,14 @@ class StageRun:
         self._published = False
 
     def __enter__(self) -> StageRun:
+        self._stage = resources.enter(self.command)
+        try:
+            return self._start()
+        except BaseException:
+            resources.leave(self._stage)
+            raise
+
+    def _start(self) -> StageRun:
         self.run_id = new_run_id()
         if self.create and not self.path.exists():
             check_creatable(self.path)
@@ -357,11 +367,14 @@ class StageRun:
             con.close()
 
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None and not self._published:
-            with self.publishing():
-                pass
-        elif exc is not None and self._recorded and not self._published:
-            self._record_failure(exc)
+        try:
+            if exc is None and not self._published:
+                with self.publishing():
+                    pass
+            elif exc is not None and self._recorded and not self._published:
+                self._record_failure(exc)
+        finally:
+            resources.leave(self._stage)
 
     def _record_failure(self, exc: BaseException) -> None:
         """Close the run as 'failed' with ``exc``, if the warehouse lets it: never raises, so

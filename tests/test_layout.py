@@ -180,7 +180,8 @@ ANALYSIS = "prefixscope.analysis"
 #: (the capacity planner) reads curves, prices with ``cost`` and simulates fleets (the SLO
 #: search); ``validate`` (the simulator
 #: against the engines' reported hits) reads curves and runs policies;
-#: ``fanout`` imports nothing of ``analysis``.
+#: ``fanout`` imports nothing of ``analysis`` but ``forked`` (its workers here), which imports
+#: nothing.
 MAY_IMPORT = {
     "trace": set(),
     "policies": {"trace"},
@@ -191,7 +192,8 @@ MAY_IMPORT = {
     "fleet": {"trace", "policies", "cost", "fanout"},
     "plan": {"trace", "policies", "curves", "cost", "fleet"},
     "validate": {"trace", "policies", "curves"},
-    "fanout": set(),
+    "fanout": {"forked"},
+    "forked": set(),
 }
 
 

@@ -18,13 +18,15 @@ from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.fleet.run import MAX_REPLICAS, Fleet, simulate_fleet
 from prefixscope.analysis.fleet.stepcost import from_roofline
 from prefixscope.analysis.fleet.traffic import load_traffic
+from prefixscope.analysis.plan.held import combine
 from prefixscope.analysis.plan.nocache import without_prefix_cache
 from prefixscope.analysis.plan.prices import Prices
-from prefixscope.analysis.plan.probe import Shared, simulate_probe
+from prefixscope.analysis.plan.probe import Shared, simulate_window
 from prefixscope.analysis.plan.search import Group, Probe, Result, search
 from prefixscope.analysis.plan.slo import parse_slo
 from prefixscope.analysis.plan.slo_tables import HOURS_PER_MONTH
 from prefixscope.analysis.plan.space import replica_of, series_of
+from prefixscope.analysis.plan.windows import WHOLE, split
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
 from tests.conftest import mooncake_line
@@ -175,12 +177,13 @@ def test_the_search_finds_what_every_count_finds(data) -> None:  # noqa: ANN001
 def test_on_a_real_trace_the_search_equals_every_count(loaded) -> None:  # noqa: ANN001
     trace, traffic = loaded
     slo = parse_slo("ttft-p95=1")
-    shared = Shared(trace, without_prefix_cache(trace), traffic, slo)
+    shared = Shared(trace, traffic, slo, windows=split(trace, WHOLE))
     few = [s for s in _series(tiered=False) if s.replica.deployment != "h100x2"]
     groups = [Group(200.0, True, tuple(few[:3]))]
 
     def run(probes):  # type: ignore[no-untyped-def]
-        return [simulate_probe(shared, p) for p in probes]
+        # the whole trace as one window: a fleet that misses stops there (its figures bounds)
+        return [combine(slo, p, [(0, simulate_window(shared, p, 0))]) for p in probes]
 
     outs = search(groups, slo, run)
     expected = _brute(groups, slo, run)

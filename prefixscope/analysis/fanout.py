@@ -2,10 +2,15 @@
 processes, or on the workers of a running Dask cluster. Results come back in item order, so a
 computation gives the same answer wherever its parts ran.
 
-The shared input travels once per worker, never once per item: a process pool forks its
-workers (Linux), which so share the parent's copy of it page by page, copy-on-write, or Dask's
-broadcast scatter. A trace's derived arrays are computed before the pool forks
-(``Trace.warm``), so the workers share those too rather than each building its own.
+The shared input travels once per worker, never once per item: here the workers are forked
+(``forked.py``), so they share the parent's copy of it page by page, copy-on-write; on a
+cluster, Dask's broadcast scatter. A trace's derived arrays are computed before the workers
+fork (``Trace.warm``), so the workers share those too rather than each building its own.
+
+A worker that dies (killed for memory, or by a signal) costs no result: its task runs again
+on a fresh worker, with one worker fewer from then on; a task that loses its worker twice ends
+the command with one line (``resources.worker_lost``), as a task that kills every Dask worker
+it lands on does (``KilledWorker``).
 
 On a cluster it travels once per *process of ours*, too: the client
 and what it scattered are kept for the life of this process, keyed by the content's token
@@ -17,30 +22,22 @@ so a stage that shares ``(trace, traffic)`` reuses the trace another stage sent.
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import os
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-_SHARED: dict[str, Any] = {}
+from prefixscope import resources
+from prefixscope.analysis.forked import forked
+
 #: Open clients, by scheduler address.
 _CLIENTS: dict[str, Any] = {}
 #: Scattered parts, by (address, token), most recently used last. Held futures keep their data
 #: on the workers; beyond this many the oldest are released.
 _SCATTERED: OrderedDict[tuple[str, str], Any] = OrderedDict()
 KEEP_SCATTERED = 4
-
-
-def _init(fn: Callable[[Any, Any], Any], shared: Any) -> None:
-    _SHARED["fn"], _SHARED["shared"] = fn, shared
-
-
-def _call(item: Any) -> Any:
-    return _SHARED["fn"](_SHARED["shared"], item)
 
 
 #: How long a command waits for a Dask scheduler to answer, in seconds, before it stops with
@@ -157,20 +154,49 @@ def fan_out(
     workers: int | None = None,
     dask_address: str | None = None,
     weights: Sequence[float] | None = None,
+    memory: Sequence[int] | None = None,
 ) -> list[Any]:
     """``[fn(shared, item) for item in items]``, in parallel: on the Dask cluster at
     ``dask_address``, else on ``workers`` processes (default: one per core; 1: in this process).
     ``weights``: each item's expected cost; items are handed out heaviest first, so that no
     worker is left with a long one at the end (results still come back in item order).
+    ``memory``: what each item holds at most, in bytes: fewer workers run where the machine
+    cannot hold that many items at once (:func:`fitting_workers`).
     ``fn`` must be a module-level function, so that workers can import it."""
     order = list(range(len(items)))
     if weights is not None:
         order.sort(key=lambda i: -weights[i])
+    if dask_address is None and memory is not None and items:
+        workers = fitting_workers(workers or os.cpu_count() or 1, max(memory), len(items))
     done = _run([items[i] for i in order], fn, shared, workers, dask_address)
     results: list[Any] = [None] * len(items)
     for i, result in zip(order, done, strict=True):
         results[i] = result
     return results
+
+
+#: The share of the memory available when a fan-out starts that its workers may fill: the rest
+#: is for this process's own results and the page cache.
+MEMORY_SHARE = 0.8
+
+
+def fitting_workers(workers: int, item_bytes: int, items: int) -> int:
+    """``workers``, or fewer where the memory available now cannot hold that many items at
+    once (at least one); says so in one line when it runs fewer."""
+    wanted = min(workers, items)
+    if wanted <= 1:
+        return wanted
+    room = int(resources.available_bytes() * MEMORY_SHARE)
+    fit = max(1, room // max(item_bytes, 1))
+    if fit >= wanted:
+        return workers
+    where = resources.stage()
+    resources.say(
+        f"prefixscope: {where + ': ' if where else ''}{fit} worker{'s' if fit > 1 else ''} "
+        f"instead of {wanted}: a task holds up to {item_bytes / resources.GIB:.1f} GiB and "
+        f"{room / resources.GIB:.1f} GiB is free for them"
+    )
+    return fit
 
 
 def _run(
@@ -187,19 +213,26 @@ def _run(
         else:
             remote = scattered(dask_address, shared)
         futures = client.map(fn, [remote] * len(items), items, pure=False)
-        return client.gather(futures)
+        try:
+            return client.gather(futures)
+        except Exception as exc:
+            if type(exc).__name__ == "KilledWorker":  # distributed.scheduler.KilledWorker
+                raise _cluster_lost(dask_address, exc) from None
+            raise
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(items) <= 1:
         return [fn(shared, item) for item in items]
     for part in shared if isinstance(shared, tuple) else (shared,):
         if hasattr(part, "warm"):
             part.warm()
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(items)),
-        mp_context=context,
-        initializer=_init,
-        initargs=(fn, shared),
-    ) as pool:
-        return list(pool.map(_call, items))
+    return forked(fn, shared, items, min(workers, len(items)))
+
+
+def _cluster_lost(address: str, exc: BaseException) -> resources.ResourceError:
+    where = resources.stage()
+    name = f"the {where} stage" if where else "a fan-out"
+    return resources.ResourceError(
+        f"{name} lost the Dask workers at {address} that ran one of its tasks, each in turn "
+        f"({' '.join(str(exc).split())[:160]}) — give the workers more memory (dask worker "
+        "--memory-limit), or run less of the trace at once"
+    )

@@ -19,6 +19,7 @@ import duckdb
 from prefixscope import __version__, warehouse
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
+from prefixscope.resources import ResourceError
 from prefixscope.storage_errors import StorageCause, root_cause, storage_cause
 
 #: Each module of this package that defines commands, with their names, in the order
@@ -71,6 +72,8 @@ def named_command(argv: Sequence[str]) -> str | None:
 
 #: Exit statuses: a user's error, an interrupt (128 + SIGINT), a bug.
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 130, 1
+#: The machine could not give what the run needed (a worker killed, a server gone).
+EXIT_RESOURCE = 1
 
 
 def one_line(text: object) -> str:
@@ -175,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (duckdb.Error, OSError, ValueError) as exc:
         print(f"{prog}: error: {describe(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except ResourceError as exc:  # the machine ran out: not the user's input, not a bug
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_RESOURCE
     except RuntimeError as exc:
         if "interrupted" not in str(exc).lower():  # DuckDB's, when SIGINT lands in a query
             return _internal(prog, exc)

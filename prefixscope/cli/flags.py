@@ -185,6 +185,16 @@ def duration(text: str) -> float:
     return value
 
 
+def slo_window(text: str) -> float:
+    """``--slo-window``: seconds, or ``all`` (``analysis/plan/windows.py``)."""
+    from prefixscope.analysis.plan.windows import parse_window
+
+    try:
+        return parse_window(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(" — ")[0]) from None
+
+
 def name_list(text: str) -> list[str]:
     """Distinct comma-separated names (of policies, routers, windows, isolations: compared
     without regard to case)."""

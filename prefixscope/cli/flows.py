@@ -8,6 +8,7 @@ from pathlib import Path
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import DEFAULT_TENANT, FORMATS
+from prefixscope.resources import ResourceError
 
 
 def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,6 +72,12 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--savings-gpu", type=flags.gpu_or_cpu, default="h100", help="GPU the savings price"
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run every stage, where a run of this flow on the same inputs and settings would "
+        "reuse the stages an earlier run of it finished",
     )
     p.add_argument(
         "--replay-samples",
@@ -145,9 +152,38 @@ def fleet_report(args: argparse.Namespace) -> int:
     from prefixscope.pipelines.fleet_report import fleet_report as flow
 
     with failures_off_the_terminal():
-        outcome = flow(**params, dask_address=args.dask_address)
+        try:
+            outcome = flow(**params, dask_address=args.dask_address, fresh=args.fresh)
+        except Exception as exc:
+            lost = server_lost(exc)
+            if lost is None:
+                raise
+            raise ResourceError(lost) from None
     print(outcome.summary)
     return 0
+
+
+def server_lost(exc: BaseException) -> str | None:
+    """The one line for a flow whose Prefect server died, could not start or cannot be
+    reached (None: ``exc`` is something else): what Prefect raises then is an HTTP transport
+    error of its client, or its own timeout waiting for its temporary server."""
+    import httpx
+
+    if isinstance(exc, ResourceError):
+        return None  # already its own line
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = " ".join(str(seen).split())
+        transport = isinstance(seen, httpx.TransportError)
+        if transport or (isinstance(seen, RuntimeError) and "Prefect API server" in text):
+            return (
+                f"the flow lost its Prefect server ({type(seen).__name__}: {text[:160]}); "
+                "the stages that finished are kept in the warehouse — run the same command "
+                "again to resume, with PREFECT_API_URL unset (a temporary server) or set to a "
+                "running one (`prefect server start`)"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def schedule_arguments(p: argparse.ArgumentParser) -> None:
@@ -175,7 +211,7 @@ def schedule(args: argparse.Namespace) -> int:
         p if Path(p).is_absolute() else str(Path.cwd() / p)
         for p in params["inputs"]  # type: ignore[attr-defined]
     ]
-    serve_fleet_report(args.cron, params, args.name)
+    serve_fleet_report(args.cron, {**params, "fresh": args.fresh}, args.name)
     return 0
 
 

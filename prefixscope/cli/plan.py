@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from prefixscope.analysis.plan.windows import DEFAULT_WINDOW_S
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 
@@ -58,6 +59,21 @@ def arguments(p: argparse.ArgumentParser) -> None:
         default="ideal",
         help="with --slo: the fleet's KV pool model (ideal)",
     )
+    p.add_argument(
+        "--slo-window",
+        type=flags.slo_window,
+        default=DEFAULT_WINDOW_S,
+        metavar="SECONDS|all",
+        help="with --slo: the SLO is held in every window of this many seconds (3600), the "
+        "search run on the busiest; all: over the whole trace at once",
+    )
+    p.add_argument(
+        "--workers",
+        type=flags.count,
+        default=1,
+        metavar="N",
+        help="without --dask-address: processes the search fans out on here (%(default)s)",
+    )
     p.add_argument("--dask-address", type=flags.dask_address, metavar="HOST:PORT")
 
 
@@ -107,7 +123,9 @@ def _run_slo(args: argparse.Namespace) -> int:
         cost_model=args.cost_model,
         prices=args.prices,
         engine=args.engine,
+        workers=args.workers if args.dask_address is None else None,
         dask_address=args.dask_address,
+        window_s=args.slo_window,
     )
     settings.check()  # before the warehouse is opened: nothing written on bad input
     result = plan_slo.run(args.warehouse, settings)

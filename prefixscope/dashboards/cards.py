@@ -13,7 +13,7 @@ import duckdb
 import polars as pl
 
 from prefixscope.analysis.trace.measure import FLEET
-from prefixscope.dashboards.views import read_view
+from prefixscope.dashboards.views import read_view, trace_summary
 
 WINDOW = "all"
 #: The policy told when nothing was priced.
@@ -29,7 +29,7 @@ class Card:
 
 def headline_cards(con: duckdb.DuckDBPyConnection) -> list[Card]:
     """The cards for the warehouse behind ``con``, in reading order."""
-    summary = read_view(con, "trace_summary").row(0, named=True)
+    summary = trace_summary(con)
     tenants = summary["tenants"]
     cards = [
         Card(

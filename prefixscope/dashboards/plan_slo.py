@@ -38,6 +38,40 @@ def fleet_words(row: dict, model: str, kv_gib: float | None) -> str:
     return f"{head}, {row['router']} routing{extra}"
 
 
+def _hours(seconds: float) -> str:
+    """``36 h``, ``90 min``, ``45 s``: a time after the trace's first arrival, or a length."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:,.0f} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:,.0f} min"
+    return f"{seconds:,.0f} s"
+
+
+def window_words(row: dict) -> str:
+    """Where the SLO was held (``plan_slo_answers``' window columns): `` It holds in every one of
+    the trace's 169 windows of 1 h (searched on 1, the busiest first); the window from 129 h to
+    130 h after the first request binds.``; nothing for a trace searched whole."""
+    windows = row.get("windows")
+    if not row.get("window_s") or not windows or windows < 2:
+        return ""
+    length = _hours(row["window_s"])
+    start, end = row.get("bound_window_start_s"), row.get("bound_window_end_s")
+    where = (
+        ""
+        if start is None or end is None
+        else f"; the window from {_hours(start)} to {_hours(end)} after the first request binds"
+    )
+    if not row["met"]:
+        return (
+            f" Searched on {row['windows_searched']:,} of the trace's {windows:,} windows of "
+            f"{length} (the busiest first){where}."
+        )
+    return (
+        f" It holds in every one of the trace's {windows:,} windows of {length} (searched on "
+        f"{row['windows_searched']:,}, the busiest first){where}."
+    )
+
+
 def _load(scale: float) -> str:
     return "At the logged load" if scale == 1 else f"At {scale:g}× the logged load"
 
@@ -64,6 +98,7 @@ def sentences(answers: Sequence[dict], model: str, kv: dict[str, float]) -> list
             out.append(
                 f"{_load(scale)}, no fleet searched meets {slo} ({on['fleets_searched']:,} "
                 f"fleets simulated):{closest}: search more deployments or loosen the SLO."
+                + window_words(on)
             )
             continue
         text = (
@@ -89,7 +124,7 @@ def sentences(answers: Sequence[dict], model: str, kv: dict[str, float]) -> list
             text += "; without the prefix cache no fleet searched meets it."
         else:
             text += "."
-        out.append(text)
+        out.append(text + window_words(on))
     return out
 
 
@@ -109,16 +144,21 @@ def fleets_table(fleets: Sequence[dict], limit: int = TABLE_ROWS) -> str:
     rows = [head]
     for f in ordered[:limit]:
         store = "-" if f["store_gib"] is None else f"{f['store_gib']:,.0f}"
+        # a fleet stopped once it missed: its latencies are lower bounds
+        at_least = ">" if f.get("stopped_early") else " "
         rows.append(
             f"{f['load_scale']:>4g} {'on' if f['prefix_caching'] else 'off':<5} "
             f"{f['deployment']:<10} {f['replicas']:>4} {f['gpus']:>4} {f['router']:<12} "
             f"{f['dram_gib_per_replica']:>8,.0f} {store:>9} {f['token_hit_rate']:>8.4f} "
-            f"{f['ttft_p95_s']:>8.2f} {f['ttft_p99_s']:>7.2f} {f['tpot_p95_s']:>8.4f} "
+            f"{at_least}{f['ttft_p95_s']:>7.2f} {at_least}{f['ttft_p99_s']:>6.2f} "
+            f"{at_least}{f['tpot_p95_s']:>7.4f} "
             f"{f['usd_per_hour']:>9,.2f} {'yes' if f['meets_slo'] else 'no'}"
         )
     rest = len(ordered) - limit
     if rest > 0:
         rows.append(f"(and {rest:,} more fleets searched: {ALL_FLEETS_SQL})")
+    if any(f.get("stopped_early") for f in ordered[:limit]):
+        rows.append("(>: the fleet was stopped once it missed the SLO for sure; at least that)")
     return "\n".join(rows)
 
 

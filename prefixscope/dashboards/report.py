@@ -41,7 +41,7 @@ from prefixscope.dashboards.savings import DECODE_NOTE, savings_section
 from prefixscope.dashboards.structure import structure_section
 from prefixscope.dashboards.tables import datatable, datatables_script
 from prefixscope.dashboards.validation import validation_section
-from prefixscope.dashboards.views import read_view
+from prefixscope.dashboards.views import read_view, trace_summary
 
 TEMPLATES = Environment(
     loader=PackageLoader("prefixscope.dashboards"),
@@ -58,7 +58,7 @@ SELECT_JS = (Path(__file__).parent / "templates" / "select.js").read_text(encodi
 
 def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name: str) -> Path:
     """Write the report page for the warehouse behind ``con`` to ``out`` and return its path."""
-    summary = read_view(con, "trace_summary").row(0, named=True)
+    summary = trace_summary(con)
     rates = read_view(con, "latest_hit_rates")
     sizes = block_size_table(rates)
     own = summary["max_block_size"]

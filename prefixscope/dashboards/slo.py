@@ -34,6 +34,7 @@ ANSWER_COLUMNS = (
     ("usd_per_hour", "$ per hour", False),
     ("ttft_p95", "TTFT p95", False),
     ("binding", "binding", True),
+    ("window", "window that binds", True),
     ("searched", "fleets searched", False),
     ("saved", "the cache saves", True),
 )
@@ -122,6 +123,19 @@ def _words(r: dict[str, Any]) -> str:
     return out
 
 
+def window_cell(r: dict[str, Any]) -> str:
+    """``129–130 h of 169 windows of 1 h (searched on 1)``; ``whole trace`` for a search of
+    the trace as one window."""
+    windows = r.get("windows")
+    start, end = r.get("bound_window_start_s"), r.get("bound_window_end_s")
+    if not r.get("window_s") or not windows or windows < 2 or start is None or end is None:
+        return "whole trace"
+    return (
+        f"{start / 3600:,.4g}–{end / 3600:,.4g} h of {windows:,} windows of "
+        f"{r['window_s'] / 3600:,.4g} h (searched on {r.get('windows_searched') or 0:,})"
+    )
+
+
 def answer_cells(r: dict[str, Any]) -> dict[str, str]:
     """One row of ``latest_plan_slo_answers`` as text."""
     saved = ""
@@ -141,6 +155,7 @@ def answer_cells(r: dict[str, Any]) -> dict[str, str]:
         "usd_per_hour": "—" if r["usd_per_hour"] is None else f"${r['usd_per_hour']:,.2f}",
         "ttft_p95": "—" if r["ttft_p95_s"] is None else f"{r['ttft_p95_s']:.3f} s",
         "binding": str(r["binding"] or ""),
+        "window": window_cell(r),
         "searched": f"{r['fleets_searched']:,}",
         "saved": saved,
     }

@@ -24,7 +24,7 @@ from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.plan import sentences
 from prefixscope.dashboards.plan_slo import from_warehouse as slo_sentences
 from prefixscope.dashboards.savings import priced_on
-from prefixscope.dashboards.views import read_view
+from prefixscope.dashboards.views import read_view, trace_summary
 
 MAX_LINES = 15
 WIDTH = 100
@@ -116,7 +116,7 @@ def summarize(con: duckdb.DuckDBPyConnection, page: str | Path, warehouse: str |
         (r for r in read_view(con, "latest_savings").iter_rows(named=True) if r["tenant"] == FLEET),
         None,
     )
-    items = [_trace(read_view(con, "trace_summary").row(0, named=True), rates)]
+    items = [_trace(trace_summary(con), rates)]
     items += _rates(rates, priced)
     plan = sentences(read_view(con, "latest_plan").to_dicts())
     if plan:

@@ -15,8 +15,10 @@ leaves this process.
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -37,7 +39,7 @@ from prefixscope.dashboards.summary import summarize
 from prefixscope.dashboards.text import format_hit_rates
 from prefixscope.export.metrics import write_metrics
 from prefixscope.ingest import FORMATS, IngestOptions, IngestResult
-from prefixscope.pipelines import parameters
+from prefixscope.pipelines import parameters, resume
 from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaults, re-exported)
     DEFAULT_CAPACITIES,
     DEFAULT_FLEET_LOAD_SCALES,
@@ -51,6 +53,7 @@ from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaul
     structure_settings,
 )
 from prefixscope.pipelines.progress import steps
+from prefixscope.resources import say
 from prefixscope.stages import curve as curve_stage
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import ingest as ingest_stage
@@ -74,6 +77,8 @@ def transient(task: object, task_run: object, state: State) -> bool:
         return not isinstance(exc, lasting) and exc.errno != errno.ENOSPC
     return isinstance(exc, duckdb.IOException)
 
+
+T = TypeVar("T")
 
 STAGE = {
     "cache_policy": NO_CACHE,
@@ -208,6 +213,48 @@ def summary(wh: str, page: str) -> str:
     return answer.text()
 
 
+class Steps:
+    """Runs the flow's steps, in order, each recorded as ``KEY:N`` (``resume.py``); reuses a
+    step an earlier run of the same flow finished, while every step before it was reused too,
+    reading back what the flow needs of it (``read_back(run_id)``). A step without a
+    ``read_back`` always runs (the answer's last steps: the savings, the page)."""
+
+    def __init__(self, key: str, done: dict[str, str]) -> None:
+        self.key, self.done = key, done
+        self.count = 0
+        self.chain = True
+        self.reused: list[str] = []
+
+    def __call__(
+        self, name: str, call: Callable[[], T], read_back: Callable[[str], T] | None = None
+    ) -> T:
+        step = f"{self.key}:{self.count}"
+        self.count += 1
+        run_id = self.done.get(step)
+        if self.chain and read_back is not None and run_id is not None:
+            self.reused.append(name)
+            return read_back(run_id)
+        self.chain = False
+        with resume.step(step):
+            return call()
+
+
+def read_counts(wh: str) -> Callable[[str], resume.Counts]:
+    return lambda run_id: resume.ingest_counts(wh, run_id)
+
+
+def read_fleet_rates(wh: str) -> Callable[[str], list[dict]]:
+    return lambda run_id: resume.fleet_hit_rates(wh, run_id)
+
+
+def _fleet_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["tenant"] == FLEET]
+
+
+def _none(run_id: str) -> None:
+    return None
+
+
 @flow(name="fleet_report", log_prints=True)
 def fleet_report(
     inputs: list[str],
@@ -234,6 +281,7 @@ def fleet_report(
     workers: int = 1,
     metrics_path: str | None = None,
     slo: str = parameters.DEFAULT_SLO,
+    fresh: bool = False,
 ) -> FleetReportOutcome:
     """``tenant_from``: bailian, the tenant of each request is its type; ``tenant_field``: the
     field of each line that names its tenant (else ``tenant``);
@@ -244,7 +292,9 @@ def fleet_report(
     ``dask_address``), each holding the trace once; ``metrics_path``: also write the latest
     figures there as OpenMetrics text (node_exporter's textfile collector), after the page;
     ``slo``: the latency target of the SLO plan (``parameters.DEFAULT_SLO``: DeepSeek-V3 on
-    8 × H200)."""
+    8 × H200); ``fresh``: run every stage, where a run of the same flow on the same inputs
+    and settings would otherwise reuse the stages it finished (``resume.py``)."""
+    flow_parameters = dict(locals())
     # every parameter before any work (the command line has checked them too)
     checked = parameters.check(
         inputs,
@@ -282,111 +332,125 @@ def fleet_report(
     names += ["plan", "plan-slo", "validate", "savings", "report"]
     names += [*(["metrics"] if metrics_path else []), "summary"]
 
+    # workers, a cluster and where the page goes change no stage's results: a re-run after a
+    # failure with --workers 1 resumes what the failed run finished
+    key = resume.fingerprint(
+        checked.paths,
+        {k: v for k, v in flow_parameters.items() if k not in resume.NOT_IN_KEY},
+    )
+    done = {} if fresh else resume.finished(wh, key)
+    steps_run = Steps(key, done)
+
     with steps(names) as step:
         step("ingest")
         fields = (("tenant", tenant_field),) if tenant_field else ()
         options = IngestOptions(tenant=tenant, tenant_from=tenant_from, fields=fields)
         sources = [ingest_stage.IngestSettings(checked.paths, format_name, options)]
-        ingested = [ingest(wh, sources[0])]
+        ingested = [steps_run("ingest", lambda: ingest(wh, sources[0]), read_counts(wh))]
         if synthetic_tenants:
             step("synthesize")
             block_size = FORMATS[format_name].default_block_size
             log = synthesize(wh, list(synthetic_tenants), block_size)
             step("ingest")
             options = IngestOptions(tenant_from="type", block_size=block_size)
-            ingested.append(ingest(wh, ingest_stage.IngestSettings((log,), "bailian", options)))
+            settings = ingest_stage.IngestSettings((log,), "bailian", options)
+            ingested.append(steps_run("ingest", lambda: ingest(wh, settings), read_counts(wh)))
         step("simulate")
-        simulated = simulate(
-            wh,
-            simulate_stage.SimulateSettings(
-                policies=checked.policies,
-                capacities=Capacities(blocks=simulated_blocks),  # the priced pool among them
-                isolations=checked.isolations,
-                measure=Settings(windows=tuple(windows), outcomes=True),
-                outcomes_for=priced,
-                workers=workers if dask_address is None else None,
-                dask_address=dask_address,
-            ),
+        simulate_settings = simulate_stage.SimulateSettings(
+            policies=checked.policies,
+            capacities=Capacities(blocks=simulated_blocks),  # the priced pool among them
+            isolations=checked.isolations,
+            measure=Settings(windows=tuple(windows), outcomes=True),
+            outcomes_for=priced,
+            workers=workers if dask_address is None else None,
+            dask_address=dask_address,
+        )
+        fleet_rates = steps_run(
+            "simulate",
+            lambda: _fleet_rows(simulate(wh, simulate_settings).tables.hit_rates),
+            read_fleet_rates(wh),
         )
         step("curve")
         lru_curve = CurveSettings(
             policy="lru", windows=("all",), capacities=tuple(capacities_blocks)
         )
-        curve(wh, curve_stage.CurveStageSettings(lru_curve))
+        steps_run("curve", lambda: curve(wh, curve_stage.CurveStageSettings(lru_curve)), _none)
         step("structure")
-        structure(wh, structure_settings(capacities_blocks))
+        steps_run(
+            "structure", lambda: structure(wh, structure_settings(capacities_blocks)), _none
+        )
         calibrated = None
         if replay_samples > 0:
             step("replay")
-            calibrated = replay(wh, priced, replay_samples)
+            calibrated = steps_run("replay", lambda: replay(wh, priced, replay_samples))
         model, gpu = calibrated or (savings_model, savings_gpu)
         # a replay calibrates a catalog model; the config.json is the savings model's shape
         config = savings_model_config if model == savings_model else None
         step("fleet")
-        fleet(
-            wh,
-            fleet_settings(
-                capacities_blocks,
-                windows,
-                model,
-                gpu,
-                checked.fleet_replicas,
-                dask_address,
-                workers,
-                checked.deployment,
-                config,
-            ),
+        fleet_settings_ = fleet_settings(
+            capacities_blocks,
+            windows,
+            model,
+            gpu,
+            checked.fleet_replicas,
+            dask_address,
+            workers,
+            checked.deployment,
+            config,
         )
+        steps_run("fleet", lambda: fleet(wh, fleet_settings_), _none)
         step("plan")
-        plan(
-            wh,
-            plan_stage.PlanSettings(
-                target=plan_target,
-                model=model,
-                gpu=gpu,
-                model_config=config,
-                max_lookups=RECENT_LOOKUPS,
-                workers=workers if dask_address is None else None,
-                dask_address=dask_address,
-            ),
+        plan_settings = plan_stage.PlanSettings(
+            target=plan_target,
+            model=model,
+            gpu=gpu,
+            model_config=config,
+            max_lookups=RECENT_LOOKUPS,
+            workers=workers if dask_address is None else None,
+            dask_address=dask_address,
         )
+        steps_run("plan", lambda: plan(wh, plan_settings), _none)
         step("plan-slo")
-        plan_slo(wh, parameters.slo_settings(slo, dask_address, workers))
+        slo_settings = parameters.slo_settings(slo, dask_address, workers)
+        steps_run("plan-slo", lambda: plan_slo(wh, slo_settings), _none)
         step("validate")
         if validate_stage.has_reports(wh):  # the engines' own counts: the effective capacity
-            validate(wh, validate_stage.ValidateSettings(model=model, model_config=config))
+            validate_settings = validate_stage.ValidateSettings(model=model, model_config=config)
+            steps_run("validate", lambda: validate(wh, validate_settings), _none)
+        if steps_run.reused:
+            said = (
+                f"reused {', '.join(steps_run.reused)}: finished by an earlier run of this flow "
+                "on the same inputs and settings (--fresh runs them again)"
+            )
+            say(f"prefixscope: {said}")
+            get_run_logger().info(said)
         step("savings")
-        saved = savings(
-            wh,
-            savings_stage.SavingsSettings(
-                model=model,
-                gpu=gpu,
-                model_config=config,
-                # the flow's deployment where it prices with the flow's GPU; a replay's own
-                # device (calibrated) takes the fewest of its GPUs that hold its model
-                deployment=checked.deployment
-                if (model, gpu) == (savings_model, savings_gpu)
-                else None,
-                policy=priced.policy,
-                capacity_blocks=priced.capacity_blocks,
-                isolation=priced.isolation,
-            ),
+        savings_settings = savings_stage.SavingsSettings(
+            model=model,
+            gpu=gpu,
+            model_config=config,
+            # the flow's deployment where it prices with the flow's GPU; a replay's own
+            # device (calibrated) takes the fewest of its GPUs that hold its model
+            deployment=checked.deployment if (model, gpu) == (savings_model, savings_gpu) else None,
+            policy=priced.policy,
+            capacity_blocks=priced.capacity_blocks,
+            isolation=priced.isolation,
         )
+        saved = steps_run("savings", lambda: savings(wh, savings_settings))
         step("report")
-        page = report(wh, report_stage.ReportSettings(report_path))
+        page = steps_run("report", lambda: report(wh, report_stage.ReportSettings(report_path)))
         if metrics_path:
             step("metrics")
-            metrics(wh, metrics_path)
+            steps_run("metrics", lambda: metrics(wh, metrics_path))
         step("summary")
         answer = summary(wh, page)
-    rows = [r for r in simulated.tables.hit_rates if r["tenant"] == FLEET]
     return FleetReportOutcome(
         warehouse=wh,
         report=page,
         lines=sum(i.lines for i in ingested),
         accepted=sum(i.accepted for i in ingested),
         rejected=sum(i.rejected for i in ingested),
-        table=format_hit_rates(pa.Table.from_pylist(rows)),
+        table=format_hit_rates(pa.Table.from_pylist(fleet_rates)),
         savings=saved,
         summary=answer,
     )

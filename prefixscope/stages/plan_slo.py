@@ -1,6 +1,7 @@
-"""Stage ``plan-slo``: the cheapest fleet of deployments that meets a latency SLO, per load
-scale, with prefix caching on and off → ``plan_slo_fleets`` and ``plan_slo_answers``
-(``analysis/plan/search.py`` says how the space is searched)."""
+"""Stage ``plan-slo``: the cheapest fleet of deployments that meets a latency SLO in every
+window of the trace, per load scale, with prefix caching on and off → ``plan_slo_fleets`` and
+``plan_slo_answers`` (``analysis/plan/search.py`` says how the space is searched,
+``analysis/plan/held.py`` how the windows are)."""
 
 from __future__ import annotations
 
@@ -16,15 +17,32 @@ from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
 from prefixscope.analysis.fanout import fan_out
+from prefixscope.analysis.fleet._records import kept_nodes
 from prefixscope.analysis.fleet.routers import ROUTERS, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost, from_cost_model, from_roofline
-from prefixscope.analysis.plan.nocache import without_prefix_cache
+from prefixscope.analysis.plan.held import Held, Task, hold
 from prefixscope.analysis.plan.prices import load_prices
-from prefixscope.analysis.plan.probe import HAS_ENGINE, Shared, simulate_probe
-from prefixscope.analysis.plan.search import Group, Outcome, Probe, Result, search
+from prefixscope.analysis.plan.probe import (
+    HAS_ENGINE,
+    Part,
+    Shared,
+    cut,
+    simulate_run,
+    simulate_window,
+)
+from prefixscope.analysis.plan.search import Group, Outcome
 from prefixscope.analysis.plan.slo import Slo, parse_slo
 from prefixscope.analysis.plan.slo_tables import answers_table, fleets_table
 from prefixscope.analysis.plan.space import Replica, replica_of, series_of
+from prefixscope.analysis.plan.windows import (
+    DEFAULT_WINDOW_S,
+    MAX_WINDOW_S,
+    MIN_WINDOW_S,
+    WHOLE,
+    Window,
+    busiest,
+    split,
+)
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.stages.fleet import COST_KINDS, load_traffic
 from prefixscope.stages.outcomes import calibrated
@@ -39,7 +57,8 @@ class PlanSloSettings:
     ``model`` / ``kv_dtype``: what the replicas serve; ``cost_model``: what prices a step
     (``auto``: the calibrated model of the GPU at TP 1 where the warehouse holds one, else the
     roofline at the deployment's TP); ``prices``: a TOML file (``prices.py``); ``engine``: the
-    fleet's KV pool model where this version's fleet has one."""
+    fleet's KV pool model where this version's fleet has one; ``window_s``: the SLO is held
+    in every window of this many seconds (``windows.WHOLE``: over the whole trace at once)."""
 
     deployments: tuple[str, ...]
     slo: str
@@ -53,6 +72,7 @@ class PlanSloSettings:
     engine: str = "ideal"
     workers: int | None = 1
     dask_address: str | None = None
+    window_s: float = DEFAULT_WINDOW_S
 
     @property
     def shape(self) -> ModelShape:
@@ -75,6 +95,11 @@ class PlanSloSettings:
             known = ENGINES if HAS_ENGINE else ENGINES[:1]
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(known)}")
         load_prices(self.prices)
+        if not (self.window_s == WHOLE or MIN_WINDOW_S <= self.window_s <= MAX_WINDOW_S):
+            raise ValueError(
+                f"an SLO window is at least {MIN_WINDOW_S:g} s, got {self.window_s:g} — "
+                "give --slo-window SECONDS or all"
+            )
         shape = self.shape
         dummy = StepCost(0, 0, 0, 0, 0, 1, 1, "check")
         for text in self.deployments:  # at one token a block: none of one fits no larger one
@@ -83,11 +108,22 @@ class PlanSloSettings:
 
 
 @dataclass(frozen=True)
+class Searched:
+    """The search's answers, with the windows each was held in (``held.py``)."""
+
+    outcomes: tuple[Outcome, ...]
+    held: tuple[Held, ...]
+    windows: tuple[Window, ...]
+    busiest: Window
+
+
+@dataclass(frozen=True)
 class PlanSloResult:
     run_id: str
     outcomes: tuple[Outcome, ...]
     fleets: pa.Table
     answers: pa.Table
+    searched: Searched | None = None
 
 
 def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
@@ -108,13 +144,14 @@ def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
                        step_cost(settings, shape, d, fitted.get(d)))
             for d in settings.deployments
         ]  # fmt: skip
-        outcomes = plan_search(trace, traffic, replicas, slo, settings, prices)
-        fleets = fleets_table(outcomes, settings.engine)
-        answers = answers_table(outcomes, slo)
+        searched = plan_search(trace, traffic, replicas, slo, settings, prices)
+        fleets = fleets_table(searched.outcomes, settings.engine, searched.windows)
+        answers = answers_table(searched.outcomes, slo, searched.held, searched.windows,
+                                settings.window_s)  # fmt: skip
         with run.publishing() as con:
             warehouse.append(con, "plan_slo_fleets", fleets, run.run_id)
             warehouse.append(con, "plan_slo_answers", answers, run.run_id)
-    return PlanSloResult(run.run_id, tuple(outcomes), fleets, answers)
+    return PlanSloResult(run.run_id, searched.outcomes, fleets, answers, searched)
 
 
 def step_cost(
@@ -138,38 +175,81 @@ def step_cost(
 
 def plan_search(
     trace, traffic, replicas: Sequence[Replica], slo: Slo, settings: PlanSloSettings, prices
-) -> list[Outcome]:  # type: ignore[no-untyped-def]
+) -> Searched:  # type: ignore[no-untyped-def]
     """Every load scale with caching on (every tier and store) and off (none: with no block
-    repeating, a tier only adds cost), searched in rounds (``search.py``)."""
+    repeating, a tier only adds cost), searched on the busiest window and held in every window
+    (``held.py``), in rounds (``search.py``)."""
     routers = tuple(settings.routers)
     groups = []
     for scale in settings.load_scales:
         for caching in (True, False):
             space = series_of(list(replicas), routers, prices, trace.block_size, tiered=caching)
             groups.append(Group(scale, caching, tuple(space)))
-    shared = Shared(trace.warm(), without_prefix_cache(trace).warm(), traffic, slo, settings.engine)
+    windows = split(trace, settings.window_s)
+    start = busiest(windows)
+    spans: dict[tuple[int, bool], tuple] = {}
+    shared = Shared(trace, traffic, slo, settings.engine, windows, spans)
     local = settings.dask_address is None and settings.workers == 1
 
-    def run_round(probes: Sequence[Probe]) -> list[Result]:
+    def run_tasks(tasks: Sequence[Task]) -> list[list[Part]]:
+        # the spans of the windows searched are cut once, here, before any worker starts
+        for t in tasks:
+            if t.search:
+                key = (t.windows[0], t.probe.prefix_caching)
+                if key not in spans:
+                    w = windows[t.windows[0]]
+                    spans[key] = cut(trace, traffic, w.warm, w.end, t.probe.prefix_caching)
         if local:
-            return [simulate_probe(shared, p) for p in probes]
-        # three shared parts (the fan-out keeps four scattered): the SLO and engine ride
-        # with each probe
+            return [probe_task(shared, t) for t in tasks]
+        # parts shipped apart, so that a cluster keeps the trace it was sent once while the
+        # spans grow (``fanout.scattered``)
         return fan_out(
             probe_task,
-            (shared.trace, shared.fresh, shared.traffic),
-            [(p, slo, settings.engine) for p in probes],
+            (trace, traffic, (slo, settings.engine, windows), dict(spans)),
+            tasks,
             workers=settings.workers,
             dask_address=settings.dask_address,
-            weights=[p.replicas * (30.0 if p.series.router == "cache-aware" else 1.0)
-                     for p in probes],  # fmt: skip
+            weights=[task_weight(trace, windows, t) for t in tasks],
+            memory=[task_bytes(trace, windows, t) for t in tasks],
         )
 
-    return search(groups, slo, run_round)
+    def lookups(first: int, end: int) -> int:
+        return int(trace.offsets[end] - trace.offsets[first])
+
+    with kept_nodes():
+        outcomes, held = hold(groups, slo, windows, start, run_tasks, lookups)
+    return Searched(tuple(outcomes), tuple(held), windows, start)
 
 
-def probe_task(shared: tuple, item: tuple) -> Result:
-    """One fleet of the search (a task of ``fan_out``): ``shared`` the trace, the trace with
-    caching off and the traffic; ``item`` the probe, the SLO and the engine."""
-    probe, slo, engine = item
-    return simulate_probe(Shared(*shared, slo, engine), probe)
+def probe_task(shared: Shared | tuple, task: Task) -> list[Part]:
+    """One task of the search (a task of ``fan_out``): a fleet on one window, or a run of
+    windows (``held.py``). ``shared``: the search's, or its parts as ``plan_search`` ships
+    them. The lists' node arrays are kept between a worker's tasks."""
+    if isinstance(shared, tuple):
+        trace, traffic, (slo, engine, windows), spans = shared
+        shared = Shared(trace, traffic, slo, engine, windows, spans)
+    with kept_nodes():
+        if task.search:
+            return [simulate_window(shared, task.probe, task.windows[0])]
+        return simulate_run(shared, task.probe, task.windows, task.measured)
+
+
+def task_weight(trace, windows, task: Task) -> float:  # type: ignore[no-untyped-def]
+    """A task's expected cost: its lookups × its replicas (a cache-aware router scores every
+    replica's tree: some 30 times as long)."""
+    p = task.probe
+    first, end = windows[task.windows[0]].warm, windows[task.windows[-1]].end
+    router = 30.0 if p.series.router == "cache-aware" else 1.0
+    return float(trace.offsets[end] - trace.offsets[first]) * (1 + p.replicas / 8) * router
+
+
+def task_bytes(trace, windows, task: Task) -> int:  # type: ignore[no-untyped-def]
+    """What a task holds at most: its span (blocks, ids, hashes, parents and per-lookup tokens,
+    about 28 bytes a lookup, every lookup a distinct block at worst), each replica's lists over
+    its blocks (8 bytes per block and list: the cache, the router's tree, a DRAM tier) and
+    some 250 bytes a request of state and results."""
+    p = task.probe
+    first, end = windows[task.windows[0]].warm, windows[task.windows[-1]].end
+    lookups = int(trace.offsets[end] - trace.offsets[first])
+    lists = 1 + (p.series.router == "cache-aware") + (p.series.tiers.dram_blocks > 0)
+    return lookups * (28 + 8 * (1 + p.replicas * lists)) + 250 * (end - first)

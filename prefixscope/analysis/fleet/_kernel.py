@@ -55,12 +55,32 @@ def _init(n, n_rep, stride, sched, tiers, sets, pool):  # type: ignore[no-untype
         sets.sprv[su] = su
 
 
+@piece
+def _missed(r, t, arrival, req, stop):  # type: ignore[no-untyped-def]
+    """Whether some TTFT target is missed for sure at time ``t``, request ``r`` arriving. Every
+    replica has run the steps that start before ``t``, so a measured request that arrived more
+    than a limit before ``t`` either has its first token (its TTFT is known) or gets it at the
+    end of a later step, after ``t``: its TTFT exceeds the limit. A target is missed once the
+    requests known to exceed it reach its ``allowed`` count."""
+    for k in range(stop.limit.size):
+        q = stop.ptr[k]
+        while q < r and arrival[q] + stop.limit[k] < t:
+            if req.gen[q] == 0 or req.ttft[q] > stop.limit[k]:
+                stop.count[k] += 1
+            q += 1
+        stop.ptr[k] = q
+        if stop.count[k] >= stop.allowed[k]:
+            return True
+    return False
+
+
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch):  # type: ignore[no-untyped-def]
+def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch, stop):  # type: ignore[no-untyped-def]
     """Run the trace ``tr`` (``_records.Workload``) through the fleet; fills the state.
     ``scratch``: per block of the longest request, its tier, ``T(j)`` and the copies ``X(j)``;
-    the copy seconds per token by tier. Compiled without reference counting, as its pieces
-    are (``_records.piece``): it allocates nothing."""
+    the copy seconds per token by tier. ``stop`` (``_records.Stop``): the loop ends at the
+    arrival where a TTFT target is missed for sure, leaving the rest unsimulated. Compiled
+    without reference counting, as its pieces are (``_records.piece``): it allocates nothing."""
     n = tr.offsets.size - 1
     n_rep = rep.now.size
     stride = sets.held.size + 1
@@ -76,6 +96,9 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch)
                 rep.now[i] = t  # idle until the arrival
         if r >= n:
             continue
+        if stop.limit.size > 0 and _missed(r, t, tr.arrival, req, stop):
+            stop.at[0] = r
+            return
         start, end = tr.offsets[r], tr.offsets[r + 1]
         i = route(
             r, start, end, tr.blocks, t, assign, rp, rep, sets, n_rep, stride, sched.block_size

@@ -159,6 +159,17 @@ class Traffic:
         return Traffic(self.output_tokens[requests], sessions)
 
 
+@dataclass(frozen=True)
+class Stop:
+    """Stop the loop once the fleet misses a TTFT target for sure: ``targets`` are (limit in
+    seconds, count) pairs, the count of requests from ``first`` on whose TTFT exceeds the limit
+    that decides the miss (``plan/slo.py`` derives it from a percentile). The requests before
+    ``first`` (a warm-up) are simulated but not counted."""
+
+    first: int = 0
+    targets: tuple[tuple[float, int], ...] = ()
+
+
 @dataclass(frozen=True, eq=False)
 class FleetOutcome:
     """Per request: the replica, leading cached blocks and tokens served from cache, TTFT (s),
@@ -195,6 +206,9 @@ class FleetOutcome:
     running_blocks_mean: np.ndarray
     running_blocks_p95: np.ndarray
     prefix_cache_blocks_mean: np.ndarray
+    #: The request at whose arrival the loop stopped (:class:`Stop`): it and every later one
+    #: were never simulated, nor the steps after that arrival. -1: the whole trace ran.
+    stopped_at: int = -1
 
     @property
     def fleet_filled_at(self) -> int:
@@ -211,16 +225,17 @@ def simulate_fleet(
     fleet: Fleet,
     engine: Engine,
     routing: np.ndarray | None = None,
+    stop: Stop | None = None,
 ) -> FleetOutcome:
     """The fleet over the whole trace. ``routing``: a fixed router's assignment when already
-    computed (``assign.assign``)."""
+    computed (``assign.assign``); ``stop``: end early once a TTFT target is missed for sure."""
     fleet.check()
     engine.check()
     router = resolve_router(fleet.router)
     if router.fixed and routing is None:
         routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)
     fixed = np.zeros(0, np.int32) if routing is None else np.asarray(routing, np.int32)
-    return _run(trace, traffic, fleet, engine, router.kind, fixed, fleet.replicas)
+    return _run(trace, traffic, fleet, engine, router.kind, fixed, fleet.replicas, stop=stop)
 
 
 def simulate_replica(
@@ -247,6 +262,7 @@ def _run(  # type: ignore[no-untyped-def]
     fixed,
     n_rep: int,
     width: int | None = None,
+    stop: Stop | None = None,
 ) -> FleetOutcome:
     output = np.asarray(traffic.output_tokens, np.int64)
     code = ENGINES[fleet.engine].code
@@ -289,13 +305,19 @@ def _run(  # type: ignore[no-untyped-def]
         np.zeros(longest + 2, np.float64),
         np.array([0.0, dram_s, store_s]),
     )
-    _kernel.fleet(workload, fixed, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch)
+    rule = stop or Stop()
+    halt = _records.stop(
+        [limit for limit, _ in rule.targets], [count for _, count in rule.targets], rule.first
+    )
+    _kernel.fleet(
+        workload, fixed, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch, halt
+    )
     return FleetOutcome(
         fleet, arrival, req.replica, req.hit_blocks, req.hit_tok, req.ttft, req.first_start,
         req.done_at, rep.busy, rep.steps, rep.prefill_tok, rep.decode_tok, rep.filled_at,
         rep.now, req.src_tok, req.saved, req.xfer, req.cost_none, rep.preemptions,
         _per_busy(rep.running_s, rep.busy), weighted_p95(rep.hist, width),
-        _per_busy(rep.cached_s, rep.busy),
+        _per_busy(rep.cached_s, rep.busy), int(halt.at[0]),
     )  # fmt: skip
 
 

@@ -21,7 +21,9 @@ first, so ``best`` falls early.
 
 Series without a DRAM tier or store run first, as one wave; the series with tiers, each dearer
 per replica than its untiered twin, start once that wave has ended, with ``best`` known: each
-first simulates its cap (can it beat ``best`` at all?) and is dropped when that misses.
+first simulates its cap (can it beat ``best`` at all?) and is dropped when that misses. Where
+the first wave met the SLO nowhere, the cap is ``MAX_REPLICAS``, and a series that misses
+there misses everywhere: one fleet ends it.
 
 The search runs in rounds: each round every live series proposes its next count, the round's
 fleets run together (here, or as tasks on a Dask cluster, ``analysis/fanout.py``), and the
@@ -55,10 +57,15 @@ class Probe:
 
 @dataclass(frozen=True)
 class Result:
-    """What one fleet measured: the token hit rate and every metric ``slo.measure`` gives."""
+    """What one fleet measured over the windows searched: the token hit rate over them, and
+    every metric ``slo.measure`` gives in ``window``, the one with the least slack (the one
+    that binds). ``stopped``: that window's run stopped once a TTFT target was missed for sure,
+    so its figures are lower bounds."""
 
     token_hit_rate: float
     metrics: dict[str, float]
+    window: int = 0
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,7 @@ def _round(states: list[_State], gi: int, g: Group, best: Fleet | None) -> list:
         out = []
         for st in live:
             if _wave(st.series) == wave:
-                n = _next(st, _cap(st.series, best))
+                n = _next(st, _cap(st.series, best), first_at_cap=wave > 0)
                 if n is not None:
                     out.append((st, Probe(gi, st.series, n, g.load_scale, g.prefix_caching)))
         if out:
@@ -168,8 +175,9 @@ def _cap(s: Series, best: Fleet | None) -> int:
     return n
 
 
-def _next(st: _State, cap: int) -> int | None:
-    """The next count to simulate, or None (the series ends, ``st.done`` says why)."""
+def _next(st: _State, cap: int, first_at_cap: bool = False) -> int | None:
+    """The next count to simulate, or None (the series ends, ``st.done`` says why).
+    ``first_at_cap``: a series' first fleet is its cap (the second wave's)."""
     if st.done is not None:
         return None
     if st.hi is not None and st.hi <= cap:
@@ -182,8 +190,8 @@ def _next(st: _State, cap: int) -> int | None:
         if st.done == "dominated" and not st.seen:
             st.done = "dominated-unsimulated"
         return None
-    if st.hi is not None or (cap < MAX_REPLICAS and st.lo == 0):
-        return cap  # can it beat the best at all? one fleet says (misses: dominated)
+    if st.hi is not None or (st.lo == 0 and (cap < MAX_REPLICAS or first_at_cap)):
+        return cap  # can it beat the best at all? one fleet says (misses: dominated, or never)
     return min(cap, max(1, 2 * st.lo))
 
 
@@ -206,10 +214,16 @@ def _outcome(
     g: Group, states: list[_State], fleets: list[Fleet], best: Fleet | None, slo: Slo
 ) -> Outcome:
     closest = None
-    if best is None and fleets:  # the least missed: the greatest least slack, then cheapest
+    if best is None and fleets:  # the least missed: the greatest least slack, then cheapest;
+        # a fleet whose run stopped once missed has a slack that is only a bound: after those
+        # that ran in full
         closest = max(
             fleets,
-            key=lambda f: (min(slo.slack(f.result.metrics).values()), -f.usd_per_hour),
+            key=lambda f: (
+                not f.result.stopped,
+                min(slo.slack(f.result.metrics).values()),
+                -f.usd_per_hour,
+            ),
         )
     non_monotone = sum(_non_monotone(st.seen) for st in states)
     done = [st.done for st in states]

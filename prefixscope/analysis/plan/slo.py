@@ -106,6 +106,16 @@ def parse_slo(text: str) -> Slo:
     return Slo(tuple(targets))
 
 
+def allowed_exceeding(n: int, percentile: float) -> int:
+    """How many of ``n`` values above a limit make their ``percentile`` exceed it for sure:
+    numpy's linear interpolation reads the sorted values at ``lo = ⌊(n − 1)·p⌋`` and the one
+    after, so once ``n − lo`` values exceed the limit, the value at ``lo`` does and so does the
+    percentile. Over no value nothing is decided (1: no request is counted)."""
+    if n <= 0:
+        return 1
+    return n - math.floor((n - 1) * percentile / 100.0)
+
+
 def measure(
     slo: Slo,
     ttft: np.ndarray,

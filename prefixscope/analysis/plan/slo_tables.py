@@ -8,12 +8,15 @@ lists use).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pyarrow as pa
 
+from prefixscope.analysis.plan.held import Held
 from prefixscope.analysis.plan.search import Fleet, Outcome
 from prefixscope.analysis.plan.slo import Slo
+from prefixscope.analysis.plan.windows import Window
 
 HOURS_PER_MONTH = 730.0
 
@@ -38,6 +41,9 @@ PLAN_SLO_FLEETS_SCHEMA = pa.schema(
         ("usd_per_hour", pa.float64()),
         ("meets_slo", pa.bool_()),
         ("binding", pa.string()),
+        ("window_start_s", pa.float64()),
+        ("window_end_s", pa.float64()),
+        ("stopped_early", pa.bool_()),
     ]
 )
 
@@ -59,12 +65,19 @@ PLAN_SLO_ANSWERS_SCHEMA = pa.schema(
         ("fleets_searched", pa.int64()),
         ("gpus_saved", pa.int32()),
         ("usd_saved_per_month", pa.float64()),
+        ("window_s", pa.float64()),
+        ("windows", pa.int32()),
+        ("windows_searched", pa.int32()),
+        ("windows_checked", pa.int32()),
+        ("bound_window_start_s", pa.float64()),
+        ("bound_window_end_s", pa.float64()),
     ]
 )
 
 
-def fleet_row(f: Fleet, engine: str) -> dict:
+def fleet_row(f: Fleet, engine: str, windows: Sequence[Window] = ()) -> dict:
     s, p, m = f.probe.series, f.probe, f.result.metrics
+    w = windows[f.result.window] if windows else None
     return {
         "load_scale": p.load_scale,
         "prefix_caching": p.prefix_caching,
@@ -85,22 +98,37 @@ def fleet_row(f: Fleet, engine: str) -> dict:
         "usd_per_hour": f.usd_per_hour,
         "meets_slo": f.meets,
         "binding": f.binding,
+        "window_start_s": None if w is None else w.start_s,
+        "window_end_s": None if w is None else w.end_s,
+        "stopped_early": f.result.stopped,
     }
 
 
-def fleets_table(outcomes: Sequence[Outcome], engine: str) -> pa.Table:
-    rows = [fleet_row(f, engine) for o in outcomes for f in o.fleets]
+def fleets_table(
+    outcomes: Sequence[Outcome], engine: str, windows: Sequence[Window] = ()
+) -> pa.Table:
+    rows = [fleet_row(f, engine, windows) for o in outcomes for f in o.fleets]
     return pa.Table.from_pylist(rows, schema=PLAN_SLO_FLEETS_SCHEMA)
 
 
-def answer_rows(outcomes: Sequence[Outcome], slo: Slo) -> list[dict]:
+def answer_rows(
+    outcomes: Sequence[Outcome],
+    slo: Slo,
+    held: Sequence[Held] = (),
+    windows: Sequence[Window] = (),
+    window_s: float | None = None,
+) -> list[dict]:
     """One row per outcome. ``met`` false: the fleet columns are the closest fleet searched
     (the greatest least slack), never an answer. The caching row carries ``gpus_saved`` and
-    ``usd_saved_per_month`` against the no-cache row of its load scale, when both are met."""
+    ``usd_saved_per_month`` against the no-cache row of its load scale, when both are met.
+    With ``held`` (``held.py``): the windows, how many were searched and checked, and the one
+    that bound the answer (``window_s`` None: the whole trace as one window)."""
     rows = []
-    for o in outcomes:
+    for i, o in enumerate(outcomes):
         f = o.best or o.closest
         s = None if f is None else f.probe.series
+        h = held[i] if held else None
+        bound = None if h is None or h.bound is None else windows[h.bound]
         rows.append(
             {
                 "load_scale": o.group.load_scale,
@@ -119,6 +147,12 @@ def answer_rows(outcomes: Sequence[Outcome], slo: Slo) -> list[dict]:
                 "fleets_searched": len(o.fleets),
                 "gpus_saved": None,
                 "usd_saved_per_month": None,
+                "window_s": window_s if window_s is not None and math.isfinite(window_s) else None,
+                "windows": len(windows) if windows else None,
+                "windows_searched": None if h is None else len(h.searched),
+                "windows_checked": None if h is None else h.checked,
+                "bound_window_start_s": None if bound is None else bound.start_s,
+                "bound_window_end_s": None if bound is None else bound.end_s,
             }
         )
     for row in rows:
@@ -131,5 +165,12 @@ def answer_rows(outcomes: Sequence[Outcome], slo: Slo) -> list[dict]:
     return rows
 
 
-def answers_table(outcomes: Sequence[Outcome], slo: Slo) -> pa.Table:
-    return pa.Table.from_pylist(answer_rows(outcomes, slo), schema=PLAN_SLO_ANSWERS_SCHEMA)
+def answers_table(
+    outcomes: Sequence[Outcome],
+    slo: Slo,
+    held: Sequence[Held] = (),
+    windows: Sequence[Window] = (),
+    window_s: float | None = None,
+) -> pa.Table:
+    rows = answer_rows(outcomes, slo, held, windows, window_s)
+    return pa.Table.from_pylist(rows, schema=PLAN_SLO_ANSWERS_SCHEMA)

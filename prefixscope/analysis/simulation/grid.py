@@ -14,11 +14,12 @@ import pyarrow as pa
 from prefixscope.analysis.policies import POLICIES, Outcome, PolicyOptions
 from prefixscope.analysis.simulation.replay import replay
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings
+from prefixscope.analysis.simulation.sums import Buckets, Groups, buckets_of, groups_of
 from prefixscope.analysis.simulation.tables import OUTCOMES_SCHEMA, TIMESERIES_SCHEMA, Tables
 from prefixscope.analysis.structure import pins
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.measure import hit_tokens, trace_index_groups
-from prefixscope.analysis.trace.steady import WarmUp, batch_means_ci, warm_up
+from prefixscope.analysis.trace.measure import hit_tokens
+from prefixscope.analysis.trace.steady import WarmUp, warm_up
 from prefixscope.analysis.trace.windows import STEADY, WINDOWS, check_windows
 
 
@@ -26,18 +27,22 @@ def cross_tokens(trace: Trace, outcome: Outcome) -> np.ndarray:
     """Hit tokens per request served from blocks another tenant inserted (int64)."""
     if len(outcome.cross) == 0:  # one tenant: nobody else to hit
         return np.zeros(trace.n_requests, dtype=np.int64)
-    return _cross_sums(trace.offsets, outcome.cross, trace.served_sizes)
+    return _cross_sums(trace.offsets, outcome.cross, trace.servable_tokens, trace.block_size)
 
 
 @numba.njit(cache=True, nogil=True)
-def _cross_sums(offsets, cross, served):  # type: ignore[no-untyped-def]
+def _cross_sums(offsets, cross, servable, block_size):  # type: ignore[no-untyped-def]
     # One sequential pass, no per-lookup temporaries: at 250 M lookups a masked copy of the
-    # served sizes and bincount's float weights took 3 GB and most of a replay's time.
+    # served sizes and bincount's float weights took 3 GB and most of a replay's time. Each
+    # lookup's served tokens are ``Trace.served_sizes``' rule, computed here rather than read:
+    # the array is a gigabyte no replay needs otherwise.
     out = np.zeros(offsets.size - 1, np.int64)
     for r in range(offsets.size - 1):
         total = 0
-        for p in range(offsets[r], offsets[r + 1]):
-            total += served[p] * cross[p]  # branch-free: crossings are unpredictable
+        start = offsets[r]
+        for p in range(start, offsets[r + 1]):
+            served = min(max(servable[r] - (p - start) * block_size, 0), block_size)
+            total += served * cross[p]  # branch-free: crossings are unpredictable
         out[r] = total
     return out
 
@@ -65,12 +70,12 @@ def _option_text(policy: str, settings: Settings, options: PolicyOptions) -> str
 
 @dataclass(frozen=True)
 class Replayed:
-    """One scenario replayed (the first pass): per request its hit blocks and cross-tenant hit
-    tokens, its own warm-up, and its options as the table shows them. Small (per request, not
-    per lookup, and int32), so a fan-out's task returns it, and a run holds one per scenario
-    until it is measured: its hit tokens follow from the hit blocks (``hit_tokens``), so they
-    are derived when measured rather than held (a third of a result, 1.4 GB at 250 M
-    lookups and 33 scenarios)."""
+    """One scenario replayed (the first pass): per request its hit blocks (uint16 where they
+    fit, ``_compact``) and cross-tenant hit tokens, its own warm-up, and its options as the
+    table shows them. Small (per request, not per lookup, and int32 at most), so a fan-out's
+    task returns it, and a run holds one per scenario until it is measured: its hit tokens
+    follow from the hit blocks (``hit_tokens``), so they are derived when measured rather than
+    held (a third of a result, 1.4 GB at 250 M lookups and 33 scenarios)."""
 
     scenario: Scenario
     hit_blocks: np.ndarray
@@ -100,13 +105,23 @@ def replay_scenarios(
         out.append(
             Replayed(
                 scenario,
-                outcome.hit_blocks,
+                _compact(trace, outcome.hit_blocks),
                 cross_tokens(trace, outcome).astype(np.int32),  # int32 halves a result's size
                 warm_up(tokens, trace.input_tokens, outcome.filled_at, bounded),
                 _option_text(scenario.policy, settings, options),
             )
         )
     return out
+
+
+def _compact(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
+    """Hit blocks as uint16 where no request holds 65,536 blocks (every log seen: 32 M tokens at
+    512): a run holds one per request and scenario until it is measured (0.8 GB of 3.1 at 250 M
+    lookups and 37 scenarios saved)."""
+    n = trace.blocks_per_request
+    if len(n) and int(n.max()) < 2**16:
+        return hit_blocks.astype(np.uint16)
+    return hit_blocks
 
 
 def shared_start(trace: Trace, replayed: Sequence[Replayed]) -> int:
@@ -135,12 +150,13 @@ def measure_replayed(
     }
     tables = Tables()
     # every scenario measures the same requests per window (the steady one from the shared
-    # start): their groups are found once
-    groups = {w: trace_index_groups(trace, _measured(trace, w, start)) for w in settings.windows}
-    every = trace_index_groups(trace, np.ones(trace.n_requests, bool))
+    # start): their groups, counts and batches are found once (``sums.py``)
+    groups = {w: groups_of(trace, _measured(trace, w, start), intervals=w == STEADY)
+              for w in settings.windows}  # fmt: skip
     if settings.bucket_s <= 0:
         raise ValueError(f"bucket must be positive, got {settings.bucket_s} s")
-    bucket = np.floor(trace.times / settings.bucket_s).astype(np.int64)
+    buckets = buckets_of(trace, np.floor(trace.times / settings.bucket_s).astype(np.int64))
+    ceiling_sums: dict[tuple[str, str], np.ndarray] = {}
     for r in replayed:
         mode = r.scenario.isolation
         if mode not in ceilings:
@@ -149,12 +165,12 @@ def measure_replayed(
         base = _base_row(trace, r.scenario, settings, r.option_text)
         tokens = hit_tokens(trace, r.hit_blocks)
         for window in settings.windows:
+            if (mode, window) not in ceiling_sums:  # the same for every scenario of the mode
+                ceiling_sums[mode, window] = groups[window].sums(ceilings[mode]).astype(np.int64)
             tables.hit_rates += _window_rows(
-                trace, r, tokens, ceilings[mode], window, start, base, groups[window]
+                r, tokens, ceiling_sums[mode, window], window, start, base, groups[window]
             )
-        tables.timeseries.append(
-            _timeseries(trace, r.scenario, tokens, settings.bucket_s, every, bucket)
-        )
+        tables.timeseries.append(_timeseries(trace, r.scenario, tokens, settings.bucket_s, buckets))
         if r.scenario == outcomes_for or (outcomes_for is None and settings.outcomes):
             tables.outcomes.append(_outcomes(trace, r, tokens))
     return tables
@@ -187,27 +203,29 @@ def _measured(trace: Trace, window: str, start: int) -> np.ndarray:
 
 
 def _window_rows(  # type: ignore[no-untyped-def]
-    trace: Trace,
     r: Replayed,
     tokens: np.ndarray,
-    ceiling: np.ndarray,
+    ceilings: np.ndarray,
     window: str,
     start: int,
     base: dict,
-    groups: list[tuple[str, np.ndarray]],
+    groups: Groups,
 ) -> list[dict]:
-    """``tokens``: ``r``'s hit tokens per request; ``groups``: the window's measured requests,
-    the fleet then each tenant (positions)."""
+    """``tokens``: ``r``'s hit tokens per request; ``ceilings``: the ceiling's hit tokens per
+    group; ``groups``: the window's measured requests, the fleet then each tenant
+    (``sums.py``)."""
     ci_wanted = window == STEADY
     steady_flag = r.warmup.filled if ci_wanted else None
     own = r.warmup.end if ci_wanted and r.warmup.filled else None
+    reported = not ci_wanted or bool(steady_flag)
+    hits = groups.sums(tokens).astype(np.int64)
+    hit_requests = groups.sums((r.hit_blocks > 0).astype(np.int64)).astype(np.int64)
+    cross = groups.sums(r.cross.astype(np.int64)).astype(np.int64)
+    cis = groups.intervals(tokens) if ci_wanted else [None] * len(groups.names)
     rows = []
-    for name, mask in groups:
-        n = len(mask)
-        inp, hit = int(trace.input_tokens[mask].sum()), int(tokens[mask].sum())
-        hit_requests = int((r.hit_blocks[mask] > 0).sum())
-        ci = batch_means_ci(tokens[mask], trace.input_tokens[mask]) if ci_wanted else None
-        reported = not ci_wanted or bool(steady_flag)
+    for g, name in enumerate(groups.names):
+        n, inp = int(groups.requests[g]), int(groups.inputs[g])
+        hit, hit_req, ci = int(hits[g]), int(hit_requests[g]), cis[g]
         rows.append(
             {
                 **base,
@@ -216,60 +234,45 @@ def _window_rows(  # type: ignore[no-untyped-def]
                 "requests": n,
                 "input_tokens": inp,
                 "hit_tokens": hit,
-                "cross_tenant_hit_tokens": int(r.cross[mask].sum()),
-                "hit_requests": hit_requests,
+                "cross_tenant_hit_tokens": int(cross[g]),
+                "hit_requests": hit_req,
                 "token_hit_rate": hit / inp if inp and reported else None,
-                "request_hit_rate": hit_requests / n if n and reported else None,
+                "request_hit_rate": hit_req / n if n and reported else None,
                 "warmup_requests": start if ci_wanted else None,
                 "own_warmup_requests": own,
                 "steady": steady_flag,
                 "ci_low": ci[0] if ci and reported else None,
                 "ci_high": ci[1] if ci and reported else None,
-                "ceiling_token_hit_rate": int(ceiling[mask].sum()) / inp if inp else None,
+                "ceiling_token_hit_rate": int(ceilings[g]) / inp if inp else None,
             }
         )
     return rows
 
 
 def _timeseries(
-    trace: Trace,
-    s: Scenario,
-    tokens: np.ndarray,
-    bucket_s: float,
-    groups: list[tuple[str, np.ndarray]],
-    bucket: np.ndarray,
+    trace: Trace, s: Scenario, tokens: np.ndarray, bucket_s: float, buckets: Buckets
 ) -> pa.Table:
     """``hit_rate_timeseries`` rows of one scenario, as columns: per group (the fleet then each
-    tenant, ``groups``) every bucket (``bucket``: each request's) with requests. A week at
-    5-minute buckets is about 2,000 rows a group and scenario, so never one dict a row."""
-    names, starts, requests, inputs, hits = [], [], [], [], []
-    for _, rows in groups:
-        b = bucket[rows]
-        n = np.bincount(b)
-        present = np.flatnonzero(n)
-        names.append(np.full(len(present), len(names), np.int32))
-        starts.append(present)
-        requests.append(n[present])
-        inputs.append(np.bincount(b, weights=trace.input_tokens[rows]).astype(np.int64)[present])
-        hits.append(np.bincount(b, weights=tokens[rows]).astype(np.int64)[present])
-    k = sum(len(x) for x in starts)
+    tenant) every bucket with requests (``sums.Buckets``). A week at 5-minute buckets is about
+    2,000 rows a group and scenario, so never one dict a row."""
+    k = len(buckets.requests)
     if k == 0:
         return TIMESERIES_SCHEMA.empty_table()
-    inp, hit = np.concatenate(inputs), np.concatenate(hits)
+    inp, hit = buckets.inputs, buckets.hits(tokens)
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = hit / inp
-    at = ((trace.start_s + np.concatenate(starts) * bucket_s) * 1e6).astype(np.int64)
+    at = ((trace.start_s + buckets.starts * bucket_s) * 1e6).astype(np.int64)
     return pa.table(
         {
             "tenant": pa.DictionaryArray.from_arrays(
-                pa.array(np.concatenate(names)), pa.array([g for g, _ in groups], pa.string())
+                pa.array(buckets.group), pa.array(list(buckets.names), pa.string())
             ).cast(pa.string()),
             "policy": pa.repeat(pa.scalar(s.policy, pa.string()), k),
             "isolation": pa.repeat(pa.scalar(s.isolation, pa.string()), k),
             "capacity_blocks": pa.repeat(pa.scalar(s.capacity_blocks, pa.int64()), k),
             "bucket_start": pa.array(at, pa.timestamp("us", tz="UTC")),
             "bucket_seconds": pa.repeat(pa.scalar(float(bucket_s), pa.float64()), k),
-            "requests": pa.array(np.concatenate(requests), pa.int64()),
+            "requests": pa.array(buckets.requests, pa.int64()),
             "input_tokens": pa.array(inp, pa.int64()),
             "hit_tokens": pa.array(hit, pa.int64()),
             "token_hit_rate": pa.array(rate, pa.float64(), mask=inp == 0),
@@ -279,7 +282,7 @@ def _timeseries(
 
 
 def _outcomes(trace: Trace, r: Replayed, tokens: np.ndarray) -> pa.Table:
-    s, hit_blocks, cross = r.scenario, r.hit_blocks, r.cross
+    s, hit_blocks, cross = r.scenario, r.hit_blocks.astype(np.int32), r.cross
     n_blocks = trace.blocks_per_request
     first_miss = np.where(hit_blocks < n_blocks, hit_blocks, -1)
     return pa.table(

@@ -50,8 +50,10 @@ class Trace:
 
     def warm(self) -> Trace:
         """Compute the derived arrays the simulators read, now: before a process pool forks,
-        so that its workers share them with this process instead of each building its own."""
-        for name in ("request_of_lookup", "parent", "served_sizes"):
+        so that its workers share them with this process instead of each building its own.
+        The request of every lookup and the tokens each serves are left to the analyses that
+        read them (a gigabyte each at 250 M lookups that no replay reads)."""
+        for name in ("parent", "servable_tokens"):
             getattr(self, name)
         return self
 

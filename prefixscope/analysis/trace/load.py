@@ -3,7 +3,12 @@ order and the warehouse's block size."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from dataclasses import replace
+
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.trace.csr import Trace, build_trace
@@ -89,6 +94,32 @@ def _fetch_replay(con: duckdb.DuckDBPyConnection) -> pa.Table:
             con.execute(f"RESET {name}")
 
 
+#: Block hashes of at least this many bytes are kept in a file mapped into memory
+#: (:func:`mapped`): 256 MiB, 32 M distinct blocks.
+MAPPED_HASHES_BYTES = 256 * 2**20
+
+
+def mapped(values: np.ndarray) -> np.ndarray:
+    """``values``, read-only, from a file mapped into memory rather than in the process's own
+    memory. A trace's block hashes (1.3 GB at 250 M lookups) are read by few analyses and by no
+    replay: mapped, their pages are the kernel's page cache, which it drops under pressure and
+    reads back when they are touched, and which forked workers share. The file is unlinked at
+    once: its space is freed when the last mapping goes. Where no temporary file can be
+    written (a full disk), they stay in memory."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="prefixscope-hashes-", suffix=".bin")
+    except OSError:
+        return values
+    try:
+        with os.fdopen(fd, "wb") as f:
+            values.tofile(f)
+        return np.memmap(path, dtype=values.dtype, mode="r", shape=values.shape)
+    except OSError:
+        return values
+    finally:
+        os.unlink(path)
+
+
 #: The last trace loaded in this process, by its warehouse's file and contents
 #: (:func:`_stamp`): the flow's stages each load the trace, and each finds it here.
 _LOADED: dict[tuple, Trace] = {}
@@ -111,6 +142,12 @@ def _stamp(con: duckdb.DuckDBPyConnection) -> tuple:
     return (path, tuple(runs))
 
 
+def stamp_of(con: duckdb.DuckDBPyConnection) -> tuple:
+    """What the warehouse's requests are, as a key (empty: none can be told, e.g. an
+    in-memory database): what a process may keep a result computed on them by."""
+    return _stamp(con)
+
+
 def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
     """Every request of the warehouse, in replay order, with the warehouse's one block size.
     Loaded once per process while the requests stay the same (a trace is immutable, so every
@@ -120,6 +157,8 @@ def load_trace(con: duckdb.DuckDBPyConnection) -> Trace:
         return _LOADED[stamp]
     block_size = block_size_of(con)
     trace = trace_from_table(_fetch_replay(con), block_size)
+    if trace.hashes.nbytes >= MAPPED_HASHES_BYTES:
+        trace = replace(trace, hashes=mapped(trace.hashes))
     if stamp:
         _LOADED.clear()  # one trace at a time: the memory of one
         _LOADED[stamp] = trace

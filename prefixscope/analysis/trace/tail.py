@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numba
 import numpy as np
 
 from prefixscope.analysis.trace.csr import Trace
@@ -50,3 +51,58 @@ def tail(trace: Trace, first: int) -> Trace:
         start_s=trace.start_s + float(times[0]),
         last_token_rule=None if trace.last_token_rule is None else trace.last_token_rule[first:],
     )
+
+
+def span(trace: Trace, first: int, end: int, *, fresh: bool = False) -> Trace:
+    """Requests ``first .. end - 1`` of ``trace`` with their own dense ids, numbered in the
+    order they are first looked up, and times from their own first arrival; the trace itself
+    when that is all of it (and not ``fresh``). ``fresh``: every lookup a block of its own
+    (prefix caching off, ``plan/nocache.py``), each keeping its block's hash.
+
+    One pass over the span's lookups and a table of the trace's ids, no sort and no thread
+    pool, so it runs as fast in a forked worker (where polars' threads are not) as here. What
+    a simulation of the span holds grows with the span, not with the trace."""
+    if not 0 <= first < end <= trace.n_requests:
+        raise ValueError(f"no requests in {first}..{end} of a trace of {trace.n_requests}")
+    if first == 0 and end == trace.n_requests and not fresh:
+        return trace
+    lo, hi = int(trace.offsets[first]), int(trace.offsets[end])
+    old = trace.blocks[lo:hi]
+    if fresh:
+        dense, ids = np.arange(hi - lo, dtype=np.int32), old
+    else:
+        dense, ids = _first_seen(old, np.full(trace.n_unique, -1, np.int32))
+    times = trace.times[first:end]
+    rule = trace.last_token_rule
+    return replace(
+        trace,
+        offsets=trace.offsets[first : end + 1] - lo,
+        blocks=dense,
+        input_tokens=trace.input_tokens[first:end],
+        tenant_codes=trace.tenant_codes[first:end],
+        n_unique=len(ids),
+        times=times - times[0],
+        hashes=trace.hashes[ids],
+        request_ids=None if trace.request_ids is None else trace.request_ids[first:end],
+        start_s=trace.start_s + float(times[0]),
+        last_token_rule=None if rule is None else rule[first:end],
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_seen(blocks, slot):  # type: ignore[no-untyped-def]
+    """(each lookup's new id, the old id of each new one): new ids by first lookup; ``slot``
+    (every entry -1) maps an old id to its new one meanwhile."""
+    dense = np.empty(blocks.size, np.int32)
+    order = np.empty(blocks.size, np.int32)
+    n = 0
+    for i in range(blocks.size):
+        b = blocks[i]
+        s = slot[b]
+        if s < 0:
+            s = n
+            slot[b] = n
+            order[n] = b
+            n += 1
+        dense[i] = s
+    return dense, order[:n].copy()

@@ -27,3 +27,11 @@ CREATE TABLE IF NOT EXISTS plan_slo_fleets (
     meets_slo               BOOLEAN NOT NULL,
     binding                 VARCHAR NOT NULL
 );
+-- The SLO is held window by window (added later; NULL on rows of older versions): the row's
+-- latencies are those of the window that binds it (the least slack among the windows it was
+-- judged on), window_start_s to window_end_s seconds after the trace's first arrival.
+-- stopped_early: its run stopped once a TTFT target was missed for sure in that window, so it
+-- misses and its latencies and hit rate are lower bounds over what was simulated.
+ALTER TABLE plan_slo_fleets ADD COLUMN IF NOT EXISTS window_start_s DOUBLE;
+ALTER TABLE plan_slo_fleets ADD COLUMN IF NOT EXISTS window_end_s DOUBLE;
+ALTER TABLE plan_slo_fleets ADD COLUMN IF NOT EXISTS stopped_early BOOLEAN;

@@ -23,3 +23,15 @@ CREATE TABLE IF NOT EXISTS plan_slo_answers (
     gpus_saved              INTEGER,
     usd_saved_per_month     DOUBLE
 );
+-- The windows the SLO is held in (added later; NULL on rows of older versions): window_s
+-- seconds each (NULL: the whole trace as one window), windows of them with requests; the
+-- search ran on windows_searched of them (the busiest by arriving tokens first) and the answer
+-- was checked in windows_checked (every window; 0 when no fleet met); bound_window_start_s to
+-- bound_window_end_s (seconds after the first arrival) is the window whose latencies bind the
+-- answer, the one with the least slack.
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS window_s DOUBLE;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS windows INTEGER;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS windows_searched INTEGER;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS windows_checked INTEGER;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS bound_window_start_s DOUBLE;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS bound_window_end_s DOUBLE;
