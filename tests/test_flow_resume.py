@@ -78,3 +78,26 @@ def test_a_killed_worker_ends_the_run_in_one_line_and_a_rerun_resumes(
     assert "reused" not in capsys.readouterr().err
     commands = [c for c, s in runs(wh) if s == "succeeded"]
     assert commands.count("ingest") == 2 and commands.count("simulate") == 2
+
+
+def test_a_prefect_server_that_cannot_be_reached_is_one_line(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(mooncake_line(i * 1000, 1024, 8, [1, 2 + i]) for i in range(20)))
+    env = {**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
+    out = subprocess.run(
+        [sys.executable, "-m", "prefixscope.cli", "fleet-report", "--input", str(log),
+         "--warehouse", str(tmp_path / "wh.duckdb"), "--out", str(tmp_path / "r.html")],
+        env=env, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("prefixscope fleet-report: error: the flow lost its Prefect server")
+    assert "run the same command again to resume" in lines[0]

@@ -27,6 +27,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from prefixscope import resources
@@ -136,6 +137,13 @@ def scattered(address: str, part: Any) -> Any:
     while len(_SCATTERED) > KEEP_SCATTERED:
         _SCATTERED.popitem(last=False)[1].release()
     return future
+
+
+def on_every_worker(dask_address: str, fn: Callable[[], Any]) -> None:
+    """Run ``fn`` on every worker of the cluster at ``dask_address`` (to let go what a stage
+    kept there); a cluster that no longer answers is left as it is."""
+    with suppress(Exception):  # the stage's own outcome is what the user hears about
+        client_for(dask_address).run(fn)
 
 
 def width(*, workers: int | None = None, dask_address: str | None = None) -> int:

@@ -28,8 +28,8 @@ import os
 import pickle
 import signal
 from collections import deque
-from collections.abc import Callable, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -69,26 +69,30 @@ class _Worker:
         self.conn.close()
 
 
-def forked(
-    fn: Callable[[Any, Any], Any], shared: Any, items: Sequence[Any], workers: int
-) -> list[Any]:
-    """``[fn(shared, item) for item in items]`` on ``workers`` forked processes, in item order
-    (the module docstring says what happens when one dies)."""
-    results: list[Any] = [None] * len(items)
-    pending = deque(range(len(items)))
-    lost = [0] * len(items)
-    done = 0
-    width = max(1, min(workers, len(items)))
-    pool: list[_Worker] = []
-    gc.collect()
-    gc.freeze()
-    try:
+class Pool:
+    """Forked workers of one function and one shared input, alive until :meth:`close`: a
+    stage that fans out in rounds (the SLO search) keeps them, and what they hold, from one
+    round to the next (:func:`session`)."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any], shared: Any, workers: int) -> None:
+        self.fn, self.shared = fn, shared
+        self.width = max(1, workers)
+        self.workers: list[_Worker] = []
+
+    def map(self, items: Sequence[Any]) -> list[Any]:
+        """``[fn(shared, item) for item in items]``, in item order (the module docstring says
+        what happens when a worker dies)."""
+        results: list[Any] = [None] * len(items)
+        pending = deque(range(len(items)))
+        lost = [0] * len(items)
+        done = 0
+        width = max(1, min(self.width, len(items)))
+        pool = self.workers
         while done < len(items):
             while pending and sum(w.item is not None for w in pool) < width:
                 idle = next((w for w in pool if w.item is None), None)
                 if idle is None:
-                    idle = _Worker(fn, shared)
-                    pool.append(idle)
+                    idle = self._start()
                 i = pending.popleft()
                 if not idle.send(i, items[i]):  # it died between tasks: its item never left
                     pending.appendleft(i)
@@ -122,7 +126,7 @@ def forked(
                 lost[i] += 1
                 if lost[i] > RETRIES:
                     raise resources.worker_lost(how)
-                width = max(1, width - 1)
+                width = self.width = max(1, width - 1)
                 pending.appendleft(i)
                 where = resources.stage()
                 resources.say(
@@ -130,11 +134,71 @@ def forked(
                     f"({how}); its task runs again on a fresh one, with {width} worker"
                     f"{'s' if width > 1 else ''} from now on"
                 )
-    finally:
-        for w in pool:
+        return results
+
+    def _start(self) -> _Worker:
+        gc.collect()
+        gc.freeze()  # the objects so far: a collection in the child would copy their pages
+        try:
+            worker = _Worker(self.fn, self.shared)
+        finally:
+            gc.unfreeze()
+        self.workers.append(worker)
+        return worker
+
+    def close(self) -> None:
+        for w in self.workers:
             w.stop()
-        gc.unfreeze()
-    return results
+        self.workers = []
+
+
+#: The pools a :func:`session` keeps, by (function, shared input): None outside one.
+_SESSION: dict[tuple[int, int], Pool] | None = None
+
+
+@contextmanager
+def session() -> Iterator[None]:
+    """Within the block, a call of :func:`forked` with the same function and the same shared
+    object (the same object, not an equal one) reuses the workers of the call before; all of
+    them are stopped after it."""
+    global _SESSION
+    outer = _SESSION
+    if outer is None:
+        _SESSION = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            pools, _SESSION = _SESSION or {}, None
+            for pool in pools.values():
+                pool.close()
+
+
+def forked(
+    fn: Callable[[Any, Any], Any], shared: Any, items: Sequence[Any], workers: int
+) -> list[Any]:
+    """``[fn(shared, item) for item in items]`` on ``workers`` forked processes, in item order
+    (the module docstring says what happens when one dies); inside a :func:`session`, on the
+    workers it keeps for ``fn`` and ``shared``."""
+    if _SESSION is None:
+        pool = Pool(fn, shared, workers)
+        try:
+            return pool.map(items)
+        finally:
+            pool.close()
+    key = (id(fn), id(shared))
+    pool = _SESSION.get(key)
+    if pool is None or pool.fn is not fn or pool.shared is not shared:
+        for old in list(_SESSION.values()):  # another input: the old workers hold a stale one
+            old.close()
+        _SESSION.clear()
+        pool = _SESSION[key] = Pool(fn, shared, workers)
+    try:
+        return pool.map(items)
+    except BaseException:
+        pool.close()
+        _SESSION.pop(key, None)
+        raise
 
 
 def _receive(w: _Worker) -> tuple[int, bool, Any] | None:

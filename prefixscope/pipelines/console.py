@@ -2,6 +2,8 @@
 
 When a stage fails, Prefect logs it twice with a traceback (the task run, then the flow run)
 before the flow raises; the command then prints its one line (``prefixscope CMD: error: …``).
+When its server is lost, Prefect's own services log each event they cannot send, a page of
+text each; the command's line says it once.
 For the length of a run from the command line, Prefect's console handlers drop those records:
 a flow or task run's errors, and any record that carries a traceback. Every other handler
 (the API's: the flow run's logs on the server) still receives them, so nothing is lost, only
@@ -26,6 +28,8 @@ class RunFailures(logging.Filter):
             return True
         if record.exc_info or record.exc_text:
             return False
+        if record.name.startswith("prefect._internal") and record.levelno >= logging.ERROR:
+            return False  # its services failing to reach a lost server: the command says so
         of_a_run = any(record.name == n or record.name.startswith(n + ".") for n in RUN_LOGGERS)
         return not (of_a_run and record.levelno >= logging.ERROR)
 

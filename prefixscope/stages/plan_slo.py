@@ -16,10 +16,11 @@ from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
-from prefixscope.analysis.fanout import fan_out
-from prefixscope.analysis.fleet._records import kept_nodes
+from prefixscope.analysis.fanout import fan_out, on_every_worker
+from prefixscope.analysis.fleet._records import kept_nodes, release_kept
 from prefixscope.analysis.fleet.routers import ROUTERS, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost, from_cost_model, from_roofline
+from prefixscope.analysis.forked import session
 from prefixscope.analysis.plan.held import Held, Task, hold
 from prefixscope.analysis.plan.prices import load_prices
 from prefixscope.analysis.plan.probe import (
@@ -190,6 +191,7 @@ def plan_search(
     spans: dict[tuple[int, bool], tuple] = {}
     shared = Shared(trace, traffic, slo, settings.engine, windows, spans)
     local = settings.dask_address is None and settings.workers == 1
+    shipped: dict[str, object] = {}
 
     def run_tasks(tasks: Sequence[Task]) -> list[list[Part]]:
         # the spans of the windows searched are cut once, here, before any worker starts
@@ -202,33 +204,41 @@ def plan_search(
         if local:
             return [probe_task(shared, t) for t in tasks]
         # parts shipped apart, so that a cluster keeps the trace it was sent once while the
-        # spans grow (``fanout.scattered``)
+        # spans grow (``fanout.scattered``); the same object while they do not, so that forked
+        # workers live from round to round with what they hold (``forked.session``)
+        if shipped.get("spans") != set(spans):
+            shipped["spans"] = set(spans)
+            shipped["parts"] = (trace, traffic, (slo, settings.engine, windows), dict(spans))
         return fan_out(
             probe_task,
-            (trace, traffic, (slo, settings.engine, windows), dict(spans)),
+            shipped["parts"],
             tasks,
             workers=settings.workers,
             dask_address=settings.dask_address,
             weights=[task_weight(trace, windows, t) for t in tasks],
-            memory=[task_bytes(trace, windows, t) for t in tasks],
+            memory=[task_bytes(trace, windows, t, spans) for t in tasks],
         )
 
     def lookups(first: int, end: int) -> int:
         return int(trace.offsets[end] - trace.offsets[first])
 
-    with kept_nodes():
-        outcomes, held = hold(groups, slo, windows, start, run_tasks, lookups)
+    try:
+        with kept_nodes(), session():
+            outcomes, held = hold(groups, slo, windows, start, run_tasks, lookups)
+    finally:
+        if settings.dask_address:  # the cluster's workers outlive the stage
+            on_every_worker(settings.dask_address, release_kept)
     return Searched(tuple(outcomes), tuple(held), windows, start)
 
 
 def probe_task(shared: Shared | tuple, task: Task) -> list[Part]:
     """One task of the search (a task of ``fan_out``): a fleet on one window, or a run of
     windows (``held.py``). ``shared``: the search's, or its parts as ``plan_search`` ships
-    them. The lists' node arrays are kept between a worker's tasks."""
+    them. The lists' node arrays are kept between a worker's tasks, for the stage."""
     if isinstance(shared, tuple):
         trace, traffic, (slo, engine, windows), spans = shared
         shared = Shared(trace, traffic, slo, engine, windows, spans)
-    with kept_nodes():
+    with kept_nodes(persist=True):
         if task.search:
             return [simulate_window(shared, task.probe, task.windows[0])]
         return simulate_run(shared, task.probe, task.windows, task.measured)
@@ -243,13 +253,16 @@ def task_weight(trace, windows, task: Task) -> float:  # type: ignore[no-untyped
     return float(trace.offsets[end] - trace.offsets[first]) * (1 + p.replicas / 8) * router
 
 
-def task_bytes(trace, windows, task: Task) -> int:  # type: ignore[no-untyped-def]
+def task_bytes(trace, windows, task: Task, spans=None) -> int:  # type: ignore[no-untyped-def]
     """What a task holds at most: its span (blocks, ids, hashes, parents and per-lookup tokens,
-    about 28 bytes a lookup, every lookup a distinct block at worst), each replica's lists over
-    its blocks (8 bytes per block and list: the cache, the router's tree, a DRAM tier) and
-    some 250 bytes a request of state and results."""
+    about 28 bytes a lookup), each replica's lists over the span's distinct blocks (8 bytes per
+    block, replica and list: the cache, the router's tree, a DRAM tier, and 8 per block for
+    their masks) and some 250 bytes a request of state and results. Distinct blocks are the
+    span's own where it was cut already (``spans``), else every lookup counts as one."""
     p = task.probe
     first, end = windows[task.windows[0]].warm, windows[task.windows[-1]].end
     lookups = int(trace.offsets[end] - trace.offsets[first])
+    cut_already = (spans or {}).get((task.windows[0], p.prefix_caching)) if task.search else None
+    distinct = cut_already[0].n_unique if cut_already is not None else lookups
     lists = 1 + (p.series.router == "cache-aware") + (p.series.tiers.dram_blocks > 0)
-    return lookups * (28 + 8 * (1 + p.replicas * lists)) + 250 * (end - first)
+    return 28 * lookups + 8 * distinct * lists * (1 + p.replicas) + 250 * (end - first)

@@ -97,6 +97,13 @@ def at_block_size(
 _TASK_WEIGHT = {"s3fifo": 8.0, "belady": 3.0, "fifo": 1.5, "lfu": 1.5}
 
 
+def replay_bytes(trace: Trace) -> int:
+    """What one replay holds at most: a policy's state, up to 20 bytes a distinct block
+    (``s3fifo`` and ``belady`` 16, and whose tenant inserted it), a byte a lookup (whether its
+    hit crossed tenants) and its result, 16 bytes a request."""
+    return 20 * trace.n_unique + trace.n_lookups + 16 * trace.n_requests
+
+
 def simulate_scenarios(
     trace: Trace, grid: Sequence[Scenario], measure: Settings, settings: SimulateSettings
 ) -> Tables:
@@ -119,6 +126,7 @@ def simulate_scenarios(
             workers=settings.workers,
             dask_address=settings.dask_address,
             weights=[_TASK_WEIGHT.get(s.policy, 1.0) for s in grid],
+            memory=[replay_bytes(trace)] * len(grid),
         )
     trace.forget("next_use")  # only belady reads it; the later stages keep the room
     return measure_replayed(trace, replayed, measure, settings.outcomes_for)

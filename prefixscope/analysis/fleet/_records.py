@@ -278,12 +278,13 @@ _KEPT: dict[str, np.ndarray] | None = None
 
 
 @contextmanager
-def kept_nodes() -> Iterator[None]:
+def kept_nodes(persist: bool = False) -> Iterator[None]:
     """Within the block, the lists' node arrays (``replicas × (n_unique + 1)`` entries each) are
     kept between runs and reused. A run touches its nodes page by page; fresh arrays make the
     system map and zero those pages on every run, which cost a many-replica fleet most of its
     time (5.2 of 6.2 s at 64 replicas on the ×20 trace). The lists need no clearing: a run
-    reads a node only after linking it. Released after the block; runs in a process never
+    reads a node only after linking it. Released after the block (``persist``: kept for the
+    life of the process, a worker's, until :func:`release_kept`); runs in a process never
     overlap."""
     global _KEPT
     outer = _KEPT
@@ -292,8 +293,14 @@ def kept_nodes() -> Iterator[None]:
     try:
         yield
     finally:
-        if outer is None:
+        if outer is None and not persist:
             _KEPT = None
+
+
+def release_kept() -> None:
+    """Let the kept node arrays go (a long-lived worker, once its stage is done)."""
+    global _KEPT
+    _KEPT = None
 
 
 def _nodes(name: str, size: int) -> np.ndarray:

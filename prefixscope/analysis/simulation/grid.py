@@ -106,7 +106,7 @@ def replay_scenarios(
             Replayed(
                 scenario,
                 _compact(trace, outcome.hit_blocks),
-                cross_tokens(trace, outcome).astype(np.int32),  # int32 halves a result's size
+                _narrow(cross_tokens(trace, outcome)),
                 warm_up(tokens, trace.input_tokens, outcome.filled_at, bounded),
                 _option_text(scenario.policy, settings, options),
             )
@@ -122,6 +122,15 @@ def _compact(trace: Trace, hit_blocks: np.ndarray) -> np.ndarray:
     if len(n) and int(n.max()) < 2**16:
         return hit_blocks.astype(np.uint16)
     return hit_blocks
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Non-negative counts in the narrowest of uint16 and int32 that holds them: a request's
+    cross-tenant tokens rarely pass 65,535 (a shared system prompt), and a run holds them per
+    request and scenario until measured (0.8 GB at 250 M lookups and 37 scenarios saved)."""
+    if len(values) == 0 or int(values.max()) < 2**16:
+        return values.astype(np.uint16)
+    return values.astype(np.int32)
 
 
 def shared_start(trace: Trace, replayed: Sequence[Replayed]) -> int:
