@@ -287,6 +287,21 @@ LLAMA_8B_CONFIG = {
 }
 
 
+def conversation_lines(count: int, start_every_s: int, turn_every_s: int) -> list[str]:
+    """``count`` conversations of three turns as Mooncake lines (512-token blocks, 40 output
+    tokens), each opening with the same two-block system prompt and re-sending its earlier
+    turns; conversation ``s`` starts at ``s × start_every_s``, its turns ``turn_every_s``
+    apart."""
+    lines = []
+    for s in range(count):
+        chain = [1, 2]
+        for turn in range(3):
+            chain = chain + [s * 100 + turn * 10 + k for k in range(4)]
+            at = (s * start_every_s + turn * turn_every_s) * 1000
+            lines.append(mooncake_line(at, len(chain) * 512, 40, chain))
+    return lines
+
+
 def mooncake_line(
     timestamp: int = 0,
     input_length: int = 600,

@@ -12,7 +12,7 @@ import pytest
 
 from prefixscope.cli import main
 from prefixscope.stages import plan_slo
-from tests.conftest import mooncake_line
+from tests.conftest import conversation_lines, mooncake_line
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
@@ -37,12 +37,7 @@ def runs(wh: Path) -> list[tuple[str, str]]:
 def test_a_killed_worker_ends_the_run_in_one_line_and_a_rerun_resumes(
     prefect_server, tmp_path: Path, monkeypatch, capsys  # noqa: ANN001
 ) -> None:
-    lines = []
-    for s in range(80):
-        chain = [1, 2]
-        for turn in range(3):
-            chain = chain + [s * 100 + turn * 10 + k for k in range(4)]
-            lines.append(mooncake_line((s * 4 + turn * 30) * 1000, len(chain) * 512, 40, chain))
+    lines = conversation_lines(80, start_every_s=4, turn_every_s=30)
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(lines) + "\n")
     wh, page = tmp_path / "wh.duckdb", tmp_path / "report.html"

@@ -29,7 +29,7 @@ from prefixscope.analysis.plan.space import replica_of, series_of
 from prefixscope.analysis.plan.windows import WHOLE, split
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
-from tests.conftest import mooncake_line
+from tests.conftest import conversation_lines
 
 
 def rows(wh: Path, sql: str) -> list[tuple]:
@@ -41,12 +41,7 @@ def rows(wh: Path, sql: str) -> list[tuple]:
 def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Sixty conversations of three turns, 512-token blocks, each sharing a system prompt."""
     folder = tmp_path_factory.mktemp("slo")
-    lines = []
-    for s in range(60):
-        chain = [1, 2]
-        for turn in range(3):
-            chain = chain + [s * 100 + turn * 10 + k for k in range(4)]
-            lines.append(mooncake_line((s * 5 + turn * 40) * 1000, len(chain) * 512, 40, chain))
+    lines = conversation_lines(60, start_every_s=5, turn_every_s=40)
     log = folder / "log.jsonl"
     log.write_text("\n".join(lines) + "\n")
     wh = folder / "wh.duckdb"

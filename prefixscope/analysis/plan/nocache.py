@@ -14,18 +14,13 @@ sent it with caching on: the comparison changes the cache, not the routing.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-import numpy as np
-
 from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.tail import span
 
 
 def without_prefix_cache(trace: Trace) -> Trace:
-    """``trace`` with every lookup a fresh block (the module docstring)."""
-    return replace(
-        trace,
-        blocks=np.arange(trace.n_lookups, dtype=np.int32),
-        n_unique=trace.n_lookups,
-        hashes=trace.hashes[trace.blocks],
-    )
+    """``trace`` with every lookup a fresh block (the module docstring): ``span``'s ``fresh``
+    form over the whole trace, the one the SLO search cuts its windows with."""
+    if trace.n_requests == 0:
+        return trace  # no lookup to make fresh
+    return span(trace, 0, trace.n_requests, fresh=True)
