@@ -51,8 +51,8 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(
             windows=["all"],
             dask_address=cluster.scheduler_address,
         )
-    # the grid, and the KV pool of the H100 the savings price (the priced scenario)
-    pool = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)
+    # the grid, and the KV pool of the h200x8 the savings price (the priced scenario)
+    pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
     grid = scenarios(policies, sorted([*capacities, pool.kv_pool_blocks]))
     assert outcome.accepted == 12_031
     # Every scenario was one task on the cluster, spread over both workers.

@@ -98,7 +98,7 @@ CASES: list[tuple[Argv, list[str], str]] = [
     (savings, ["--deployment", "h100", "--model", "llama-3.3-70b"], FITS),
     (deployment, ["--deployment", "h100", "--model", "llama-3.3-70b"], FITS),
     (fleet, ["--deployment", "{gpu-tiny-hbm}x1"], "use a larger GPU"),
-    (flow, ["--savings-gpu", "{gpu-tiny-hbm}"], "no TP of mygpu holds llama-3-8b"),
+    (flow, ["--savings-gpu", "{gpu-tiny-hbm}"], "no TP of mygpu holds deepseek-v3"),
     # an unknown GPU
     (fleet, ["--deployment", "b300x8"], "unknown GPU 'b300'"),
     (fleet, ["--capacity-blocks", "4", "--gpu", "b300"], "unknown GPU 'b300'"),
@@ -175,7 +175,7 @@ def test_bad_hardware_input_is_one_line_and_writes_nothing(
     [
         ({"savings_model": "llama-9"}, "unknown model"),
         ({"savings_gpu": "b300"}, "unknown GPU"),
-        ({"savings_capacity_blocks": 10**8}, "more KV than h100x1's pool"),
+        ({"savings_capacity_blocks": 10**8}, "more KV than h200x8's pool"),
     ],
 )
 def test_the_flows_parameters_are_refused_before_any_work(
@@ -189,16 +189,19 @@ def test_the_flows_parameters_are_refused_before_any_work(
 
 def test_the_flows_savings_capacity_is_the_pool_it_prices() -> None:
     """The flow simulates its savings policy at the KV pool of the fewest GPUs that hold its
-    model, beside the grid, and prices that scenario."""
+    model (by default DeepSeek-V3 on H200s: ``pipelines/served.py``), beside the grid, and
+    prices that scenario."""
     checked = parameters.check(
         [__file__], capacities_blocks=[4_000, 64_000], policies=["lru"], serving=True
     )
-    pool = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)
-    assert checked.deployment == "h100x1"
+    pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
+    assert checked.deployment == "h200x8"
     assert checked.simulated_blocks == (pool.kv_pool_blocks, 4_000, 64_000)
     assert checked.capacities_blocks == (4_000, 64_000)  # the grid given, for the curve
     assert (checked.priced.policy, checked.priced.capacity_blocks) == ("lru", pool.kv_pool_blocks)
-    seventy = parameters.check([__file__], savings_model="llama-3.3-70b", serving=True)
+    seventy = parameters.check(
+        [__file__], savings_model="llama-3.3-70b", savings_gpu="h100", serving=True
+    )
     assert seventy.deployment == "h100x2"  # the fewest H100s that hold 70B's weights
 
 
@@ -208,8 +211,9 @@ def test_the_flows_savings_model_may_be_a_config(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**CONFIG, "num_key_value_heads": 16}))
     checked = parameters.check(
-        [__file__], savings_model="mine", savings_model_config=str(config), serving=True
-    )
+        [__file__], savings_model="mine", savings_model_config=str(config), savings_gpu="h100",
+        serving=True,
+    )  # fmt: skip
     shape = resolve_model("mine", str(config))
     pool = memory_split(shape, parse_deployment("h100x1"), block_size=512).kv_pool_blocks
     eight = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)

@@ -87,7 +87,7 @@ def test_tenant_rows_add_up_to_the_fleet_row(two_tenants: Path) -> None:
         assert whole["ttft_p50_s"] <= whole["ttft_p95_s"] <= whole["ttft_p99_s"]
         assert whole["load_imbalance"] >= 1.0
         assert (whole["model"], whole["gpu"], whole["cost_model"]) == ("llama-3-8b", "h100",
-                                                                       "roofline")  # fmt: skip
+                                                                       "measured")  # fmt: skip
 
 
 def test_capacity_in_gib_is_blocks_of_the_model(two_tenants: Path) -> None:
@@ -103,18 +103,22 @@ def test_capacity_in_gib_is_blocks_of_the_model(two_tenants: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "fitted", "source"),
+    ("kind", "gpu", "fitted", "source"),
     [
-        ("auto", None, "roofline"),
-        ("auto", ("run-1", (1e-3, 1e-6, 0.0, 1e-11, 1e-12), (64.0, 16.0)), "calibrated"),
-        ("roofline", None, "roofline"),
+        ("auto", "h100", None, "measured"),
+        ("auto", "mi300x", None, "roofline"),  # no measured kernels
+        ("auto", "h100", ("run-1", (1e-3, 1e-6, 0.0, 1e-11, 1e-12), (64.0, 16.0)), "calibrated"),
+        ("measured", "h100", ("run-1", (1e-3, 1e-6, 0.0, 1e-11, 1e-12), (64.0, 16.0)), "measured"),
+        ("roofline", "h100", None, "roofline"),
     ],
 )
-def test_steps_are_priced_by_the_calibrated_model_when_there_is_one(kind, fitted, source):
-    engine, pricing = fleet.engine_for(fleet.FleetSettings(cost_model=kind), fitted)
+def test_steps_are_priced_by_the_calibrated_model_when_there_is_one(kind, gpu, fitted, source):
+    engine, pricing = fleet.engine_for(fleet.FleetSettings(cost_model=kind, gpu=gpu), fitted)
     assert engine.cost.source == pricing.cost_model == source
-    if fitted:
+    if source == "calibrated":
         assert engine.cost.a == 1e-3 and pricing.cost_model_run_id == "run-1"
+    else:  # only a calibration has a run that fitted it
+        assert pricing.cost_model_run_id is None
 
 
 def test_calibrated_without_a_model_in_the_warehouse_says_run_replay() -> None:

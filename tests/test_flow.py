@@ -49,7 +49,7 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         ("report", "succeeded"),
     ]
     # the fleet step: every router at 4 and 8 replicas, the logged traffic and twice it, each
-    # replica one H100 serving the savings model at its own KV pool, priced like the savings
+    # replica one h200x8 serving the flow's model at its own KV pool, priced like the savings
     fleet = con.execute(
         "SELECT count(DISTINCT router), list(DISTINCT replicas ORDER BY replicas), "
         "list(DISTINCT load_scale ORDER BY load_scale), list(DISTINCT capacity_blocks), "
@@ -57,9 +57,9 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         "FROM fleet_hit_rates WHERE tenant = '*'"
     ).fetchone()
     pool = memory_split(
-        resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512
+        resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512
     ).kv_pool_blocks
-    assert fleet == (6, [4, 8], [1.0, 2.0], [pool], ["roofline"], ["h100x1"], [False])
+    assert fleet == (6, [4, 8], [1.0, 2.0], [pool], ["measured"], ["h200x8"], [False])
     assert (
         con.execute(
             "SELECT sum(replicas) FROM (SELECT DISTINCT router, replicas, "
@@ -106,7 +106,8 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
     ).fetchall()
     assert sources == [(64_000, sources[0][1], sources[0][1])]
     assert "id='hit-sources'" in page.read_text()
-    # the savings stage priced the lru outcomes at the KV pool of one H100, with the roofline
+    # the savings stage priced the lru outcomes at the KV pool of h200x8, with the measured
+    # kernels (no calibrated model of deepseek-v3 on the H200 is held)
     outcomes = con.execute(
         "SELECT DISTINCT policy, capacity_blocks FROM request_outcomes"
     ).fetchall()
@@ -116,7 +117,7 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
         "prefill_gpu_seconds_with_cache, deployment, gpus, kv_pool_blocks FROM savings "
         "WHERE tenant = '*'"
     ).fetchall()
-    assert saved == [("roofline", 12_031, True, "h100x1", 1, pool)]
+    assert saved == [("measured", 12_031, True, "h200x8", 8, pool)]
     assert "Decode time is unchanged" in outcome.savings
     con.close()
 

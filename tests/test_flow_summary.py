@@ -34,8 +34,9 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
     assert lines[0].startswith("trace:     14,823 requests (0 lines rejected) from 2 files")
     assert "4 tenants: kimi" in lines[0]
     assert re.search(r"^ceiling: +41\.98% ", text, re.M)
-    # the priced capacity is the KV pool of the fewest H100s that hold llama-3-8b: one
-    pool = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)
+    # the priced capacity is the KV pool of the fewest H200s that hold the flow's model
+    # (deepseek-v3, the architecture of Kimi's published model: pipelines/served.py): eight
+    pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
     with duckdb.connect(str(wh), read_only=True) as con:
         rate = dict(
             con.execute(
@@ -52,7 +53,7 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
     assert re.search(r"^plan: +To keep 90% of the ceiling", text, re.M)
     assert re.search(r"^saves: +[\d,.]+ prefill GPU-s an hour", text, re.M)
     # the savings priced on that deployment, its whole pool (the line may wrap anywhere)
-    words = f"lru shared at {at}, the whole KV pool of h100x1 serving llama-3-8b".split()
+    words = f"lru shared at {at}, the whole KV pool of h200x8 serving deepseek-v3".split()
     assert re.search(r"\s+".join(map(re.escape, words)), text), text
     assert f"page:      {page.resolve()}" in lines and f"duckdb {wh} " in lines[-1]
     # the page and the warehouse hold the rest: every tenant, both isolations
@@ -112,8 +113,8 @@ def test_two_scheduled_runs_publish_their_summary_and_add_to_the_trend(
             "SELECT tenant, count(*), list(policy || ' ' || capacity_blocks) FROM run_history "
             "GROUP BY tenant ORDER BY tenant"
         ).fetchall()
-    # the priced configuration: lru at the KV pool of h100x1 (llama-3-8b) in bailian's blocks
-    pool = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=16)
+    # the priced configuration: lru at the KV pool of h200x8 (deepseek-v3) in bailian's blocks
+    pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=16)
     assert per_tenant == [(t, 2, [f"lru {pool.kv_pool_blocks}"] * 2) for t in ("*", *TENANTS)]
     trend = next(d for d, layout in figures(page.read_text()) if "across runs" in str(layout))
     fleet = next(t for t in trend if t["name"] == "fleet")

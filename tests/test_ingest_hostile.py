@@ -55,7 +55,7 @@ def nest(keys: tuple[str, ...], value: object) -> object:
     return value
 
 
-def line(fmt: str, i: int = 0, **extra: object) -> dict[str, object]:
+def line(fmt: str, i: int = 0, /, **extra: object) -> dict[str, object]:
     """A line ``fmt`` accepts (tenant from ``extra`` when a tenant field is mapped)."""
     base: dict[str, object] = {
         "tokens": {"timestamp": i, "token_ids": TOKENS},

@@ -28,8 +28,8 @@ pytestmark = [pytest.mark.flow, pytest.mark.slow]
 PAGE = REPO / "docs" / "questions.md"
 #: The capacity most questions ask at: the middle of the flow's grid.
 PRICED = 16_000
-#: The capacity the flow's savings price: the KV pool of h100x1 serving llama-3-8b.
-POOL = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)
+#: The capacity the flow's savings price: the KV pool of h200x8 serving deepseek-v3.
+POOL = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
 
 
 @dataclass(frozen=True)

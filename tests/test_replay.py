@@ -73,7 +73,7 @@ def test_replay_then_savings_end_to_end_on_cpu(simulated: Path, capsys) -> None:
     assert min(model[c] for c in model if c.startswith("coef_")) >= 0
     con.close()
 
-    # savings: the calibrated model where one exists for (model, gpu), else the roofline
+    # savings: the calibrated model where one exists for (model, gpu), else the measured one
     assert main(["savings", "--warehouse", wh, "--model", "tiny-llama", "--gpu", "cpu"]) == 0
     assert "calibrated cost model" in capsys.readouterr().out
     assert main(["savings", "--warehouse", wh]) == 0
@@ -82,7 +82,7 @@ def test_replay_then_savings_end_to_end_on_cpu(simulated: Path, capsys) -> None:
     kinds = con.execute(
         "SELECT cost_model, count(*) FROM savings GROUP BY ALL ORDER BY 1"
     ).fetchall()
-    assert kinds == [("calibrated", 3), ("roofline", 3)]  # fleet, alpha, beta each
+    assert kinds == [("calibrated", 3), ("measured", 3)]  # fleet, alpha, beta each
     commands = [
         c for (c,) in con.execute("SELECT command FROM runs ORDER BY started_at").fetchall()
     ]

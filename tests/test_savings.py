@@ -53,7 +53,7 @@ def test_choosing_a_configuration_and_a_cost_model(wh, write_lines, capsys) -> N
     # of one policy's capacities, the largest the deployment's pool holds (h100x1: 885 blocks)
     assert main(["savings", "--warehouse", str(path), "--policy", "lru"]) == 0
     out = capsys.readouterr().out
-    assert "lru shared @ 3 blocks" in out and "roofline" in out and "Decode time" in out
+    assert "lru shared @ 3 blocks" in out and "measured cost model" in out and "Decode time" in out
     assert "on h100x1 (885-block KV pool)" in out
     assert main(["savings", "--warehouse", str(path), "--policy", "lru", "--capacity-blocks",
                  "2"]) == 0  # fmt: skip
@@ -61,7 +61,9 @@ def test_choosing_a_configuration_and_a_cost_model(wh, write_lines, capsys) -> N
     assert calibrated(con, "llama-3-8b", "h100") is None  # no replay run fitted one
     with pytest.raises(ValueError, match="no calibrated cost model"):
         cost_model("llama-3-8b", "h100", "calibrated", None)
-    assert cost_model("llama-3-8b", "h100", "auto", None).kind == "roofline"
+    assert cost_model("llama-3-8b", "h100", "auto", None).kind == "measured"
+    assert cost_model("llama-3-8b", "mi300x", "auto", None).kind == "roofline"
+    assert cost_model("llama-3-8b", "h100", "roofline", None).kind == "roofline"
     with pytest.raises(ValueError, match="needs a GPU spec"):
         cost_model("tiny-llama", "cpu", "roofline")
 

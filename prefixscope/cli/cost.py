@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from prefixscope.analysis.cost.savings import COST_MODEL_KINDS, DEFAULT_GPU, DEFAULT_MODEL
+from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
+
+#: What ``--weight-dtype`` may set every weight to (``models.WEIGHT_BYTES``).
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int4", "mxfp4")
 
 
 def _outcomes(p: argparse.ArgumentParser) -> None:
@@ -39,9 +42,24 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--deployment", metavar="GPUxTP", help="GPU and TP at once, e.g. h200x8 (instead of --gpu)"
     )
+    p.add_argument(
+        "--weight-dtype",
+        choices=WEIGHT_DTYPES,
+        help="every weight's dtype (default: as the model is published)",
+    )
+    p.add_argument(
+        "--cost-model",
+        default="auto",
+        choices=("auto", "measured", "roofline"),
+        help="measured: also the time from measured vLLM kernels; auto: that where they cover "
+        "the model, GPU, TP and weights; roofline: the roofline (a lower bound) alone",
+    )
 
 
 def roofline(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from prefixscope.analysis.cost import choice
     from prefixscope.analysis.cost.deployment import parse_deployment
     from prefixscope.analysis.cost.gpus import resolve_gpu
     from prefixscope.analysis.cost.models import resolve_model
@@ -56,7 +74,15 @@ def roofline(args: argparse.Namespace) -> int:
                 f"--tp {args.tp} and --deployment {args.deployment} disagree — give one of them"
             )
         gpu, tp = deployment.gpu, deployment.tp
-    print(format_roofline(shape, gpu, args.cached, args.new, tp))
+    weights = args.weight_dtype
+    choice.check_kind(args.cost_model, shape, gpu, tp, weights)
+    measured = None
+    if args.cost_model != "roofline" and choice.measured_refusal(shape, gpu, tp, weights) is None:
+        measured = choice.measured_for(shape, gpu, tp, weights)
+    # the roofline reads every weight at --weight-dtype; the measured model maps it to its
+    # tables from the published dtype (measured.gemm_dtype)
+    read = shape if weights is None else replace(shape, weight_dtype=weights, expert_dtype=None)
+    print(format_roofline(read, gpu, args.cached, args.new, tp, measured))
     return 0
 
 
@@ -153,7 +179,7 @@ def savings_arguments(p: argparse.ArgumentParser) -> None:
         "bounds the capacity priced (default: the fewest GPUs of --gpu that hold the model)",
     )
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
-    p.add_argument("--cost-model", default="auto", choices=COST_MODEL_KINDS)
+    flags.cost_model(p, "prefill times")
     _outcomes(p)
 
 

@@ -257,6 +257,19 @@ def windows(p: argparse.ArgumentParser, default: list[str] | None = None) -> Non
     )
 
 
+def cost_model(p: argparse.ArgumentParser, what: str = "prefill times") -> None:
+    """``--cost-model``: what prices ``what`` (``analysis/cost/choice.py``)."""
+    from prefixscope.analysis.cost.choice import COST_MODEL_KINDS
+
+    p.add_argument(
+        "--cost-model",
+        default="auto",
+        choices=COST_MODEL_KINDS,
+        help=f"{what}: a calibrated model where the warehouse holds one (auto), else the "
+        "measured kernels where they cover the model and GPU, else the roofline (a lower bound)",
+    )
+
+
 def model(p: argparse.ArgumentParser, default: str | None = None, what: str = "") -> None:
     """``--model`` (a catalog name), ``--model-config`` (a config.json) and ``--kv-dtype``."""
     p.add_argument("--model", default=default, help=f"catalog model{what} (e.g. llama-3-8b)")

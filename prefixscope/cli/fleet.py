@@ -49,12 +49,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="h100, h200, a100 or NAME:TFLOPS:TBPS: prices the steps without --deployment "
         "(%(default)s)",
     )
-    p.add_argument(
-        "--cost-model",
-        default="auto",
-        choices=["auto", "calibrated", "roofline"],
-        help="step times: calibrated when the warehouse has one (auto), else the roofline",
-    )
+    flags.cost_model(p, "step times")
     p.add_argument(
         "--policy",
         default="lru",

@@ -8,6 +8,8 @@ from pathlib import Path
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import DEFAULT_TENANT, FORMATS
+from prefixscope.pipelines.served import FLOW_GPU as DEFAULT_FLOW_GPU
+from prefixscope.pipelines.served import FLOW_MODEL as DEFAULT_FLOW_MODEL
 from prefixscope.resources import ResourceError
 
 
@@ -50,7 +52,9 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         help="replica counts of the fleet step, every router at each (4,8)",
     )
     flags.windows(p)
-    p.add_argument("--savings-model", help="model the savings price (llama-3-8b)")
+    p.add_argument(
+        "--savings-model", help=f"model the report prices throughout ({DEFAULT_FLOW_MODEL})"
+    )
     p.add_argument(
         "--savings-model-config",
         type=flags.model_config,
@@ -71,7 +75,10 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         help="without --dask-address: processes the simulations fan out on here (%(default)s)",
     )
     p.add_argument(
-        "--savings-gpu", type=flags.gpu_or_cpu, default="h100", help="GPU the savings price"
+        "--savings-gpu",
+        type=flags.gpu_or_cpu,
+        default=DEFAULT_FLOW_GPU,
+        help="GPU the report prices on (%(default)s: the fewest that hold the model)",
     )
     p.add_argument(
         "--fresh",
@@ -116,11 +123,11 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
 
 
 def savings_model(args: argparse.Namespace) -> str:
-    """``--savings-model``, else the name ``--savings-model-config``'s shape takes, else
-    llama-3-8b."""
+    """``--savings-model``, else the name ``--savings-model-config``'s shape takes, else the
+    flow's model (``pipelines/parameters.py``: ``DEFAULT_FLOW_MODEL``)."""
     return flags.model_named(
         argparse.Namespace(model=args.savings_model, model_config=args.savings_model_config),
-        "llama-3-8b",
+        DEFAULT_FLOW_MODEL,
     )
 
 

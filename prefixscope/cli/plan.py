@@ -28,7 +28,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpu", type=flags.gpu, default="h100", help="h100, h200, a100 or NAME:TFLOPS:TBPS (h100)"
     )
-    p.add_argument("--cost-model", default="auto", choices=["auto", "calibrated", "roofline"])
+    flags.cost_model(p, "what prices a miss or a step")
     p.add_argument(
         "--prices",
         type=flags.prices_file,

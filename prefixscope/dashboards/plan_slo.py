@@ -124,8 +124,30 @@ def sentences(answers: Sequence[dict], model: str, kv: dict[str, float]) -> list
             text += "; without the prefix cache no fleet searched meets it."
         else:
             text += "."
-        out.append(text + window_words(on))
+        out.append(text + window_words(on) + range_words(on))
     return out
+
+
+def range_words(row: dict) -> str:
+    """What priced the steps, and where it is the measured model, how the answer moves within
+    its measured error (``plan/uncertainty.py``)."""
+    source, pct = row.get("cost_model"), row.get("slower_pct")
+    if source == "measured" and pct is not None:
+        gpu = (row.get("deployment") or "").rsplit("x", 1)[0].upper()
+        slower = (
+            f"{row['gpus_if_slower']} × {gpu} (${row['usd_per_hour_if_slower']:,.2f} an hour)"
+            if row.get("gpus_if_slower") is not None
+            else "no fleet searched"
+        )
+        return (
+            f" Steps priced by measured vLLM kernels; {slower} if steps run {pct:.0f}% slower "
+            "than predicted (the model's p90 error against real serving runs)."
+        )
+    if source == "roofline":
+        return " Steps priced by the roofline, a lower bound: real GPUs run slower."
+    if source:
+        return f" Steps priced by the {source} cost model."
+    return ""
 
 
 def fleets_table(fleets: Sequence[dict], limit: int = TABLE_ROWS) -> str:
@@ -163,9 +185,10 @@ def fleets_table(fleets: Sequence[dict], limit: int = TABLE_ROWS) -> str:
 
 
 def short(answers: Sequence[dict], model: str) -> str | None:
-    """The first load scale's answer in two terminal lines (the demo's summary): ``24 × H200
-    (3 × h200x8, deepseek-v3, a store of 2,048 GiB) meet ttft-p95=5 at $88.40 an hour; without
-    the prefix cache 40 × H200: the cache saves $37,669 a month``."""
+    """The first load scale's answer in two terminal lines (the demo's summary, which names the
+    model on its other lines): ``24 × H200 (3 × h200x8, a store of 2,048 GiB) meet ttft-p95=5 at
+    $88.40 an hour (32 if 34% slower); without the prefix cache 40 × H200: the cache saves
+    $37,669 a month``; the range where measured kernels priced the steps."""
     on = next((a for a in answers if a["prefix_caching"]), None)
     if on is None:
         return None
@@ -179,8 +202,17 @@ def short(answers: Sequence[dict], model: str) -> str | None:
         tiers.append(f"{on['dram_gib_per_replica']:,.0f} GiB DRAM each")
     if on["store_gib"] is not None:
         tiers.append(f"a store of {on['store_gib']:,.0f} GiB")
-    what = ", ".join([f"{on['replicas']} × {on['deployment']}", model, *tiers])
+    what = ", ".join([f"{on['replicas']} × {on['deployment']}", *tiers])
     text = f"{on['gpus']} × {gpu} ({what}) meet {on['slo']} at ${on['usd_per_hour']:,.2f} an hour"
+    if on.get("cost_model") == "measured" and on.get("slower_pct") is not None:
+        more = on.get("gpus_if_slower")
+        text += (
+            f" ({more} if {on['slower_pct']:.0f}% slower)"
+            if more is not None
+            else f" (none searched if {on['slower_pct']:.0f}% slower)"
+        )
+    elif on.get("cost_model") == "roofline":
+        text += " (roofline steps: a lower bound)"
     if off is None:
         return text
     if not off["met"]:

@@ -60,9 +60,10 @@ def priced_on(r: dict[str, Any]) -> str:
 
 
 def is_calibrated(cost_model: str) -> bool:
-    """Whether rows priced by ``cost_model`` rest on a measurement: a warehouse's own fit
-    (``calibrated``) or a shipped one (``shipped:FILE``), not the roofline."""
-    return cost_model != "roofline"
+    """Whether rows priced by ``cost_model`` rest on this warehouse's replay fit
+    (``calibrated``) or a shipped one (``shipped:FILE``): not the roofline, nor the measured
+    kernels (``measured``, said in words of their own)."""
+    return cost_model not in ("roofline", "measured")
 
 
 def savings_section(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -104,6 +105,7 @@ def _configuration(i: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cost_model": r0["cost_model"],
         "calibrated": calibrated,
         "shipped": r0["cost_model"].startswith(PREFIX),
+        "measured": r0["cost_model"] == "measured",
         "device": str(r0["cost_model_device"]),
         "cost_model_run_id": str(r0["cost_model_run_id"]),
         "quality": quality,

@@ -35,6 +35,42 @@ def read_part(path: Path) -> dict | None:
     return part
 
 
+def measured_figures(part: dict) -> dict[str, object] | None:
+    """The measured-kernel model (``cost/measured.py``: vLLM's kernels as measured elsewhere)
+    against this GPU's timings: its prediction over the time measured here, median and range,
+    for misses and for hits, over the shapes of 1,024 new tokens or more (shorter ones run
+    eagerly here, at a launch floor vLLM does not pay); None where the tables do not cover the
+    GPU or model."""
+    from dataclasses import fields
+
+    import numpy as np
+
+    from prefixscope.analysis.cost.measured import covers, measured_model
+    from prefixscope.analysis.cost.models import ModelShape
+
+    known = {f.name for f in fields(ModelShape)}
+    shape = ModelShape(**{k: v for k, v in part["model"].items() if k in known})
+    gpu, dtype = part["gpu"]["name"], part.get("dtype") or "bf16"
+    if covers(shape, gpu, 1, dtype) is not None:
+        return None
+    model = measured_model(shape, gpu, 1, dtype)
+    out: dict[str, object] = {"shapes": 0}
+    for kind in ("miss", "hit"):
+        ratios = []
+        for r in part["results"]:
+            if r["new_tokens"] < 1024 or (kind == "hit" and not r["cached_tokens"]):
+                continue
+            new, cached = (r["input_tokens"], 0) if kind == "miss" else (
+                r["new_tokens"], r["cached_tokens"])  # fmt: skip
+            ratios.append(float(model.prefill_seconds(new, cached)) / r[f"{kind}_s"])
+        if ratios:
+            out[f"{kind}_ratio_median"] = float(np.median(ratios))
+            out[f"{kind}_ratio_min"] = float(np.min(ratios))
+            out[f"{kind}_ratio_max"] = float(np.max(ratios))
+            out["shapes"] = max(int(out["shapes"]), len(ratios))  # type: ignore[call-overload]
+    return out
+
+
 def model_figures(name: str, part: dict) -> dict[str, object]:
     cost = part.get("cost_model") or {}
     return {
@@ -54,6 +90,7 @@ def model_figures(name: str, part: dict) -> dict[str, object]:
         "knees": cost.get("knees"),
         "coefficients": cost.get("coefficients"),
         **(part.get("summary") or {}),
+        "measured_model": measured_figures(part),
     }
 
 
@@ -93,6 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{m['model']} ({m['part']}): {len(m['shapes_fitted'])} shapes, "
             f"{len(m['shapes_skipped'])} skipped; {held.format(*errors)}"
         )
+        vllm = m.get("measured_model")
+        if vllm and "miss_ratio_median" in vllm:
+            hit = vllm.get("hit_ratio_median", float("nan"))
+            print(
+                f"  measured vLLM kernels / this GPU's timings, median: miss "
+                f"{vllm['miss_ratio_median']:.2f}, hit {hit:.2f}"
+            )
     print(f"results: {args.out}")
     return 0
 

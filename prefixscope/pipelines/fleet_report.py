@@ -28,7 +28,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import State
 
 from prefixscope import synthetic, warehouse
-from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
 from prefixscope.analysis.curves.settings import CurveSettings
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings
@@ -53,6 +52,7 @@ from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaul
     structure_settings,
 )
 from prefixscope.pipelines.progress import steps
+from prefixscope.pipelines.served import FLOW_GPU, FLOW_MODEL
 from prefixscope.resources import say
 from prefixscope.stages import curve as curve_stage
 from prefixscope.stages import fleet as fleet_stage
@@ -267,9 +267,9 @@ def fleet_report(
     windows: list[str] | None = None,
     savings_policy: str = "lru",
     savings_capacity_blocks: int | None = None,
-    savings_model: str = DEFAULT_MODEL,
+    savings_model: str = FLOW_MODEL,
     savings_model_config: str | None = None,
-    savings_gpu: str = DEFAULT_GPU,
+    savings_gpu: str = FLOW_GPU,
     replay_samples: int = 0,
     dask_address: str | None = None,
     fleet_replicas: list[int] | None = None,

@@ -18,7 +18,7 @@ from pathlib import Path
 from prefixscope import warehouse
 from prefixscope.analysis.cost.deployment import fitting_deployment
 from prefixscope.analysis.cost.models import resolve_model
-from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
+from prefixscope.analysis.cost.savings import DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fleet.hardware import of_deployment
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
@@ -28,6 +28,7 @@ from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.export.atomic import check_writable
 from prefixscope.ingest import FORMATS, IngestOptions
 from prefixscope.ingest.lines import holds_text
+from prefixscope.pipelines.served import FLOW_GPU, FLOW_MODEL
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import plan as plan_stage
 from prefixscope.stages import plan_slo as plan_slo_stage
@@ -54,8 +55,9 @@ RECENT_LOOKUPS = 12_000_000
 #: both a fleet with the cache and one without can meet it, and what the cache is worth is a
 #: count of GPUs. At the logged load only: each load scale is a search of its own.
 DEFAULT_SLO = "ttft-p95=5"
-DEFAULT_SLO_MODEL = "deepseek-v3"
+DEFAULT_SLO_MODEL = FLOW_MODEL  # one model throughout the report (``served.py``)
 DEFAULT_SLO_DEPLOYMENTS = ("h200x8",)
+DEFAULT_FLOW_MODEL, DEFAULT_FLOW_GPU = FLOW_MODEL, FLOW_GPU
 DEFAULT_SLO_LOAD_SCALES = (1.0,)
 
 
@@ -95,9 +97,9 @@ def check(
     isolations: Sequence[str] | None = None,
     savings_policy: str = "lru",
     savings_capacity_blocks: int | None = None,
-    savings_model: str = DEFAULT_MODEL,
+    savings_model: str = DEFAULT_FLOW_MODEL,
     savings_model_config: str | None = None,
-    savings_gpu: str = DEFAULT_GPU,
+    savings_gpu: str = DEFAULT_FLOW_GPU,
     replay_samples: int = 0,
     fleet_replicas: Sequence[int] | None = None,
     plan_target: float = 0.9,

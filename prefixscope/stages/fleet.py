@@ -12,8 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope import warehouse
-from prefixscope.analysis.cost.costmodel import CostModel
-from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.choice import Fitted, check_kind, device, wants_calibration
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fanout import fan_out, width
@@ -38,7 +37,7 @@ from prefixscope.analysis.fleet.run import (
     simulate_fleet,
     simulate_replica,
 )
-from prefixscope.analysis.fleet.stepcost import StepCost, from_cost_model, from_roofline
+from prefixscope.analysis.fleet.stepcost import StepCost, choose
 from prefixscope.analysis.fleet.tables import (
     FLEET_HIT_RATES_SCHEMA,
     FLEET_REPLICAS_SCHEMA,
@@ -59,15 +58,14 @@ from prefixscope.analysis.trace.tail import tail, tail_start
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.stages.outcomes import calibrated
 
-COST_KINDS = ("auto", "calibrated", "roofline")
-
 
 @dataclass(frozen=True)
 class FleetSettings:
     """Every combination of ``routers`` × ``replicas`` × capacities (per replica) × DRAM tier
     options (per replica; None: none) × shared store options (None: none) × ``load_scales``
-    runs under ``policy``. ``model`` and ``gpu`` price the steps (a calibrated cost model when
-    the warehouse holds one and ``cost_model`` allows it, else the roofline); ``model`` also
+    runs under ``policy``. ``model`` and ``gpu`` price the steps (``cost_model``, by
+    ``cost/choice.py``'s rule: a calibrated model where the warehouse holds one and it is
+    allowed, else the measured model where it covers, else the roofline); ``model`` also
     turns GiB into blocks and sizes what a tier copies. Fixed routers without a shared store
     run each replica as its own task where ``workers`` / ``dask_address`` say."""
 
@@ -111,19 +109,12 @@ class FleetSettings:
             resolve_engine(name)
         if not (self.routers and self.replicas and self.load_scales and self.drams and self.stores):
             raise ValueError("give at least one router, replica count, load scale and tier option")
-        if self.cost_model not in COST_KINDS:
-            raise ValueError(
-                f"unknown cost model {self.cost_model!r}; known: {', '.join(COST_KINDS)}"
-            )
         shape = self.shape
         gpu_key(self.gpu)
-        for text in self.deployments:  # at the smallest block: one that cannot fit, fits nowhere
-            hw = of_deployment(text, shape, 1, self.kv_dtype)
-            if self.cost_model == "calibrated" and (hw.gpus or 1) > 1:
-                raise ValueError(
-                    f"a calibrated cost model times one GPU, not {hw.deployment}'s {hw.gpus} — "
-                    "price it with --cost-model roofline (or auto), or give a deployment of one GPU"
-                )
+        # each deployment at the smallest block (one that cannot fit, fits nowhere) and the
+        # cost model it asks for
+        for gpu, tp in _gpu_texts(self):
+            check_kind(self.cost_model, shape, device(gpu), tp)
         check_windows(self.windows)
         for dram in self.drams:
             if dram is not None:
@@ -191,9 +182,9 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
             traffic = load_traffic(con)
             # a calibrated model is one GPU's (a replay times one device): it prices TP 1 only
             fitted = {
-                (g, tp): None
-                if settings.cost_model == "roofline" or tp > 1
-                else calibrated(con, settings.shape, g)
+                (g, tp): calibrated(con, settings.shape, g)
+                if wants_calibration(settings.cost_model, tp)
+                else None
                 for g, tp in gpus
             }
         first = tail_start(trace, settings.max_lookups)
@@ -280,25 +271,15 @@ def simulate_by_gpu(
 
 def engine_for(
     settings: FleetSettings,
-    fitted: tuple[str, tuple[float, ...], tuple[float, float]] | None,
+    fitted: Fitted | None,
     tp: int = 1,
 ) -> tuple[Engine, Pricing]:
-    """The step cost: the calibrated model where there is one (and allowed: one GPU's, so at
-    TP 1 only), else the roofline of ``model`` on ``tp`` GPUs of ``gpu`` (``stepcost.py``)."""
+    """The step cost of ``model`` on one GPU of ``tp`` of ``gpu`` (``stepcost.choose``): the
+    calibrated model ``fitted`` where it is chosen, else the measured model, else the
+    roofline."""
     shape = settings.shape
     key = gpu_key(settings.gpu)
-    if fitted is not None:
-        run_id, coefficients, knees = fitted
-        cost = from_cost_model(CostModel(coefficients, knees), run_id)
-    elif settings.cost_model == "calibrated":
-        raise ValueError(
-            f"no calibrated cost model of {shape.name} on {key} — run replay on that GPU first "
-            f"(`prefixscope replay --model {shape.name}`), or price with --cost-model roofline"
-        )
-    elif key == "cpu":
-        raise ValueError("the roofline needs a GPU spec — give --gpu h100, or NAME:TFLOPS:TBPS")
-    else:
-        cost = from_roofline(shape, resolve_gpu(settings.gpu), tp=tp)
+    cost = choose(shape, device(settings.gpu), tp, fitted, settings.cost_model)
     engine = Engine(
         cost,
         settings.budget_tokens,

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope import warehouse
+from prefixscope.analysis.cost.choice import check_kind, device, wants_calibration
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, gpu_key
 from prefixscope.analysis.fanout import fan_out
@@ -60,8 +61,9 @@ class PlanSettings:
                 f"the planner measures over {' or '.join(PLAN_WINDOWS)} (the same requests at "
                 f"every capacity), not {self.window!r}"
             )
-        resolve_model(self.model, self.model_config)
+        shape = resolve_model(self.model, self.model_config)
         gpu_key(self.gpu)
+        check_kind(self.cost_model, shape, device(self.gpu))
         return load_prices(self.prices)
 
 
@@ -73,9 +75,9 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             ceilings = _ceilings(con, settings.window, trace.block_size)
             points = _points(con, settings.window, trace.block_size)
             fleet_rows = _fleet_rows(con, settings.window)
-            fitted = None if settings.cost_model == "roofline" else calibrated(
+            fitted = calibrated(
                 con, resolve_model(settings.model, settings.model_config), settings.gpu
-            )  # fmt: skip
+            ) if wants_calibration(settings.cost_model) else None  # fmt: skip
         if not ceilings:
             raise ValueError(
                 f"no simulation over the {settings.window!r} window to plan from — run "

@@ -12,14 +12,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from prefixscope import warehouse
-from prefixscope.analysis.cost.costmodel import CostModel
+from prefixscope.analysis.cost.choice import Fitted, check_kind, wants_calibration
 from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
 from prefixscope.analysis.fanout import fan_out, on_every_worker
 from prefixscope.analysis.fleet._records import kept_nodes, release_kept
 from prefixscope.analysis.fleet.routers import ROUTERS, resolve_router
-from prefixscope.analysis.fleet.stepcost import StepCost, from_cost_model, from_roofline
+from prefixscope.analysis.fleet.stepcost import StepCost, choose
 from prefixscope.analysis.forked import session
 from prefixscope.analysis.plan.held import Held, Task, hold
 from prefixscope.analysis.plan.prices import load_prices
@@ -33,8 +33,13 @@ from prefixscope.analysis.plan.probe import (
 )
 from prefixscope.analysis.plan.search import Group, Outcome
 from prefixscope.analysis.plan.slo import Slo, parse_slo
-from prefixscope.analysis.plan.slo_tables import answers_table, fleets_table
+from prefixscope.analysis.plan.slo_tables import (
+    PLAN_SLO_ANSWERS_SCHEMA,
+    answer_rows,
+    fleets_table,
+)
 from prefixscope.analysis.plan.space import Replica, replica_of, series_of
+from prefixscope.analysis.plan.uncertainty import slower, slower_pct, with_range
 from prefixscope.analysis.plan.windows import (
     DEFAULT_WINDOW_S,
     MAX_WINDOW_S,
@@ -45,7 +50,7 @@ from prefixscope.analysis.plan.windows import (
     split,
 )
 from prefixscope.analysis.trace.load import load_trace
-from prefixscope.stages.fleet import COST_KINDS, load_traffic
+from prefixscope.stages.fleet import load_traffic
 from prefixscope.stages.outcomes import calibrated
 
 ENGINES = ("ideal", "vllm", "sglang")
@@ -56,8 +61,9 @@ class PlanSloSettings:
     """``deployments``: the replica kinds searched (``GPUxTP``); ``slo``: the targets
     (``slo.py``); ``load_scales``: one search each; ``routers``: every router by default;
     ``model`` / ``kv_dtype``: what the replicas serve; ``cost_model``: what prices a step
-    (``auto``: the calibrated model of the GPU at TP 1 where the warehouse holds one, else the
-    roofline at the deployment's TP); ``prices``: a TOML file (``prices.py``); ``engine``: the
+    (``cost/choice.py``; ``auto``: the calibrated model of the GPU at TP 1 where the warehouse
+    holds one, else the measured model at the deployment's TP where it covers, else the
+    roofline); ``prices``: a TOML file (``prices.py``); ``engine``: the
     fleet's KV pool model where this version's fleet has one; ``window_s``: the SLO is held
     in every window of this many seconds (``windows.WHOLE``: over the whole trace at once)."""
 
@@ -88,10 +94,6 @@ class PlanSloSettings:
             raise ValueError(f"load scales must be positive, got {list(self.load_scales)}")
         for r in self.routers:
             resolve_router(r)
-        if self.cost_model not in COST_KINDS:
-            raise ValueError(
-                f"unknown cost model {self.cost_model!r}; known: {', '.join(COST_KINDS)}"
-            )
         if self.engine not in ENGINES or (self.engine != "ideal" and not HAS_ENGINE):
             known = ENGINES if HAS_ENGINE else ENGINES[:1]
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(known)}")
@@ -105,6 +107,8 @@ class PlanSloSettings:
         dummy = StepCost(0, 0, 0, 0, 0, 1, 1, "check")
         for text in self.deployments:  # at one token a block: none of one fits no larger one
             replica_of(text, shape, 1, self.kv_dtype, dummy)
+            d = parse_deployment(text)
+            check_kind(self.cost_model, shape, d.gpu, d.tp)
         return slo
 
 
@@ -125,6 +129,7 @@ class PlanSloResult:
     fleets: pa.Table
     answers: pa.Table
     searched: Searched | None = None
+    slower: Searched | None = None  # the range's search (measured steps only)
 
 
 def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
@@ -138,7 +143,7 @@ def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
             fitted = {
                 d: calibrated(con, shape, parse_deployment(d).gpu.name)
                 for d in settings.deployments
-                if settings.cost_model != "roofline" and parse_deployment(d).tp == 1
+                if wants_calibration(settings.cost_model, parse_deployment(d).tp)
             }
         replicas = [
             replica_of(d, shape, trace.block_size, settings.kv_dtype,
@@ -147,43 +152,54 @@ def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
         ]  # fmt: skip
         searched = plan_search(trace, traffic, replicas, slo, settings, prices)
         fleets = fleets_table(searched.outcomes, settings.engine, searched.windows)
-        answers = answers_table(searched.outcomes, slo, searched.held, searched.windows,
-                                settings.window_s)  # fmt: skip
+        rows = answer_rows(searched.outcomes, slo, searched.held, searched.windows,
+                           settings.window_s)  # fmt: skip
+        sources = sorted({r.engine.cost.source for r in replicas})
+        pct, slow_rows, slow = None, [], None
+        if "measured" in sources:
+            # how the answer moves within the measured model's error: the cached search again
+            # with every measured step that much slower (``plan/uncertainty.py``)
+            pct = slower_pct()
+            slow = plan_search(trace, traffic, slower(replicas, pct), slo, settings, prices,
+                               cachings=(True,))  # fmt: skip
+            slow_rows = answer_rows(slow.outcomes, slo, slow.held, slow.windows, settings.window_s)
+        with_range(rows, slow_rows, pct, "+".join(sources))
+        answers = pa.Table.from_pylist(rows, schema=PLAN_SLO_ANSWERS_SCHEMA)
         with run.publishing() as con:
             warehouse.append(con, "plan_slo_fleets", fleets, run.run_id)
             warehouse.append(con, "plan_slo_answers", answers, run.run_id)
-    return PlanSloResult(run.run_id, searched.outcomes, fleets, answers, searched)
+    return PlanSloResult(run.run_id, searched.outcomes, fleets, answers, searched, slow)
 
 
 def step_cost(
     settings: PlanSloSettings,
     shape: ModelShape,
     deployment: str,
-    fitted: tuple[str, tuple[float, ...], tuple[float, float]] | None,
+    fitted: Fitted | None,
 ) -> StepCost:
-    """The calibrated model at TP 1 where allowed and held, else the roofline at TP."""
+    """What prices a step of ``deployment`` (``stepcost.choose``): the calibrated model at
+    TP 1 where allowed and held, else the measured model at TP where it covers, else the
+    roofline at TP."""
     d = parse_deployment(deployment)
-    if fitted is not None and d.tp == 1:
-        run_id, coefficients, knees = fitted
-        return from_cost_model(CostModel(coefficients, knees), run_id)
-    if settings.cost_model == "calibrated":
-        raise ValueError(
-            f"no calibrated cost model of {shape.name} on {d.name} (calibrations are of one "
-            "GPU) — price with --cost-model roofline or auto"
-        )
-    return from_roofline(shape, d.gpu, tp=d.tp)
+    return choose(shape, d.gpu, d.tp, fitted, settings.cost_model)
 
 
 def plan_search(
-    trace, traffic, replicas: Sequence[Replica], slo: Slo, settings: PlanSloSettings, prices
+    trace,
+    traffic,
+    replicas: Sequence[Replica],
+    slo: Slo,
+    settings: PlanSloSettings,
+    prices,
+    cachings: tuple[bool, ...] = (True, False),
 ) -> Searched:  # type: ignore[no-untyped-def]
     """Every load scale with caching on (every tier and store) and off (none: with no block
     repeating, a tier only adds cost), searched on the busiest window and held in every window
-    (``held.py``), in rounds (``search.py``)."""
+    (``held.py``), in rounds (``search.py``). ``cachings``: which of the two to search."""
     routers = tuple(settings.routers)
     groups = []
     for scale in settings.load_scales:
-        for caching in (True, False):
+        for caching in cachings:
             space = series_of(list(replicas), routers, prices, trace.block_size, tiered=caching)
             groups.append(Group(scale, caching, tuple(space)))
     windows = split(trace, settings.window_s)

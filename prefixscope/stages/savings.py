@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from prefixscope import warehouse
+from prefixscope.analysis.cost.choice import check_kind, device, wants_calibration
 from prefixscope.analysis.cost.deployment import fitting_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import (
-    COST_MODEL_KINDS,
     DEFAULT_GPU,
     DEFAULT_MODEL,
     cost_model,
@@ -32,9 +32,10 @@ from prefixscope.stages.outcomes import calibrated, choose_configuration, load_o
 
 @dataclass(frozen=True)
 class SavingsSettings:
-    """The model and GPU that price a miss, the cost model (auto: calibrated when the
-    warehouse holds one, else the roofline), and which configuration's outcomes (default: the
-    only one of the newest run that the deployment holds)."""
+    """The model and GPU that price a miss, the cost model (``cost/choice.py``; auto:
+    calibrated when the warehouse holds one, else the measured model where it covers, else the
+    roofline), and which configuration's outcomes (default: the only one of the newest run that
+    the deployment holds)."""
 
     model: str = DEFAULT_MODEL
     gpu: str = DEFAULT_GPU
@@ -60,22 +61,13 @@ class SavingsSettings:
 
     def check(self) -> Hardware:
         """Names and numbers, before the warehouse is opened: the deployment (refused in one
-        line when it does not hold the model, naming the TP that does), at the smallest block."""
-        if self.cost_model not in COST_MODEL_KINDS:
-            raise ValueError(
-                f"unknown cost model {self.cost_model!r}; known: {', '.join(COST_MODEL_KINDS)}"
-            )
+        line when it does not hold the model, naming the TP that does), at the smallest block,
+        and the cost model it asks for (``choice.check_kind``)."""
         gpu_key(self.gpu)
         text = self.resolved_deployment()
-        if text is None:
-            return Hardware()
-        hardware = of_deployment(text, self.shape, 1, self.kv_dtype)
-        if self.cost_model == "calibrated" and (hardware.gpus or 1) > 1:
-            raise ValueError(
-                f"a calibrated cost model times one GPU, not {hardware.deployment}'s "
-                f"{hardware.gpus} — price it with --cost-model roofline (or auto), or give a "
-                "deployment of one GPU"
-            )
+        hardware = Hardware() if text is None else of_deployment(text, self.shape, 1, self.kv_dtype)
+        gpu = hardware.gpu or self.gpu
+        check_kind(self.cost_model, self.shape, device(gpu), hardware.gpus or 1)
         return hardware
 
 
@@ -94,8 +86,8 @@ def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
     gpu, tp = hardware.gpu or s.gpu, hardware.gpus or 1
     with warehouse.StageRun(wh, "savings", s) as run:
         with run.reading() as con:
-            # a calibrated model times one GPU: it prices TP 1 only
-            fitted = None if s.cost_model == "roofline" or tp > 1 else calibrated(con, s.shape, gpu)
+            asked = wants_calibration(s.cost_model, tp)  # a calibration times one GPU
+            fitted = calibrated(con, s.shape, gpu) if asked else None
             outcomes, traffic = load_outcomes(con, config)
         cost = cost_model(s.model, gpu, s.cost_model, fitted, s.model_config, tp)
         table = savings_table(config, outcomes, traffic, cost, hardware.columns(0))

@@ -227,6 +227,48 @@ CATALOG: dict[str, ModelShape] = {
             sliding_layers=18,
             expert_dtype="mxfp4",
         ),
+        # Qwen/Qwen3-32B config.json: dense, 64 layers, grouped-query attention (8 KV heads).
+        ModelShape("qwen3-32b", 64, 5120, 25600, 64, 8, 128, 151936),
+        # MiniMaxAI/MiniMax-M2 config.json (M2.5 keeps its shape): 256 experts of width 1,536,
+        # 8 per token, no shared expert, every layer sparse; weights published in fp8.
+        ModelShape(
+            "minimax-m2.5",
+            62,
+            3072,
+            1536,
+            48,
+            8,
+            128,
+            200064,
+            experts=256,
+            experts_per_token=8,
+            moe_intermediate_size=1536,
+            weight_dtype="fp8",
+        ),
+        # moonshotai/Kimi-K2-Instruct config.json (Kimi-K2.5's language model has its shape):
+        # DeepSeek-V3's architecture with 64 heads, 384 routed experts of width 2,048, 8 per
+        # token, 1 shared, the first layer dense; weights published in fp8.
+        ModelShape(
+            "kimi-k2",
+            61,
+            7168,
+            18432,
+            64,
+            64,
+            128,
+            163840,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            q_lora_rank=1536,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            experts=384,
+            experts_per_token=8,
+            moe_intermediate_size=2048,
+            shared_experts=1,
+            dense_layers=1,
+            weight_dtype="fp8",
+        ),
         # Not a published model: a small Llama shape whose prefills take milliseconds on a
         # CPU core, the default of `prefixscope replay --device cpu`.
         ModelShape("tiny-llama", 2, 256, 512, 4, 2, 64, 512),

@@ -1,15 +1,26 @@
 """``prefixscope roofline``'s table: a miss of ``cached + new`` tokens against a hit of ``new``
-after ``cached``, on one GPU of a replica of ``tp``, with the experts and weights a MoE reads."""
+after ``cached``, on one GPU of a replica of ``tp``, with the experts and weights a MoE reads;
+under the roofline's time (a lower bound), the measured-kernel model's where it is given."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from prefixscope.analysis.cost.gpus import GpuSpec
+from prefixscope.analysis.cost.measured import MeasuredModel
 from prefixscope.analysis.cost.models import ModelShape
 from prefixscope.analysis.cost.params import parameter_count
 from prefixscope.analysis.cost.roofline import prefill_cost
 
 
-def format_roofline(shape: ModelShape, gpu: GpuSpec, cached: int, new: int, tp: int = 1) -> str:
+def format_roofline(
+    shape: ModelShape,
+    gpu: GpuSpec,
+    cached: int,
+    new: int,
+    tp: int = 1,
+    measured: MeasuredModel | None = None,
+) -> str:
     miss = prefill_cost(shape, gpu, cached + new, 0, tp=tp)
     hit = prefill_cost(shape, gpu, new, cached, tp=tp)
     count = parameter_count(shape)
@@ -45,4 +56,8 @@ def format_roofline(shape: ModelShape, gpu: GpuSpec, cached: int, new: int, tp: 
         row("all-reduce time (ms)", miss.layers * miss.allreduce_s * 1e3,
             hit.layers * hit.allreduce_s * 1e3, ",.3f")  # fmt: skip
     row("roofline time (ms)", miss.seconds * 1e3, hit.seconds * 1e3, ",.3f")
+    if measured is not None:  # the same miss and hit, one prefill alone in a step
+        t = measured.prefill_seconds(np.array([cached + new, new], np.float64),
+                                     np.array([0, cached], np.float64))  # fmt: skip
+        row("measured time (ms)", float(t[0]) * 1e3, float(t[1]) * 1e3, ",.3f")
     return "\n".join(lines)

@@ -2,8 +2,10 @@
 
 A request of ``input`` tokens that hit on ``hit`` tokens costs ``T(input, 0)`` without a cache
 and ``T(new, input - new)`` with it, ``new = max(1, input - hit)`` (a full hit still computes
-its last token). ``T`` is a calibrated cost model (``miss_cost_models``) when the warehouse has
-one for the model and GPU, else the roofline (``roofline.py``). Only the prefill is priced:
+its last token). ``T`` is chosen by ``choice.py``'s rule: a calibrated cost model
+(``miss_cost_models``) when the warehouse has one for the model and GPU, else the
+measured-kernel model (``measured.py``) itself (one prefill alone, not the fleet's fitted step
+form) where its tables cover, else the roofline (``roofline.py``). Only the prefill is priced:
 decode reads the whole KV cache per generated token whether or not the prefix was cached, so
 the prefix cache leaves it unchanged and the end-to-end gain is bounded by the prefill share.
 """
@@ -17,6 +19,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from prefixscope.analysis.cost.choice import Fitted, chosen, device, measured_for
 from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
@@ -27,7 +30,6 @@ from prefixscope.analysis.trace.measure import named_groups
 #: What a roofline saving is computed for unless the user says otherwise.
 DEFAULT_MODEL = "llama-3-8b"
 DEFAULT_GPU = "h100"
-COST_MODEL_KINDS = ("auto", "calibrated", "roofline")
 
 SAVINGS_SCHEMA = pa.schema(
     [
@@ -78,7 +80,7 @@ class Configuration:
 class MissCost:
     """A prefill cost model ready to price requests: seconds(new, cached)."""
 
-    kind: str  # 'calibrated', 'shipped:FILE' or 'roofline'
+    kind: str  # 'calibrated', 'shipped:FILE', 'measured' or 'roofline'
     model: str
     gpu: str
     seconds: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -130,34 +132,26 @@ def cost_model(
     model: str,
     gpu: str,
     kind: str = "auto",
-    calibrated: tuple[str, tuple[float, ...], tuple[float, float]] | None = None,
+    calibrated: Fitted | None = None,
     config: str | None = None,
     tp: int = 1,
 ) -> MissCost:
-    """The cost model that prices (model, gpu): ``calibrated`` (the run id that fitted it, or
-    ``shipped:FILE``; coefficients; knees) for ``auto`` and ``calibrated``; the
-    roofline for ``roofline``, or for ``auto`` when none was calibrated. ``config``: a
-    config.json whose shape ``model`` names (``resolve_model``). ``tp``: the GPUs one prefill
-    runs on; a calibrated model times one GPU, so above 1 only the roofline prices."""
-    if kind not in COST_MODEL_KINDS:
-        raise ValueError(f"unknown cost model {kind!r}; known: {', '.join(COST_MODEL_KINDS)}")
+    """The cost model that prices (model, gpu) on ``tp`` GPUs under ``--cost-model kind``
+    (``choice.py``'s rule): ``calibrated`` (the run id that fitted it, or ``shipped:FILE``;
+    coefficients; knees) where it is chosen, else the measured model, else the roofline.
+    ``config``: a config.json whose shape ``model`` names (``resolve_model``)."""
     shape = resolve_model(model, config)
-    key = gpu_key(gpu)
-    if kind == "calibrated" and tp > 1:
-        raise ValueError(
-            f"a calibrated cost model times one GPU, not {tp} — price {key}x{tp} with "
-            "--cost-model roofline (or auto), or give a deployment of one GPU"
-        )
-    if kind != "roofline" and calibrated is not None and tp == 1:
+    key, spec = gpu_key(gpu), device(gpu)
+    which = chosen(kind, shape, spec, tp, calibrated)
+    if which == "calibrated" and calibrated is not None:
         source, coefficients, knees = calibrated
         fitted = CostModel(tuple(float(c) for c in coefficients), knees)
         cost_kind, run_id = kind_of(source)
         return MissCost(cost_kind, shape.name, key, fitted.seconds, run_id)
-    if kind == "calibrated":
-        raise ValueError(f"no calibrated cost model of {shape.name} on {key}: run replay")
-    if key == "cpu":
-        raise ValueError("the roofline needs a GPU spec (--gpu h100, or NAME:TFLOPS:TBPS)")
-    spec = resolve_gpu(gpu)
+    assert spec is not None  # chosen: only a calibration prices the CPU
+    if which == "measured":
+        measured = measured_for(shape, spec, tp)
+        return MissCost("measured", shape.name, spec.name, measured.prefill_seconds)
     return MissCost(
         "roofline",
         shape.name,

@@ -4,7 +4,9 @@ The calibrated model (``cost/costmodel.py``) is ``T = a + b·max(new, k₁) + c�
 e·max(new, k₂)·cached + f·new²`` for one prefill. A step batches several requests' chunks and
 decodes (``_kernel.py``): the fixed cost and the linear layers' weight read are paid once per
 step, over all its tokens; the attention terms per chunk. Where the warehouse holds no
-calibrated model, the roofline (``cost/roofline.py``) is written in the same form:
+calibrated model, the measured-kernel model is fitted to the form (:func:`from_measured`), and
+where its tables do not cover, the roofline (``cost/roofline.py``) is written in it
+(:func:`choose` decides, by ``cost/choice.py``'s rule):
 
 - ``b·max(n, k₁)``: the linear layers, ``L·max(2P·n / peak, P·w / BW)`` with ``P`` their
   parameters per layer, so ``b = 2PL / peak`` and ``k₁ = w·peak / (2·BW)``;
@@ -31,11 +33,13 @@ cached ones. Two approximations widen that, bounded in docs/miss_cost.md:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from prefixscope.analysis.cost import choice
 from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.deployment import kv_heads_per_gpu
 from prefixscope.analysis.cost.gpus import GpuSpec
@@ -47,7 +51,8 @@ from prefixscope.analysis.cost.shipped import kind_of
 @dataclass(frozen=True)
 class StepCost:
     """The terms ``a, b, c, e, f`` (seconds) and knees ``k₁, k₂`` (tokens), and where they
-    came from: ``calibrated`` (with the replay run that fitted them) or ``roofline``."""
+    came from: ``calibrated`` (with the replay run that fitted them), ``shipped:FILE``,
+    ``measured`` (``cost/measured.py``) or ``roofline``."""
 
     a: float
     b: float
@@ -110,3 +115,57 @@ def from_roofline(
         k2=k2,
         source="roofline",
     )
+
+
+#: Where the step form is fitted to the measured model: new tokens (1 to a full 32k prompt)
+#: after cached ones (none to 128k), as ``roofline`` and the fleet see them.
+FIT_NEW = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+FIT_CACHED = (0, 512, 2048, 8192, 32768, 131072)
+
+
+def from_measured(model) -> tuple[StepCost, float, float]:  # type: ignore[no-untyped-def]
+    """The measured-kernel model (``cost/measured.py``) in the step form the fleet prices
+    with: ``T(new, cached)`` fitted over :data:`FIT_NEW` × :data:`FIT_CACHED` by the same
+    non-negative fit as a calibration (``costmodel.fit``), with the form's median and p90
+    relative error against the measured model on those points (%)."""
+    from prefixscope.analysis.cost.costmodel import abs_pct_errors, fit
+
+    new, cached = np.meshgrid(np.array(FIT_NEW, np.float64), np.array(FIT_CACHED, np.float64))
+    new, cached = new.ravel(), cached.ravel()
+    seconds = np.asarray(model.prefill_seconds(new, cached), np.float64)
+    fitted = fit(new, cached, seconds)
+    err = abs_pct_errors(fitted.seconds(new, cached), seconds)
+    a, b, c, e, f = (float(x) for x in fitted.coefficients)
+    k1, k2 = (float(k) for k in fitted.knees)
+    cost = StepCost(a, b, c, e, f, k1, k2, source="measured")
+    return cost, float(np.median(err)), float(np.percentile(err, 90))
+
+
+def choose(
+    shape: ModelShape,
+    gpu: GpuSpec | None,
+    tp: int = 1,
+    fitted: choice.Fitted | None = None,
+    kind: str = "auto",
+    dtype: str | None = None,
+) -> StepCost:
+    """The step cost of ``shape`` on one GPU of ``tp`` under ``--cost-model kind``
+    (``cost/choice.py``'s rule): ``fitted`` where it is chosen, else the measured model's
+    form (:func:`measured_step`), else the roofline's. ``gpu`` None: the CPU."""
+    which = choice.chosen(kind, shape, gpu, tp, fitted, dtype)
+    if which == "calibrated" and fitted is not None:
+        run_id, coefficients, knees = fitted
+        return from_cost_model(CostModel(coefficients, knees), run_id)
+    assert gpu is not None  # chosen: only a calibration prices the CPU
+    if which == "measured":
+        return measured_step(shape, gpu, tp, dtype)[0]
+    return from_roofline(shape, gpu, dtype, tp)
+
+
+@functools.lru_cache(maxsize=64)
+def measured_step(
+    shape: ModelShape, gpu: GpuSpec, tp: int = 1, dtype: str | None = None
+) -> tuple[StepCost, float, float]:
+    """:func:`from_measured` of the measured model, once per process for each model, GPU, TP
+    and dtype (a fit takes a tenth of a second; a plan prices each deployment many times)."""
+    return from_measured(choice.measured_for(shape, gpu, tp, dtype))

@@ -71,6 +71,10 @@ PLAN_SLO_ANSWERS_SCHEMA = pa.schema(
         ("windows_checked", pa.int32()),
         ("bound_window_start_s", pa.float64()),
         ("bound_window_end_s", pa.float64()),
+        ("cost_model", pa.string()),
+        ("slower_pct", pa.float64()),
+        ("gpus_if_slower", pa.int32()),
+        ("usd_per_hour_if_slower", pa.float64()),
     ]
 )
 
@@ -153,6 +157,10 @@ def answer_rows(
                 "windows_checked": None if h is None else h.checked,
                 "bound_window_start_s": None if bound is None else bound.start_s,
                 "bound_window_end_s": None if bound is None else bound.end_s,
+                "cost_model": None,
+                "slower_pct": None,
+                "gpus_if_slower": None,
+                "usd_per_hour_if_slower": None,
             }
         )
     for row in rows:

@@ -1,9 +1,11 @@
 -- What the prefix cache saves, per tenant ('*': the fleet), for one simulated configuration's
 -- request_outcomes and one prefill cost model ('calibrated': a miss_cost_models row;
--- 'roofline': the analytic model of `model` on `gpu`). Prefill only: decode time does not
--- depend on the prefix cache. A request costs T(input, 0) without a cache and
--- T(max(1, input - hit), input - max(1, input - hit)) with it. The time-to-first-token figures
--- are those prefill times alone (an idle GPU, no queueing, no batching).
+-- 'shipped:FILE': one shipped with prefixscope; 'measured': vLLM's kernels measured on `gpu`,
+-- cost_model_run_id NULL; 'roofline': the analytic model of `model` on `gpu`, a lower bound).
+-- Prefill only: decode time does not depend on the prefix cache. A request costs T(input, 0)
+-- without a cache and T(max(1, input - hit), input - max(1, input - hit)) with it. The
+-- time-to-first-token figures are those prefill times alone (an idle GPU, no queueing, no
+-- batching).
 -- gpu_seconds_saved_per_hour divides by traffic_seconds, the fleet's arrival span.
 CREATE TABLE IF NOT EXISTS savings (
     run_id                          VARCHAR NOT NULL,

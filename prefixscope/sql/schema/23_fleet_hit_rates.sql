@@ -4,7 +4,8 @@
 -- hit is served only by the replica the request was routed to; ceiling_token_hit_rate is one
 -- unbounded cache's rate over the same requests. TTFT (seconds) includes queueing, from the
 -- discrete-event model of each replica (docs/fleet.md); model, gpu and cost_model say what
--- priced its steps. load_imbalance = max / mean busy time over replicas; prefill_imbalance
+-- priced its steps ('calibrated', 'shipped:FILE', 'measured' or 'roofline', a lower bound;
+-- cost_model_run_id: the run that fitted a calibrated one, else NULL). load_imbalance = max / mean busy time over replicas; prefill_imbalance
 -- the same over prefill tokens computed. For the 'steady' window warmup_requests is where
 -- measuring starts (shared by the run's configurations); steady is false when this
 -- configuration's caches never all filled, and then token_hit_rate is NULL.

@@ -35,3 +35,11 @@ ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS windows_searched INTEGER;
 ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS windows_checked INTEGER;
 ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS bound_window_start_s DOUBLE;
 ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS bound_window_end_s DOUBLE;
+-- What priced the steps (added later; NULL on older rows): cost_model 'measured', 'calibrated',
+-- 'shipped:FILE' or 'roofline' (a lower bound). Where it is 'measured', the answer's range
+-- within the model's measured error: the same search with every step slower_pct % slower, its
+-- cheapest fleet's gpus_if_slower and usd_per_hour_if_slower (NULL where none met).
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS cost_model VARCHAR;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS slower_pct DOUBLE;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS gpus_if_slower INTEGER;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS usd_per_hour_if_slower DOUBLE;
