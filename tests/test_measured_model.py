@@ -180,3 +180,26 @@ def test_the_gpu_check_sets_the_measured_model_against_its_gpu(
     assert figures["miss_ratio_min"] <= figures["miss_ratio_median"] <= figures["miss_ratio_max"]
     cpu = dict(bench, gpu={**bench["gpu"], "name": "cpu"})
     assert measured_figures(cpu) is None  # no tables for the CPU
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp"), [("deepseek-v3", "h200", 8), ("llama-3-8b", "h100", 1)]
+)
+def test_the_table_that_prices_millions_of_requests_is_the_model(
+    model: str, gpu: str, tp: int
+) -> None:
+    from prefixscope.analysis.cost.measured import TABULATE_ABOVE, many, tabulated
+
+    m = measured_model(resolve_model(model), gpu, tp)
+    rng = np.random.default_rng(7)
+    new = np.exp(rng.uniform(0, np.log(150_000), 20_000)).round()
+    cached = np.where(rng.random(20_000) < 0.3, 0, rng.integers(1, 300, 20_000) * 512.0)
+    exact = m.prefill_seconds(new, cached)
+    err = np.abs(tabulated(m, 150_000, 300 * 512)(new, cached) / exact - 1)
+    assert np.median(err) < 1e-4 and err.max() < 5e-3
+    # past its edge, the model itself
+    assert tabulated(m, 1000, 1000)(np.array([5000.0]), np.array([0.0]))[0] == pytest.approx(
+        float(m.prefill_seconds(5000.0, 0.0))
+    )
+    big = np.resize(new, TABULATE_ABOVE + 1)
+    assert np.allclose(many(m)(big, np.zeros_like(big)), m.prefill_seconds(big, 0 * big), rtol=5e-3)

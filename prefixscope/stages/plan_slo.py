@@ -156,12 +156,14 @@ def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
                            settings.window_s)  # fmt: skip
         sources = sorted({r.engine.cost.source for r in replicas})
         pct, slow_rows, slow = None, [], None
-        if "measured" in sources:
-            # how the answer moves within the measured model's error: the cached search again
-            # with every measured step that much slower (``plan/uncertainty.py``)
+        kinds = {answer_kind(r) for r in rows if r["prefix_caching"] and r["met"]}
+        if "measured" in sources and kinds:
+            # how the answer moves within the measured model's error: the answer's own fleet
+            # kinds searched again, caching on, every measured step that much slower
+            # (``plan/uncertainty.py``)
             pct = slower_pct()
             slow = plan_search(trace, traffic, slower(replicas, pct), slo, settings, prices,
-                               cachings=(True,))  # fmt: skip
+                               cachings=(True,), kinds=kinds)  # fmt: skip
             slow_rows = answer_rows(slow.outcomes, slo, slow.held, slow.windows, settings.window_s)
         with_range(rows, slow_rows, pct, "+".join(sources))
         answers = pa.Table.from_pylist(rows, schema=PLAN_SLO_ANSWERS_SCHEMA)
@@ -192,15 +194,19 @@ def plan_search(
     settings: PlanSloSettings,
     prices,
     cachings: tuple[bool, ...] = (True, False),
+    kinds: set[tuple] | None = None,
 ) -> Searched:  # type: ignore[no-untyped-def]
     """Every load scale with caching on (every tier and store) and off (none: with no block
     repeating, a tier only adds cost), searched on the busiest window and held in every window
-    (``held.py``), in rounds (``search.py``). ``cachings``: which of the two to search."""
+    (``held.py``), in rounds (``search.py``). ``cachings``: which of the two to search;
+    ``kinds``: only the series of these (deployment, router, DRAM, store) (:func:`answer_kind`)."""
     routers = tuple(settings.routers)
     groups = []
     for scale in settings.load_scales:
         for caching in cachings:
             space = series_of(list(replicas), routers, prices, trace.block_size, tiered=caching)
+            if kinds is not None:
+                space = [s for s in space if series_kind(s) in kinds]
             groups.append(Group(scale, caching, tuple(space)))
     windows = split(trace, settings.window_s)
     start = busiest(windows)
@@ -245,6 +251,15 @@ def plan_search(
         if settings.dask_address:  # the cluster's workers outlive the stage
             on_every_worker(settings.dask_address, release_kept)
     return Searched(tuple(outcomes), tuple(held), windows, start)
+
+
+def answer_kind(row: dict) -> tuple:
+    """An answer's fleet kind: what a series fixes, all but the replica count."""
+    return (row["deployment"], row["router"], row["dram_gib_per_replica"], row["store_gib"])
+
+
+def series_kind(s) -> tuple:  # type: ignore[no-untyped-def]
+    return (s.replica.deployment, s.router, s.dram_gib, s.store_gib)
 
 
 def probe_task(shared: Shared | tuple, task: Task) -> list[Part]:

@@ -22,6 +22,7 @@ import pyarrow as pa
 from prefixscope.analysis.cost.choice import Fitted, chosen, device, measured_for
 from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.measured import many
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.roofline import prefill_cost
 from prefixscope.analysis.cost.shipped import kind_of
@@ -151,7 +152,7 @@ def cost_model(
     assert spec is not None  # chosen: only a calibration prices the CPU
     if which == "measured":
         measured = measured_for(shape, spec, tp)
-        return MissCost("measured", shape.name, spec.name, measured.prefill_seconds)
+        return MissCost("measured", shape.name, spec.name, many(measured))
     return MissCost(
         "roofline",
         shape.name,
