@@ -289,6 +289,8 @@ def tabulated(model: MeasuredModel, max_new: float, max_cached: float, points: i
     ``tests/test_measured_model.py``."""
     new_axis = np.geomspace(1.0, max(float(max_new), 2.0), points)
     cached_axis = np.expm1(np.linspace(0.0, np.log1p(max(float(max_cached), 1.0)), points))
+    # the ends exactly the largest request's (exp and log round): none falls past them
+    new_axis[-1], cached_axis[-1] = max(float(max_new), 2.0), max(float(max_cached), 1.0)
     n_grid, c_grid = np.meshgrid(new_axis, cached_axis, indexing="ij")
     table = np.log(model.prefill_seconds(n_grid.ravel(), c_grid.ravel())).reshape(n_grid.shape)
     x_axis, y_axis = np.log(new_axis), np.log1p(cached_axis)
@@ -303,12 +305,17 @@ def tabulated(model: MeasuredModel, max_new: float, max_cached: float, points: i
         v = (y - y_axis[j]) / (y_axis[j + 1] - y_axis[j])
         low = table[i, j] * (1 - u) + table[i + 1, j] * u
         high = table[i, j + 1] * (1 - u) + table[i + 1, j + 1] * u
-        inside = np.exp(low * (1 - v) + high * v)
-        # past the table's edge (longer than any request it was built for): the model itself
-        beyond = (np.asarray(new) > new_axis[-1]) | (np.asarray(cached) > cached_axis[-1])
-        if np.any(beyond):
-            inside = np.where(beyond, model.prefill_seconds(new, cached), inside)
-        return inside
+        out = np.exp(low * (1 - v) + high * v)
+        # past the table's edge (longer than any request it was built for): the model itself,
+        # on those requests alone
+        new_a, cached_a = np.broadcast_arrays(
+            np.asarray(new, np.float64), np.asarray(cached, np.float64)
+        )
+        beyond = (new_a > new_axis[-1]) | (cached_a > cached_axis[-1])
+        if beyond.any():
+            out = np.array(out, np.float64, copy=True)
+            out[beyond] = model.prefill_seconds(new_a[beyond], cached_a[beyond])
+        return out
 
     return seconds
 
