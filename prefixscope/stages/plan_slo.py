@@ -5,6 +5,7 @@ window of the trace, per load scale, with prefix caching on and off → ``plan_s
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +163,7 @@ def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
             # kinds searched again, caching on, every measured step that much slower
             # (``plan/uncertainty.py``)
             pct = slower_pct()
+            gc.collect()  # the first search's spans and lists, gone before the second's
             slow = plan_search(trace, traffic, slower(replicas, pct), slo, settings, prices,
                                cachings=(True,), kinds=kinds)  # fmt: skip
             slow_rows = answer_rows(slow.outcomes, slo, slow.held, slow.windows, settings.window_s)
