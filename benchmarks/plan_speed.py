@@ -12,7 +12,7 @@ each priced by the roofline and by the measured kernels (with the answer's range
 search of the cached fleets), side by side: seconds per fleet simulated, measured over roofline.
 
 Prints the fleets simulated, the seconds and fleets per second, and the answer. Exit status 1
-when a search of at least 100 fleets takes 60 s or more, or simulates fewer than 100.
+when a search takes 60 s or more, or a roofline-priced one simulates fewer than 100 fleets.
 
     make bench        # or: .venv/bin/python benchmarks/plan_speed.py
 """
@@ -66,7 +66,10 @@ def main() -> int:
                 )
                 for line in sentences(result.answers.to_pylist(), model, kv):
                     print(f"  {line}")
-                failed |= fleets + ranged < MIN_FLEETS or took >= LIMIT_S
+                # the roofline's searches are the fixed workload; the measured model's size
+                # follows its own step times
+                small = cost == "roofline" and fleets < MIN_FLEETS
+                failed |= small or took >= LIMIT_S
             print(f"  measured against roofline, seconds per fleet: "
                   f"{rates['roofline'] / rates['measured']:.2f}×")  # fmt: skip
     print(f"limit: at least {MIN_FLEETS} fleets in under {LIMIT_S:g} s each: "
