@@ -154,7 +154,9 @@ def test_more_concurrency_never_makes_a_token_faster(c: int, isl: int, osl: int)
 
     for how in (wave, steady_state):
         one, more = how(step, c, isl, osl), how(step, c + 1, isl, osl)
-        assert more.tpot_s >= one.tpot_s * (1 - 1e-6)
+        # to within 0.01%: spread evenly, a prompt that fills less of a busier step's budget
+        # is split over more, shorter steps
+        assert more.tpot_s >= one.tpot_s * (1 - 1e-4)
         assert math.isfinite(more.ttft_s) and more.ttft_s > 0
 
 
