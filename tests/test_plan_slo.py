@@ -203,7 +203,8 @@ def test_the_command_writes_both_tables_and_answers_in_gpus(
     out = capsys.readouterr().out
     answers = rows(wh, "SELECT load_scale, prefix_caching, met, gpus, usd_per_hour, "
                        "gpus_saved, usd_saved_per_month, fleets_searched "
-                       "FROM latest_plan_slo_answers ORDER BY 1, NOT 2")  # fmt: skip
+                       "FROM latest_plan_slo_answers "
+                       "ORDER BY 1, 2 DESC")  # fmt: skip
     assert [(a[0], a[1]) for a in answers] == [(100, True), (100, False), (200, True), (200, False)]
     for on, off in (answers[0:2], answers[2:4]):
         assert on[2] and off[2]
@@ -211,7 +212,7 @@ def test_the_command_writes_both_tables_and_answers_in_gpus(
         assert on[6] == pytest.approx((off[4] - on[4]) * HOURS_PER_MONTH)
         assert on[4] <= off[4] + 1e-9  # caching off is a subset of what caching on can do
     fleets = rows(wh, "SELECT load_scale, prefix_caching, count(*) FROM latest_plan_slo_fleets "
-                      "GROUP BY ALL ORDER BY 1, NOT 2")  # fmt: skip
+                      "GROUP BY ALL ORDER BY 1, 2 DESC")  # fmt: skip
     assert [f[2] for f in fleets] == [a[7] for a in answers]
     # every fleet fits its HBM: pool + weights within the budget, from the catalog by hand
     weights_gib = 8.03e9 * 2 / 2**30  # Llama-3-8B's 8.03 B parameters in bf16
