@@ -115,12 +115,17 @@ def load_runs() -> tuple[list[Run], dict[str, int]]:
     return runs, skipped
 
 
-def model_for(run: Run, fixed: Fixed):
+def shape_of(run: Run):  # type: ignore[no-untyped-def]
+    """The run's model shape and the weights' dtype to price it at: int4 experts (Kimi-K2.5)
+    are the shape's own dtype, the rest bf16."""
     shape = resolve_model(run.model)
-    dtype = run.dtype
-    if dtype == "int4-experts":
-        shape = replace(shape, weight_dtype="bf16", expert_dtype="int4")
-        dtype = None
+    if run.dtype == "int4-experts":
+        return replace(shape, weight_dtype="bf16", expert_dtype="int4"), None
+    return shape, run.dtype
+
+
+def model_for(run: Run, fixed: Fixed):
+    shape, dtype = shape_of(run)
     why = covers(shape, run.gpu, run.tp, dtype)
     if why:
         return None, why
@@ -130,10 +135,7 @@ def model_for(run: Run, fixed: Fixed):
 def pool_tokens(run: Run) -> float | None:
     """Tokens of KV the replica holds (``deployment.memory_split``, vLLM's sizing), or None
     where the split refuses the run (the run then is not limited here)."""
-    shape = resolve_model(run.model)
-    dtype = None if run.dtype in (None, "int4-experts") else run.dtype
-    if run.dtype == "int4-experts":
-        shape = replace(shape, weight_dtype="bf16", expert_dtype="int4")
+    shape, dtype = shape_of(run)
     try:
         split = memory_split(
             shape, Deployment(resolve_gpu(run.gpu), run.tp), weight_dtype=dtype,
@@ -145,10 +147,7 @@ def pool_tokens(run: Run) -> float | None:
 
 
 def roofline_step(run: Run):
-    shape = resolve_model(run.model)
-    dtype = None if run.dtype in (None, "int4-experts") else run.dtype
-    if run.dtype == "int4-experts":
-        shape = replace(shape, weight_dtype="bf16", expert_dtype="int4")
+    shape, dtype = shape_of(run)
     c = from_roofline(shape, resolve_gpu(run.gpu), dtype, run.tp)
 
     def step(decodes: float, keys: float, chunks: list[tuple[float, float]]) -> float:

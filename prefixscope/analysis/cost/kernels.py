@@ -60,6 +60,23 @@ def _bracket(xs: np.ndarray, x: float) -> tuple[int, int, float]:
     return lo, hi, float(w)
 
 
+def grid2(bs: np.ndarray, ss: np.ndarray, cube: np.ndarray, b, s, power_s: float) -> np.ndarray:
+    """``cube`` (ms over batches ``bs`` × sizes ``ss``) at batch ``b`` and size ``s``
+    (broadcast): log-log in ``s`` along every measured batch, then between the two batches
+    around ``b`` (scaled by ``b / b_max`` past the last)."""
+    b, s = np.broadcast_arrays(np.asarray(b, np.float64), np.asarray(s, np.float64))
+    flat_s = s.ravel()
+    along = np.stack([_log(interp(flat_s, ss, cube[i], power_s)) for i in range(len(bs))])
+    clipped = np.clip(b.ravel(), bs[0], bs[-1])
+    hi = np.clip(np.searchsorted(bs, clipped), 1, len(bs) - 1)
+    lo = hi - 1
+    w = (np.log(clipped) - np.log(bs[lo])) / (np.log(bs[hi]) - np.log(bs[lo]))
+    cols = np.arange(flat_s.size)
+    out = np.exp((1 - w) * along[lo, cols] + w * along[hi, cols])
+    out = (out * np.maximum(b.ravel() / bs[-1], 1.0)).reshape(b.shape)
+    return out if out.shape else out[()]
+
+
 @dataclass(frozen=True)
 class Kernels:
     """One GPU's measured tables (``reduce.py`` writes them; NaNs filled on load)."""
@@ -111,24 +128,9 @@ class Kernels:
         return best, heads / float(table[best, 0])
 
     def _grid2(self, prefix: str, row: int, b, s) -> np.ndarray:
-        """The table ``row`` at batch ``b`` and size ``s`` (broadcast): log-log in ``s`` along
-        every measured batch, then between the two batches around ``b`` (scaled by
-        ``b / b_max`` past the last)."""
         a = self.arrays
-        bs, ss, cube = a[f"{prefix}_b"], a[f"{prefix}_s"], a[f"{prefix}_ms"][row]
-        b, s = np.broadcast_arrays(np.asarray(b, np.float64), np.asarray(s, np.float64))
         power_s = 2.0 if prefix.endswith("ctx") else 1.0
-        flat_s = s.ravel()
-        along = np.stack([_log(interp(flat_s, ss, cube[i], power_s)) for i in range(len(bs))])
-        clipped = np.clip(b.ravel(), bs[0], bs[-1])
-        hi = np.clip(np.searchsorted(bs, clipped), 1, len(bs) - 1)
-        lo = hi - 1
-        w = (np.log(clipped) - np.log(bs[lo])) / (np.log(bs[hi]) - np.log(bs[lo]))
-        cols = np.arange(flat_s.size)
-        out = np.exp((1 - w) * along[lo, cols] + w * along[hi, cols])
-        out = out * np.maximum(b.ravel() / bs[-1], 1.0)
-        out = out.reshape(b.shape)
-        return out if out.shape else out[()]
+        return grid2(a[f"{prefix}_b"], a[f"{prefix}_s"], a[f"{prefix}_ms"][row], b, s, power_s)
 
     def context(self, heads: int, kv_heads: int, head_dim: int, batch, tokens) -> np.ndarray:
         """ms of causal attention over ``batch`` prefills of ``tokens`` each (no prefix)."""
@@ -146,19 +148,11 @@ class Kernels:
         a = self.arrays
         hs = a[f"mla_{kind}_h"]
         h0, h1, wh = _bracket(hs, heads)
-        lo = _log(self._grid_heads(kind, h0, batch, tokens))
-        hi = _log(self._grid_heads(kind, h1, batch, tokens))
+        power = 2.0 if kind == "ctx" else 1.0
+        bs, ss, cube = a[f"mla_{kind}_b"], a[f"mla_{kind}_s"], a[f"mla_{kind}_ms"]
+        lo = _log(grid2(bs, ss, cube[h0], batch, tokens, power))
+        hi = _log(grid2(bs, ss, cube[h1], batch, tokens, power))
         return np.exp((1 - wh) * lo + wh * hi) * max(heads / hs[-1], 1.0)
-
-    def _grid_heads(self, kind: str, h: int, batch, tokens) -> np.ndarray:
-        a = self.arrays
-        sub = {
-            f"x_{kind}_b": a[f"mla_{kind}_b"],
-            f"x_{kind}_s": a[f"mla_{kind}_s"],
-            f"x_{kind}_ms": a[f"mla_{kind}_ms"][h][None],
-        }
-        view = Kernels(self.gpu, self.vllm, sub)
-        return view._grid2(f"x_{kind}", 0, batch, tokens)
 
     # -- mixture of experts and all-reduce -----------------------------------------------
     def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, dtype: str):

@@ -247,11 +247,10 @@ def covers(shape: ModelShape, gpu: str, tp: int = 1, dtype: str | None = None) -
         if not tables.has("mla_ctx_ms"):
             return f"no multi-head latent attention measured on {gpu}"
     else:
-        heads, d = shape.num_attention_heads // tp, shape.head_dim
+        d = shape.head_dim
         for prefix in ("ctx", "gen"):
             if not (tables.arrays[f"{prefix}_heads"][:, 2] == d).any():
                 return f"no attention measured at head dim {d} on {gpu}"
-        del heads
     if shape.moe_layers:
         e = expert_dtype(shape, dtype)
         if tables.moe(1, shape.hidden_size, shape.moe_intermediate_size, shape.experts_per_token,

@@ -35,6 +35,13 @@ BUDGET_TOKENS = 8192
 StepFn = Callable[[float, float, list[tuple[float, float]]], float]
 
 
+def held(concurrency: int, isl: int, osl: int, pool_tokens: float | None) -> int:
+    """Requests of ``isl + osl`` tokens the KV pool lets run at once (all, with no pool)."""
+    if pool_tokens is None:
+        return int(concurrency)
+    return max(1, min(int(concurrency), int(pool_tokens // (isl + osl))))
+
+
 @dataclass(frozen=True)
 class Served:
     ttft_s: float  # mean over the requests
@@ -53,7 +60,7 @@ def wave(
 ) -> Served:
     """Mean TTFT and TPOT of a benchmark at ``concurrency`` (the module docstring)."""
     c = int(concurrency)
-    running = c if pool_tokens is None else max(1, min(c, int(pool_tokens // (isl + osl))))
+    running = held(c, isl, osl, pool_tokens)
     left = [int(isl)] * running
     decoded = [0] * running  # tokens each request has decoded while prompts remain
     first = [0.0] * running
@@ -115,9 +122,7 @@ def steady_state(
     ``P`` steps that hold the request's prompt, plus the queue where the tokens exceed the
     budget (``N`` then grows to ``c·(isl + osl − 1)/B``).
     """
-    c = float(concurrency)
-    if pool_tokens is not None:
-        c = float(max(1, min(concurrency, int(pool_tokens // (isl + osl)))))
+    c = float(held(concurrency, isl, osl, pool_tokens))
     decodes_per_life = float(max(osl - 1, 0))
     n = 1.0 + decodes_per_life
     for _ in range(50):  # a fixed point: d depends on N, P on d
