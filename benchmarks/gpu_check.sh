@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one call of under 8 minutes on one H200; every figure in one
+# Everything that needs a GPU, in one call of under 9 minutes on one H200; every figure in one
 # JSON file, $OUT/gpu_check.json. Runs from the repository root with torch, numpy and the
 # standard library only (prefixscope need not be installed):
 #
@@ -14,7 +14,10 @@
 #      killed at 250 s.
 #   2. llama-3.1-70b (the shape of Llama-3.3-70B), 8 of its 80 layers and the head alone,
 #      scaled by layers, the same grid: ~41 s at 700 TFLOP/s; limit 150 s, killed at 190 s.
-# Worst case 250 + 190 s = 7 min 20 s, plus the merge (a second).
+#   3. the measured model's tables against this GPU, kernel by kernel (gemm bf16 and fp8,
+#      context and decode attention, a chunk after a prefix; prefixscope/gpu_replay/tables.py):
+#      6.4 s of timing on an H200; limit 40 s, killed at 60 s.
+# Worst case 250 + 190 + 60 s = 8 min 20 s, plus the merge (a second).
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -35,8 +38,12 @@ part() {  # NAME KILL_AFTER_S ARGS...
   local name=$1 kill=$2; shift 2
   local file="$OUT/parts/$name.json" t0 ms rc
   t0=$(date +%s%N)
+  local module=prefixscope.gpu_replay.bench args=()
+  while [ $# -gt 0 ]; do  # --module M: another benchmark than the miss-versus-hit one
+    if [ "$1" = --module ]; then module=$2; shift 2; else args+=("$1"); shift; fi
+  done
   timeout --signal=TERM --kill-after=10 "$kill" \
-    "$PY" -m prefixscope.gpu_replay.bench "$@" --out "$file" 2>&1 | tee "$OUT/parts/$name.log"
+    "$PY" -m "$module" "${args[@]}" --out "$file" 2>&1 | tee "$OUT/parts/$name.log"
   rc=${PIPESTATUS[0]}
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   printf '%s\t%s\t%d.%03d\t%s\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) "$file" >> "$status"
@@ -45,4 +52,7 @@ part() {  # NAME KILL_AFTER_S ARGS...
 
 part "$m8" "$kill1" --model "$m8" --eager-hit --time-limit "$limit1" "$@"
 part "$m70-$layers-layers" "$kill2" --model "$m70" --layers "$layers" --time-limit "$limit2" "$@"
+tables=(--time-limit 40); [ "$small" = 1 ] && tables=(--small --gpu h200 --time-limit 40)
+for a in "$@"; do [ "$a" = cpu ] && tables+=(--device cpu); done
+part tables 60 "${tables[@]}" --module prefixscope.gpu_replay.tables
 "$PY" -m prefixscope.gpu_replay.check --status "$status" --out "$OUT/gpu_check.json"

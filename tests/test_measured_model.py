@@ -205,3 +205,68 @@ def test_the_table_that_prices_millions_of_requests_is_the_model(
     )
     big = np.resize(new, TABULATE_ABOVE + 1)
     assert np.allclose(many(m)(big, np.zeros_like(big)), m.prefill_seconds(big, 0 * big), rtol=5e-3)
+
+
+H200_TABLES = "benchmarks/gpu_results/2026-12-04-h200-tables/tables_check.json"
+
+
+@pytest.mark.parametrize(
+    ("kind", "low", "high"),
+    [
+        ("gemm_bf16", 0.95, 1.05),  # vLLM's GEMMs are cuBLAS's: the tables hold on this H200
+        ("gemm_fp8", 1.0, 1.2),  # vLLM's fp8 GEMM is slower than cuBLASLt's at small m
+        ("context", 0.5, 0.7),  # vLLM's FlashAttention 3 against torch's flash kernel
+        ("generation", 0.75, 0.95),
+    ],
+)
+def test_the_h200_run_sets_each_table_against_the_same_kernels_timed_there(
+    kind: str, low: float, high: float
+) -> None:
+    """The committed H200 run of ``gpu_replay/tables.py`` (docs/miss_cost.md): its summary is
+    its points', and each kind's median is where the docs say."""
+    import json
+    from pathlib import Path
+
+    from prefixscope.gpu_replay.tables import summarise
+
+    run = json.loads((Path(__file__).resolve().parents[1] / H200_TABLES).read_text())
+    assert run["device"]["device_name"] == "NVIDIA H200" and run["tables"]["gpu"] == "h200"
+    again = summarise(run["points"])
+    assert again == run["summary"]
+    for p in run["points"]:
+        assert p["ratio"] == pytest.approx(
+            p["rule_here_ms"] / p["measured_ms"] if p["kind"] == "chunk"
+            else p["table_ms"] / p["measured_ms"]
+        )  # fmt: skip
+    assert low <= again[kind]["ratio_median"] <= high
+
+
+def test_the_chunk_rule_on_the_h200_within_a_quarter_from_256_new_tokens() -> None:
+    """The rule for a chunk after a prefix (``measured.py``), applied to the whole prefill and
+    the decode timed there, against the chunk timed there: within 25% from 256 new tokens,
+    and under (a short chunk after a long prefix costs more than one decode) below."""
+    import json
+    from pathlib import Path
+
+    run = json.loads((Path(__file__).resolve().parents[1] / H200_TABLES).read_text())
+    chunks = [p for p in run["points"] if p["kind"] == "chunk"]
+    long = [p["ratio"] for p in chunks if p["new"] >= 256]
+    short = [p["ratio"] for p in chunks if p["new"] < 256]
+    assert len(long) >= 8 and all(0.75 <= r <= 1.25 for r in long)
+    assert short and all(r < 0.75 for r in short)
+
+
+@pytest.mark.parametrize(
+    ("model", "names"),
+    [("llama-3-8b", (6144, 4096, 28672, 4096)), ("tiny-llama", (512, 256, 1024, 256))],
+)
+def test_the_tables_check_times_each_projection_at_its_own_shape(model: str, names) -> None:
+    from prefixscope.gpu_replay.tables import projections
+
+    shape = resolve_model(model)
+    got = projections(shape)
+    assert tuple(n for _, n, _ in got) == names
+    assert [k for _, _, k in got] == [
+        shape.hidden_size, shape.num_attention_heads * shape.head_dim,
+        shape.hidden_size, shape.intermediate_size,
+    ]  # fmt: skip

@@ -94,15 +94,28 @@ def model_figures(name: str, part: dict) -> dict[str, object]:
     }
 
 
+def read_tables(path: Path) -> dict | None:
+    """The tables part's file (``tables.py``), or None where it is not one."""
+    try:
+        part = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(part, dict) and isinstance(part.get("points"), list)
+    return part if ok else None
+
+
 def merge(status_lines: Sequence[str]) -> dict[str, object]:
     parts: dict[str, dict] = {}
+    tables = None
     for line in status_lines:
         if not line.strip():
             continue
         name, rc, wall, file = line.rstrip("\n").split("\t")
         bench = read_part(Path(file))
         parts[name] = {"exit": int(rc), "wall_s": float(wall), "bench": bench}
-    benches = [p["bench"] for p in parts.values() if p["bench"]]
+        if bench is None and (found := read_tables(Path(file))) is not None:
+            parts[name]["bench"] = tables = found
+    benches = [p["bench"] for p in parts.values() if p["bench"] and "results" in p["bench"]]
     return {
         "schema": costmodel.CHECK_SCHEMA,
         "provenance": benches[0]["provenance"] if benches else None,
@@ -110,8 +123,16 @@ def merge(status_lines: Sequence[str]) -> dict[str, object]:
         "models": [
             model_figures(n, p["bench"])
             for n, p in parts.items()
-            if p["bench"] and p["bench"]["results"]
+            if p["bench"] and p["bench"].get("results")
         ],
+        # the measured model's tables / this GPU, per kernel kind (``tables.py``)
+        "tables": None
+        if tables is None
+        else {
+            "gpu": tables["tables"]["gpu"],
+            "skipped": tables.get("skipped", []),
+            "summary": tables.get("summary", {}),
+        },  # fmt: skip
         "parts": parts,
     }
 
@@ -137,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  measured vLLM kernels / this GPU's timings, median: miss "
                 f"{vllm['miss_ratio_median']:.2f}, hit {hit:.2f}"
             )
+    for kind, t in ((merged.get("tables") or {}).get("summary") or {}).items():  # type: ignore[union-attr]
+        what = "the chunk rule / measured" if kind == "chunk" else "table / this GPU"
+        print(f"  {kind}: {what}, median {t['ratio_median']:.2f} over {t['points']} points")
     print(f"results: {args.out}")
     return 0
 
