@@ -10,6 +10,9 @@ failure deep in a fan-out can name it.
 from __future__ import annotations
 
 import contextvars
+import ctypes
+import functools
+import gc
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,6 +67,27 @@ def memory_words() -> str:
         f"the machine has {vm.total / GIB:.1f} GiB of memory, {vm.available / GIB:.1f} GiB of "
         "it available now"
     )
+
+
+def give_back_heap() -> None:
+    """Collect garbage, then hand the C heap's free pages back to the system (glibc's
+    ``malloc_trim``; nothing elsewhere). Arrays under glibc's mmap threshold (it rises to 32 MB
+    as large ones are freed) live in the heap, and a freed one stays resident there: a stage's
+    or a task's peak would otherwise stay counted against the next one's."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():  # type: ignore[no-untyped-def]
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # another C library (musl): nothing to hand back
+        return None
 
 
 def available_bytes() -> int:

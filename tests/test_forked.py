@@ -5,7 +5,9 @@ kills every worker it lands on ended with one line, never a hang."""
 from __future__ import annotations
 
 import os
+import platform
 import signal
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +91,21 @@ def test_a_fan_out_runs_no_more_workers_than_memory_holds(
     err = capsys.readouterr().err
     assert (f"{expected} worker" in err and f"instead of {workers}" in err) is said
     assert len(err.splitlines()) == int(said)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="malloc_trim is glibc's",
+)
+def test_the_heap_a_step_freed_goes_back_to_the_system() -> None:
+    """Arrays under glibc's mmap threshold live in the heap; freed, they stay resident until
+    handed back (``resources.give_back_heap``, after every flow step and worker task)."""
+    import psutil
+
+    rss = psutil.Process().memory_info
+    held = [np.ones(12_000) for _ in range(5_000)]  # 96 KB each, 480 MB in all
+    kept = held[::50]  # a few survivors pin the heap's top, so no free at its end shrinks it
+    del held
+    before = rss().rss
+    resources.give_back_heap()
+    assert before - rss().rss > 300e6 and len(kept) == 100

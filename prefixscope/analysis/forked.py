@@ -241,6 +241,8 @@ def _serve(conn: Connection, fn: Callable[[Any, Any], Any], shared: Any) -> None
             conn.send(answer)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             conn.send((index, False, RuntimeError(f"a result could not be sent back: {exc}")))
+        del answer
+        resources.give_back_heap()  # a task's peak is not carried into the next one
     conn.close()
 
 

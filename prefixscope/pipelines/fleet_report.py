@@ -27,7 +27,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.states import State
 
-from prefixscope import synthetic, warehouse
+from prefixscope import resources, synthetic, warehouse
 from prefixscope.analysis.curves.settings import CurveSettings
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings
@@ -235,8 +235,11 @@ class Steps:
             self.reused.append(name)
             return read_back(run_id)
         self.chain = False
-        with resume.step(step):
-            return call()
+        try:
+            with resume.step(step):
+                return call()
+        finally:
+            resources.give_back_heap()  # what the step freed, not held through the next
 
 
 def read_counts(wh: str) -> Callable[[str], resume.Counts]:
@@ -376,9 +379,7 @@ def fleet_report(
         )
         steps_run("curve", lambda: curve(wh, curve_stage.CurveStageSettings(lru_curve)), _none)
         step("structure")
-        steps_run(
-            "structure", lambda: structure(wh, structure_settings(capacities_blocks)), _none
-        )
+        steps_run("structure", lambda: structure(wh, structure_settings(capacities_blocks)), _none)
         calibrated = None
         if replay_samples > 0:
             step("replay")

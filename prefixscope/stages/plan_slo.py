@@ -5,14 +5,13 @@ window of the trace, per load scale, with prefix caching on and off → ``plan_s
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
-from prefixscope import warehouse
+from prefixscope import resources, warehouse
 from prefixscope.analysis.cost.choice import Fitted, check_kind, wants_calibration
 from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
@@ -163,7 +162,7 @@ def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
             # kinds searched again, caching on, every measured step that much slower
             # (``plan/uncertainty.py``)
             pct = slower_pct()
-            gc.collect()  # the first search's spans and lists, gone before the second's
+            resources.give_back_heap()  # the first search's spans and lists, gone first
             slow = plan_search(trace, traffic, slower(replicas, pct), slo, settings, prices,
                                cachings=(True,), kinds=kinds)  # fmt: skip
             slow_rows = answer_rows(slow.outcomes, slo, slow.held, slow.windows, settings.window_s)
