@@ -102,3 +102,28 @@ def test_rows_carry_each_engine(small: Path) -> None:  # noqa: F811
         "WHERE engine <> 'ideal'",
     )
     assert pooled == [(True,)]  # its conversations name block 1 twice: held once
+
+
+def test_on_the_bundled_hour_a_saturated_vllm_pool_hits_less_not_more(
+    bundled_warehouse,  # noqa: ANN001
+    bundled_trace,  # noqa: ANN001
+) -> None:
+    """Four replicas of llama-3-8b on one H100 each (885 blocks): under load the running
+    requests take the pool from the cache, so vLLM's own metric (each request's first
+    admission) falls from 1× to 8×, below the ideal cache's (which keeps partial blocks, so at
+    light load vLLM, which never caches one, may hit a little more)."""
+    from prefixscope import warehouse
+    from prefixscope.analysis.fleet.traffic import load_traffic
+
+    with warehouse.connect(bundled_warehouse.path, read_only=True) as con:
+        traffic = load_traffic(con)
+    total = bundled_trace.input_tokens.sum()
+    rate = {
+        (engine, load): simulate_fleet(
+            bundled_trace, traffic, Fleet("session", 4, 885, load_scale=load, engine=engine), ENGINE
+        ).hit_tokens.sum()
+        / total
+        for engine, load in [("ideal", 1.0), ("vllm", 1.0), ("vllm", 8.0)]
+    }
+    assert rate["vllm", 8.0] < rate["vllm", 1.0]
+    assert rate["vllm", 8.0] <= rate["ideal", 1.0]

@@ -41,3 +41,21 @@ def test_the_pool_matches_its_reference_request_by_request(
     for name in FIELDS:
         g, w = getattr(got, name), getattr(want, name)
         assert g.shape == w.shape and agree(g, w).all(), f"{name} {first_difference(g, w)}"
+
+
+def test_a_freed_hashless_block_is_the_next_taken_as_vllm_reuses_it() -> None:
+    """vLLM's ``free_blocks`` puts blocks without a hash at the head of the free queue ("LIFO
+    reuse"), cached ones at its tail deepest first: after a request of blocks 1, 2 and a
+    hashless tail frees them, the next allocation takes the hashless one and evicts nothing,
+    the one after evicts block 2."""
+    from prefixscope.analysis.fleet.reference_pool import _PoolReplica
+
+    rep = _PoolReplica(capacity=3, sglang=False)
+    rep.cache = {1: 1, 2: 1}  # held by the running request, with its hashless block
+    rep.release([1, 2], anon=1)
+    assert list(rep.free_queue) == [("anon", 1), ("hash", 2), ("hash", 1)]
+    parent = np.array([-1, -1, 1])
+    rep.take(0, parent)
+    assert set(rep.cache) == {1, 2}
+    rep.take(1, parent)
+    assert set(rep.cache) == {1} and rep.filled_at == 1

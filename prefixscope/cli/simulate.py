@@ -48,6 +48,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also write request_outcomes for every configuration",
     )
+    p.add_argument(
+        "--vllm-blocks",
+        action="store_true",
+        help="count blocks as vLLM does: a hash-id trace's partial last block never cached, "
+        "and a prompt's last token always computed (fleet --engine vllm always does)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             outcomes=args.outcomes,
         ),
         block_sizes=tuple(args.block_size) if args.block_size else None,
+        vllm_blocks=args.vllm_blocks,
     )
     result = simulate.run(args.warehouse, settings)
     more = More.of_run(args.warehouse, "hit_rates", result.run_id)

@@ -15,6 +15,7 @@ from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenar
 from prefixscope.analysis.simulation.tables import Tables
 from prefixscope.analysis.trace.coarsen import check_block_size, coarsen
 from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.analysis.trace.windows import check_windows
 
@@ -35,6 +36,10 @@ class SimulateSettings:
     #: Block sizes to simulate besides the warehouse's own (whole multiples of it: the trace is
     #: coarsened, ``trace/coarsen.py``); None: the warehouse's alone.
     block_sizes: tuple[int, ...] | None = None
+    #: Blocks as vLLM counts them (``trace/full_blocks.py``): a hash-id trace's partial last
+    #: block never cached, a prompt's last token always computed. Off: the documented
+    #: convention (docs/simulation.md), every block named is cached.
+    vllm_blocks: bool = False
 
     def check(self) -> None:
         """Names first, before any work."""
@@ -55,6 +60,8 @@ def run(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
     with warehouse.StageRun(wh, "simulate", settings) as run:
         with run.reading() as con:
             trace = load_trace(con)
+        if settings.vllm_blocks:
+            trace = full_blocks_only(trace)
         for size in settings.block_sizes or ():
             check_block_size(trace, size)  # before any replay, not after the first grid
         measure = replace(

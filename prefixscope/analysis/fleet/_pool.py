@@ -10,9 +10,11 @@ block an allocation takes (:func:`take`) and where a released block goes (:func:
 
 - ``vllm`` (``vllm/v1/core/block_pool.py``): one free queue, least recently freed at the head.
   A finished request's blocks are appended tail block first, so its deepest block leaves
-  first; allocation pops the head, evicting that block's hash; a hit on a free block takes it
-  out of the queue. The queue's hashless blocks are counts, ``anon_before[v]`` just before
-  node ``v`` (the sentinel's count: after the last node), so a hashless block costs no node.
+  first, and its hashless blocks go to the head (``free_blocks``: ``prepend_n``, "LIFO reuse
+  of non-cached blocks"), so they are the next taken; allocation pops the head, evicting that
+  block's hash; a hit on a free block takes it out of the queue. The queue's hashless blocks
+  are counts, ``anon_before[v]`` just before node ``v`` (the sentinel's count: after the last
+  node), so a hashless block costs no node.
 - ``sglang`` (``python/sglang/srt/mem_cache/radix_cache.py``): hashless free blocks are used
   first; then the radix cache evicts the unlocked leaf (a cached block no cached block
   extends) released longest ago; its parent may become such a leaf. The cache stays
@@ -117,8 +119,8 @@ def release(i, anon, blocks, repeat, start, end, stride, sched, sets, pool, n_re
     pool.free_n[i] += anon
     if sg:
         pool.anon_free[i] += anon
-    else:
-        pool.anon_before[s] += anon
+    else:  # to the head (vLLM's "LIFO reuse" of blocks that never match): taken first
+        pool.anon_before[sets.nxt[s]] += anon
     pool.stamp_ctr[0] += 1
     for p in range(end - 1, start - 1, -1):
         if repeat[p]:
@@ -145,7 +147,8 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     leading run, lock the cached blocks, take new ones for the rest (the new hashes are
     visible at once) and for its hashless tail. ``False``, nothing changed, when the free
     blocks (cached ones it hits count against them) fall short, as vLLM's
-    ``allocate_slots`` refuses. Its hit is set on the schedule that yields its first token."""
+    ``allocate_slots`` refuses. Its hit is its first admission's lookup, as vLLM's metric
+    counts it (``v1/metrics/stats.py``; a lookup after a preemption is not a query there)."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
     nb = end - start
     bs = sched.block_size
@@ -179,13 +182,14 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     if req.gen[q] == 0:
         hit = min(served(k, nb, tr.recompute_last[q]) * bs, inp)
         new = max(inp - hit, 1)
-        req.hit_blocks[q] = k
-        req.hit_tok[q] = hit
-        req.src_tok[q, 0] = hit
-        req.cost_none[q] = prefill_alone(cost, inp, 0, bs)
-        req.saved[q, 0] = req.cost_none[q] - prefill_alone(
-            cost, inp, served(k, nb, tr.recompute_last[q]), bs
-        )
+        if req.seq[q] == NONE:  # vLLM's hit metric counts a request's first admission alone
+            req.hit_blocks[q] = k
+            req.hit_tok[q] = hit
+            req.src_tok[q, 0] = hit
+            req.cost_none[q] = prefill_alone(cost, inp, 0, bs)
+            req.saved[q, 0] = req.cost_none[q] - prefill_alone(
+                cost, inp, served(k, nb, tr.recompute_last[q]), bs
+            )
     else:
         new = length - min(k * bs, inp)
     rep.outstanding[i] += new - req.rem[q]

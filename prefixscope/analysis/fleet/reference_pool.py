@@ -38,6 +38,7 @@ from prefixscope.analysis.fleet.run import (
     histogram_width,
 )
 from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.full_blocks import full_blocks_only
 
 
 @dataclass
@@ -105,9 +106,10 @@ class _PoolReplica:
         self.releases += 1
         if self.sglang:
             self.anon_free += anon
-        for _ in range(0 if self.sglang else anon):
+        for _ in range(0 if self.sglang else anon):  # to the head: the next taken
             self.anon_ids += 1
             self.free_queue[("anon", self.anon_ids)] = None
+            self.free_queue.move_to_end(("anon", self.anon_ids), last=False)
         for b in reversed(list(dict.fromkeys(blocks))):
             self.cache[b] -= 1
             if self.cache[b] == 0:
@@ -123,6 +125,9 @@ def reference_pool_fleet(
     fleet.check()
     engine.check()
     n_rep, settings = fleet.replicas, engine.routers
+    fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
+    if fleet.engine == "vllm":
+        trace = full_blocks_only(trace)
     arrival = trace.times / fleet.load_scale
     output = np.asarray(traffic.output_tokens, np.int64)
     requests = [
@@ -143,7 +148,6 @@ def reference_pool_fleet(
             rep.anon_ids += 1
             rep.free_queue[("anon", rep.anon_ids)] = None
         rep.anon_free = rep.capacity if rep.sglang else 0
-    fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
     width = histogram_width(trace, output, fleet, engine)
     ctx = _Context(trace, engine, requests, gen, seq, width, [0])
     clock = [requests[0].arrival if requests else 0.0]
@@ -198,12 +202,14 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
     nb, inp = len(req.blocks), req.input_tokens
     if c.gen[q] == 0:
         served = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
-        req.hit_blocks, req.hit_tokens = k, min(served * bs, inp)
-        new = max(inp - req.hit_tokens, 1)
-        req.source_tokens = [req.hit_tokens, 0, 0]
-        req.no_cache = _prefill_alone(c.engine.cost, max(inp, 1), 0)
-        alone = _prefill_alone(c.engine.cost, new, max(inp - new, 0))
-        req.source_saved = [req.no_cache - alone, 0.0, 0.0]
+        hit = min(served * bs, inp)
+        new = max(inp - hit, 1)
+        if c.seq[q] == -1:  # the first admission's lookup alone is the request's hit
+            req.hit_blocks, req.hit_tokens = k, hit
+            req.source_tokens = [hit, 0, 0]
+            req.no_cache = _prefill_alone(c.engine.cost, max(inp, 1), 0)
+            alone = _prefill_alone(c.engine.cost, new, max(inp - new, 0))
+            req.source_saved = [req.no_cache - alone, 0.0, 0.0]
     else:
         new = length - min(k * bs, inp)
     req.to_prefill, req.context = new, max(length - new, 0)

@@ -19,6 +19,7 @@ from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.isolation import subset
 
 #: The ideal engine's policies: whether a hit refreshes a cached block.
@@ -266,6 +267,8 @@ def _run(  # type: ignore[no-untyped-def]
 ) -> FleetOutcome:
     output = np.asarray(traffic.output_tokens, np.int64)
     code = ENGINES[fleet.engine].code
+    if code == _records.VLLM:  # vLLM hashes full blocks only (``trace/full_blocks.py``)
+        trace = full_blocks_only(trace)
     if code != _records.IDEAL:
         _check_fits(trace, output, fleet)
     r, t, n = engine.routers, fleet.tiers, trace.n_requests
