@@ -80,6 +80,15 @@ def give_back_heap() -> None:
         trim(0)
 
 
+@contextmanager
+def heap_given_back() -> Iterator[None]:
+    """:func:`give_back_heap` once the block ends, however it ends."""
+    try:
+        yield
+    finally:
+        give_back_heap()
+
+
 @functools.cache
 def _malloc_trim():  # type: ignore[no-untyped-def]
     if not sys.platform.startswith("linux"):

@@ -235,11 +235,8 @@ class Steps:
             self.reused.append(name)
             return read_back(run_id)
         self.chain = False
-        try:
-            with resume.step(step):
-                return call()
-        finally:
-            resources.give_back_heap()  # what the step freed, not held through the next
+        with resources.heap_given_back(), resume.step(step):  # not held through the next
+            return call()
 
 
 def read_counts(wh: str) -> Callable[[str], resume.Counts]:
