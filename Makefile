@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
 BUILD := build
 
-.PHONY: setup demo test test-fast browser bench bench-week peers lint clean
+.PHONY: setup demo test test-fast browser bench bench-week peers peers-vllm lint clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,7 @@ test: setup browser
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not flow and not browser" -q
 
-bench: setup
+bench: setup peers-vllm
 	$(BIN)/python benchmarks/simulate_bundled.py
 	$(BIN)/python benchmarks/ingest_scale.py
 	$(BIN)/python benchmarks/hashing.py
@@ -68,6 +68,8 @@ bench: setup
 	$(BIN)/python benchmarks/sampled_error.py --quick
 	$(BIN)/python benchmarks/flow_speed.py --cluster
 	$(BIN)/python benchmarks/export_roundtrip.py
+	$(BIN)/python benchmarks/engine_conformance.py --vllm-python $(PEERS_VLLM)/bin/python \
+		--out $(BUILD)/engine_conformance.json
 	if test -x $(PEERS)/bin/python; then PEER_PYTHON=$(PEERS)/bin/python \
 		$(BIN)/python benchmarks/export_peer.py; else echo "export_peer: make peers first"; fi
 	if test -f $(BUILD)/demo.duckdb; then $(BIN)/python benchmarks/page_load.py \
@@ -81,9 +83,30 @@ bench-week: setup
 # The KVCache.AI simulator, to time beside ours in `make bench`: a scratch environment outside
 # the repository, never a dependency of the project.
 PEERS ?= $(or $(TMPDIR),/tmp)/prefixscope-peers
-peers:
+peers: peers-vllm
 	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install --quiet kvcache-simulator==0.1.3
+
+# vLLM's own scheduler and KV cache manager, the referee of `fleet --engine vllm`
+# (benchmarks/engine_conformance.py): vLLM without its dependencies (the full install stops at
+# a pinned flashinfer-python), torch and the pure-Python modules its v1 core imports.
+PEERS_VLLM = $(PEERS)/vllm
+VLLM_PURE = packaging==26.4 pydantic==2.14.4 pydantic_core==2.50.5 typing-inspection==0.4.5 \
+	annotated-types==0.8.0 regex==2026.11.19 numpy==2.4.6 psutil==7.2.2 pyzmq==27.3.0 \
+	urllib3==2.8.0 tqdm==4.70.1 httpx2==2.16.2 idna==3.20 PyYAML==6.0.4 httpcore2==2.16.2 \
+	truststore==0.10.5 h11==0.16.0 aiohttp==3.14.5 multidict==7.2.1 attrs==26.1.0 yarl==1.25.1 \
+	propcache==0.5.4 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 frozenlist==1.8.0 requests==2.34.2 \
+	certifi==2026.10.19.post1 pillow==13.0.0 pybase64==1.5.1 cachetools==8.0.2 cbor2==6.3.0 \
+	msgspec==0.23.0 cloudpickle==3.1.3 uvloop==0.23.0 py-cpuinfo==9.0.0 \
+	prometheus_client==0.26.0 llguidance==1.9.1 xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2 \
+	einops==0.8.2
+peers-vllm:
+	@test -x $(PEERS_VLLM)/bin/python || $(PYTHON) -m venv $(PEERS_VLLM)
+	@$(PEERS_VLLM)/bin/python -c "import vllm" 2>/dev/null || { \
+		$(PEERS_VLLM)/bin/python -m pip install --quiet --no-deps vllm==0.34.0 && \
+		$(PEERS_VLLM)/bin/python -m pip install --quiet torch==2.13.0 \
+			'transformers>=5.16.1,<5.23.0' && \
+		$(PEERS_VLLM)/bin/python -m pip install --quiet --no-deps $(VLLM_PURE); }
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks

@@ -110,17 +110,21 @@ def register(i, b, stride, sched, parent, sets, pool):  # type: ignore[no-untype
 
 
 @piece
-def release(i, anon, blocks, repeat, start, end, stride, sched, sets, pool, n_rep):  # type: ignore[no-untyped-def]
-    """A request frees its blocks: its ``anon`` hashless ones (its tail), then its prompt's
-    from the deepest; a block no running request holds any more joins the prefix cache."""
+def release(i, anon, full, blocks, repeat, start, end, stride, sched, sets, pool, n_rep):  # type: ignore[no-untyped-def]
+    """A request frees its blocks: its ``anon`` blocks without a trace hash (its tail), then
+    its prompt's from the deepest; a block no running request holds any more joins the prefix
+    cache. Under ``vllm`` the ``full`` of the tail vLLM hashes (full blocks of computed
+    generated tokens) go to the queue's tail first, as cached blocks nothing here hits, and
+    the rest to its head (vLLM's "LIFO reuse" of blocks that never match): taken first."""
     base = i * stride
     s = base + stride - 1
     sg = sched.engine == SGLANG
     pool.free_n[i] += anon
     if sg:
         pool.anon_free[i] += anon
-    else:  # to the head (vLLM's "LIFO reuse" of blocks that never match): taken first
-        pool.anon_before[sets.nxt[s]] += anon
+    else:
+        pool.anon_before[s] += full
+        pool.anon_before[sets.nxt[s]] += anon - full
     pool.stamp_ctr[0] += 1
     for p in range(end - 1, start - 1, -1):
         if repeat[p]:

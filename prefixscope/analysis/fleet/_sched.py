@@ -182,6 +182,7 @@ def preempt(v, i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
         rep.sum_ctx[i] -= tr.input_tokens[v] + g
         rep.n_dec[i] -= 1
         req.gen[v] = g
+        computed = tr.input_tokens[v] + g - 1  # the last token sampled has no KV yet
         h = rep.qhead[i]
         if h != NONE and req.started[h]:
             req.qnext[v] = req.qnext[h]
@@ -196,21 +197,27 @@ def preempt(v, i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
     else:  # the part-prefilled head
         rep.n_started[i] -= 1
         rep.outstanding[i] -= req.rem[v]
+        computed = req.ctx[v]
     req.started[v] = False
-    _free(v, i, tr, sched, stride, req, rep, sets, pool)
+    _free(v, i, computed, tr, sched, stride, req, rep, sets, pool)
     req.rem[v] = tr.input_tokens[v] + req.gen[v]
     rep.outstanding[i] += req.rem[v]
     rep.preemptions[i] += 1
 
 
 @step_piece
-def _free(q, i, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+def _free(q, i, computed, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+    """Request ``q`` gives its blocks back, ``computed`` of its tokens with their KV: of its
+    hashless blocks, those full of computed tokens (its generated ones) are cached as vLLM
+    caches them (never hit here: a trace names no generated block), the rest are not."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
     rep.footprint[i] -= end - start + req.anon[q]
     if sched.engine != IDEAL:
+        full = min(max(computed // sched.block_size - (end - start), 0), req.anon[q])
         _pool.release(
             i,
             req.anon[q],
+            full,
             tr.blocks,
             tr.repeat,
             start,
@@ -228,7 +235,8 @@ def _free(q, i, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-unt
 def _finish(q, i, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
     rep.inflight[i] -= 1
     req.done_at[q] = rep.now[i]
-    _free(q, i, tr, sched, stride, req, rep, sets, pool)
+    computed = tr.input_tokens[q] + max(tr.output_tokens[q], 1) - 1  # the last token: no KV
+    _free(q, i, computed, tr, sched, stride, req, rep, sets, pool)
     if sched.engine != IDEAL:
         pool.rnext[pool.rprev[q]] = pool.rnext[q]
         pool.rprev[pool.rnext[q]] = pool.rprev[q]

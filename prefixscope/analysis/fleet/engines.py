@@ -38,9 +38,10 @@ ENGINES: dict[str, EngineKind] = {
         EngineKind(
             "vllm",
             _records.VLLM,
-            "one pool: running requests hold their blocks; freed blocks join a free queue tail "
-            "block first and keep their hashes; allocation takes the least recently freed; "
-            "the newest running request is preempted when no block is free",
+            "one pool of full blocks as vLLM hashes them: running requests hold their blocks; "
+            "freed cached blocks join the free queue's tail deepest first, hashless ones its "
+            "head; allocation takes the head; the newest running request is preempted when no "
+            "block is free; a request's hit is its first admission's",
             "vLLM v1 block_pool.py, kv_cache_manager.py, sched/scheduler.py",
         ),
         EngineKind(

@@ -102,14 +102,17 @@ class _PoolReplica:
             del self.free_queue[("hash", b)]
         self.cache[b] += 1
 
-    def release(self, blocks: list[int], anon: int) -> None:
+    def release(self, blocks: list[int], anon: int, full: int = 0) -> None:
+        """``anon`` blocks without a trace hash, ``full`` of them cached by vLLM (to the
+        queue's tail, never hit), the others to its head; then ``blocks``, deepest first."""
         self.releases += 1
         if self.sglang:
             self.anon_free += anon
-        for _ in range(0 if self.sglang else anon):  # to the head: the next taken
+        for k in range(0 if self.sglang else anon):
             self.anon_ids += 1
             self.free_queue[("anon", self.anon_ids)] = None
-            self.free_queue.move_to_end(("anon", self.anon_ids), last=False)
+            if k >= full:
+                self.free_queue.move_to_end(("anon", self.anon_ids), last=False)
         for b in reversed(list(dict.fromkeys(blocks))):
             self.cache[b] -= 1
             if self.cache[b] == 0:
@@ -219,13 +222,15 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
 def _preempt(v: int, rep: _PoolReplica, c: _Context) -> None:
     req = c.requests[v]
     rep.running.remove(v)
-    if v in rep.decoding:
+    decoding = v in rep.decoding
+    if decoding:
         c.gen[v] = req.output_tokens - rep.decoding.pop(v).left
         head = rep.queue[0] if rep.queue else None
         at = 1 if head is not None and c.requests[head].started else 0
         rep.queue.insert(at, v)
+    computed = req.input_tokens + c.gen[v] - 1 if decoding else req.context
     req.started = False
-    rep.release(req.blocks, rep.held.pop(v))
+    rep.release(req.blocks, anon := rep.held.pop(v), _full(req, computed, anon, c))
     req.to_prefill = req.input_tokens + c.gen[v]
     rep.preemptions += 1
 
@@ -308,6 +313,13 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
 
 
 def _finish(r: int, rep: _PoolReplica, c: _Context) -> None:
-    c.requests[r].done_at = rep.now
+    req = c.requests[r]
+    req.done_at = rep.now
     rep.running.remove(r)
-    rep.release(c.requests[r].blocks, rep.held.pop(r))
+    computed = req.input_tokens + max(req.output_tokens, 1) - 1  # the last token: no KV
+    rep.release(req.blocks, anon := rep.held.pop(r), _full(req, computed, anon, c))
+
+
+def _full(req: _Request, computed: int, anon: int, c: _Context) -> int:
+    """Of a request's ``anon`` hashless blocks, those full of computed tokens."""
+    return min(max(computed // c.trace.block_size - len(req.blocks), 0), anon)
