@@ -62,3 +62,21 @@ def test_every_request_loses_exactly_its_partial_block(rows) -> None:  # type: i
         assert got == hashes[r][: n - (n > 0 and short > 0)]
     assert np.array_equal(view.input_tokens, trace.input_tokens)
     assert view.n_unique == len(np.unique(view.blocks)) and view.last_token_rule.all()
+
+
+def test_one_ideal_replica_counting_as_vllm_equals_simulate_counting_so(bundled_trace) -> None:  # type: ignore[no-untyped-def]
+    """The option the ideal engine and ``simulate`` share (``--vllm-blocks``): one replica
+    still equals the single LRU cache to the token, on the bundled hour."""
+    from prefixscope.analysis.fleet.run import Engine, Fleet, Traffic, simulate_fleet
+    from prefixscope.analysis.fleet.stepcost import StepCost
+    from prefixscope.analysis.policies import POLICIES
+    from prefixscope.analysis.trace.measure import hit_tokens
+
+    view = full_blocks_only(bundled_trace)
+    engine = Engine(StepCost(1e-3, 1e-4, 2e-6, 5e-7, 3e-6, 24.0, 6.0, "test"))
+    none = Traffic(np.zeros(view.n_requests, np.int64))
+    fleet = simulate_fleet(view, none, Fleet("round-robin", 1, 4_000), engine).hit_tokens
+    cache = hit_tokens(view, POLICIES["lru"].hit_blocks(view, 4_000))
+    plain = hit_tokens(bundled_trace, POLICIES["lru"].hit_blocks(bundled_trace, 4_000))
+    np.testing.assert_array_equal(fleet, cache)
+    assert cache.sum() != plain.sum()  # the hour has partial blocks: the option changes it

@@ -65,6 +65,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "running requests; vllm, sglang: one KV pool holds both)",
     )
     p.add_argument(
+        "--vllm-blocks",
+        action="store_true",
+        help="count blocks as vLLM does under every engine: a hash-id trace's partial last "
+        "block never cached, a prompt's last token always computed (--engine vllm always does)",
+    )
+    p.add_argument(
         "--load-scale",
         type=flags.load_scales,
         default=[1.0],
@@ -187,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         policy=args.policy,
         load_scales=tuple(args.load_scale),
         engines=tuple(args.engine),
+        vllm_blocks=args.vllm_blocks,
         drams=tuple(args.tier),
         stores=tuple(args.shared_store),
         windows=tuple(args.window),

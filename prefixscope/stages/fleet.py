@@ -52,6 +52,7 @@ from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.load import block_size_of, load_trace
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.analysis.trace.tail import tail, tail_start
@@ -96,6 +97,9 @@ class FleetSettings:
     #: Simulate the last requests holding at most this many lookups (``trace/tail.py``) when
     #: the trace holds more; None: the whole trace.
     max_lookups: int | None = None
+    #: Blocks as vLLM counts them under every engine (``trace/full_blocks.py``): a hash-id
+    #: trace's partial last block never cached, a prompt's last token always computed.
+    vllm_blocks: bool = False
 
     def check(self) -> None:
         """Names and numbers first, before any work."""
@@ -191,6 +195,8 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
         if first:
             trace = tail(trace, first)
             traffic = traffic.take(np.arange(first, first + trace.n_requests))
+        if settings.vllm_blocks:  # every engine; ``vllm`` always counts so
+            trace = full_blocks_only(trace)
         priced = {
             (g, tp): engine_for(replace(settings, gpu=g), fitted[(g, tp)], tp) for g, tp in gpus
         }
