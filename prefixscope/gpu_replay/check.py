@@ -21,12 +21,22 @@ from prefixscope.gpu_replay import summary
 from prefixscope.gpu_replay.runner import ShapeResult
 
 
-def read_part(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
+    """A part's file as written, or None where it is missing or not a JSON object."""
     try:
         part = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(part, dict) or not isinstance(part.get("results"), list):
+    return part if isinstance(part, dict) else None
+
+
+def read_part(path: Path) -> dict | None:
+    return bench_of(read_json(path))
+
+
+def bench_of(part: dict | None) -> dict | None:
+    """A miss-versus-hit benchmark's file (``bench.py``), fitted if it was cut; None else."""
+    if part is None or not isinstance(part.get("results"), list):
         return None
     results = [ShapeResult(**r) for r in part["results"]]
     if "cost_model" not in part and len(results) >= 2:  # cut before its own fit
@@ -94,16 +104,6 @@ def model_figures(name: str, part: dict) -> dict[str, object]:
     }
 
 
-def read_tables(path: Path) -> dict | None:
-    """The tables part's file (``tables.py``), or None where it is not one."""
-    try:
-        part = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(part, dict) and isinstance(part.get("points"), list)
-    return part if ok else None
-
-
 def merge(status_lines: Sequence[str]) -> dict[str, object]:
     parts: dict[str, dict] = {}
     tables = None
@@ -111,10 +111,11 @@ def merge(status_lines: Sequence[str]) -> dict[str, object]:
         if not line.strip():
             continue
         name, rc, wall, file = line.rstrip("\n").split("\t")
-        bench = read_part(Path(file))
+        raw = read_json(Path(file))
+        bench = bench_of(raw)
+        if bench is None and raw is not None and isinstance(raw.get("points"), list):
+            bench = tables = raw  # the tables part (``tables.py``)
         parts[name] = {"exit": int(rc), "wall_s": float(wall), "bench": bench}
-        if bench is None and (found := read_tables(Path(file))) is not None:
-            parts[name]["bench"] = tables = found
     benches = [p["bench"] for p in parts.values() if p["bench"] and "results" in p["bench"]]
     return {
         "schema": costmodel.CHECK_SCHEMA,

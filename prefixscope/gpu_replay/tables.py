@@ -75,27 +75,26 @@ def projections(shape: ModelShape) -> list[tuple[str, int, int]]:
     ]
 
 
-FLASH_GQA: dict[int | None, bool] = {}  # whether torch's flash kernel takes fewer KV heads
-
-
 def flash_takes_gqa(device: torch.device) -> bool:
-    """Whether the flash kernel runs grouped KV heads as they are (else they are repeated to
-    the query's heads, outside no timing: each call repeats them)."""
+    """Whether torch's flash kernel runs fewer KV heads than query heads as they are (else
+    :func:`attend` repeats them to the query's heads, inside each timed call)."""
     q, k, v = (torch.randn(1, h, 128, 128, device=device, dtype=torch.bfloat16) for h in (4, 1, 1))
     try:
         torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, is_causal=True)
-        FLASH_GQA[device.index] = True
     except RuntimeError:
-        FLASH_GQA[device.index] = False
-    return FLASH_GQA[device.index]
+        return False
+    return True
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, gqa: bool = True
+) -> torch.Tensor:
     """Attention of ``q`` (b, heads, t, d) over ``k``, ``v`` (b, kv heads, s, d), causal to
-    the lower right (the last query sees every key): flash on CUDA, the reference elsewhere."""
+    the lower right (the last query sees every key): flash on CUDA (``gqa``: it takes fewer KV
+    heads as they are, :func:`flash_takes_gqa`), the reference elsewhere."""
     group = q.shape[1] // k.shape[1]
     if q.device.type == "cuda":
-        if group > 1 and not FLASH_GQA.get(q.device.index, True):
+        if group > 1 and not gqa:
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         flash = torch.ops.aten._scaled_dot_product_flash_attention
         return flash(q, k, v, 0.0, is_causal=causal)[0]
@@ -184,24 +183,24 @@ def qkv(b: int, heads: int, kv: int, d: int, t: int, s: int, device, dtype):  # 
     return q, k, torch.randn_like(k)
 
 
-def attentions(tables, device, dtype, grid) -> list[dict]:  # type: ignore[no-untyped-def]
+def attentions(tables, device, dtype, grid, gqa) -> list[dict]:  # type: ignore[no-untyped-def]
     out = []
     for model in grid["models"]:
         heads, kv, d = heads_of(model)
         for b, s in grid["context"]:
             q, k, v = qkv(b, heads, kv, d, s, s, device, dtype)
-            here = timed(lambda q=q, k=k, v=v: attend(q, k, v, True), device)
+            here = timed(lambda q=q, k=k, v=v: attend(q, k, v, True, gqa), device)
             table = tables.context(heads, kv, d, b, s)
             out.append(point("context", table, here, model=model, batch=b, tokens=s))
         for b, s in grid["generation"]:
             q, k, v = qkv(b, heads, kv, d, 1, s, device, dtype)
-            here = timed(lambda q=q, k=k, v=v: attend(q, k, v, False), device)
+            here = timed(lambda q=q, k=k, v=v: attend(q, k, v, False, gqa), device)
             table = tables.generation(heads, kv, d, b, s)
             out.append(point("generation", table, here, model=model, batch=b, keys=s))
     return out
 
 
-def chunks(tables, device, dtype, grid) -> list[dict]:  # type: ignore[no-untyped-def]
+def chunks(tables, device, dtype, grid, gqa) -> list[dict]:  # type: ignore[no-untyped-def]
     """The chunk rule against this GPU: measured chunk ÷ measured whole prefill, beside the
     rule's (the table's whole prefill × the pairs' share, at least the table's decode)."""
     model = grid["models"][0]
@@ -210,11 +209,11 @@ def chunks(tables, device, dtype, grid) -> list[dict]:  # type: ignore[no-untype
     for new, cached in grid["chunk"]:
         whole = new + cached
         q, k, v = qkv(1, heads, kv, d, whole, whole, device, dtype)
-        full_here = timed(lambda q=q, k=k, v=v: attend(q, k, v, True), device)
+        full_here = timed(lambda q=q, k=k, v=v: attend(q, k, v, True, gqa), device)
         qc = q[:, :, -new:].contiguous()
-        chunk_here = timed(lambda qc=qc, k=k, v=v: attend(qc, k, v, True), device)
+        chunk_here = timed(lambda qc=qc, k=k, v=v: attend(qc, k, v, True, gqa), device)
         qd = q[:, :, -1:].contiguous()
-        decode_here = timed(lambda qd=qd, k=k, v=v: attend(qd, k, v, False), device)
+        decode_here = timed(lambda qd=qd, k=k, v=v: attend(qd, k, v, False, gqa), device)
         full_table = float(tables.context(heads, kv, d, 1, whole))
         share = float(attention_pairs(new, cached) / attention_pairs(whole, 0))
         rule = max(full_table * share, float(tables.generation(heads, kv, d, 1, whole)))
@@ -262,17 +261,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     grid = SMALL if args.small else FULL
     fp8 = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+    gqa = device.type != "cuda" or flash_takes_gqa(device)
     result: dict[str, object] = {
         "tables": {"gpu": tables.gpu, "vllm": tables.vllm},
         "device": provenance(device), "dtype": str(dtype).removeprefix("torch."),
         "points": [], "skipped": [],
-        "flash_gqa": flash_takes_gqa(device) if device.type == "cuda" else None,
+        "flash_gqa": gqa if device.type == "cuda" else None,
     }  # fmt: skip
     parts = [("gemm_bf16", lambda: gemms(tables, device, dtype, grid, False))]
     if fp8:
         parts.append(("gemm_fp8", lambda: gemms(tables, device, dtype, grid, True)))
-    parts += [("attention", lambda: attentions(tables, device, dtype, grid)),
-              ("chunk", lambda: chunks(tables, device, dtype, grid))]  # fmt: skip
+    parts += [("attention", lambda: attentions(tables, device, dtype, grid, gqa)),
+              ("chunk", lambda: chunks(tables, device, dtype, grid, gqa))]  # fmt: skip
     t0, path = time.monotonic(), Path(args.out)
     for name, part in parts:
         if time.monotonic() - t0 > args.time_limit:
