@@ -38,6 +38,12 @@ from prefixscope.storage_errors import StorageCause, storage_cause
 
 #: How long an open waits for another process's lock before it fails (``--lock-timeout``).
 LOCK_TIMEOUT_S = 60.0
+#: The storage format a new warehouse is written in: DuckDB 1.4's, the long-term release, so
+#: the DuckDB command line a user installs (1.5 reads formats 64 to 68) opens it; the Python
+#: driver (2.0) would write its own newest format (69) by default, which that command line
+#: refuses. An existing file keeps the format it was written in. (docs/warehouse.md)
+STORAGE_VERSION = "v1.4.0"
+_CONFIG = {"storage_compatibility_version": STORAGE_VERSION}
 #: The one notice printed (to stderr, once per process) when an open has to wait.
 WAIT_NOTICE = "prefixscope: waiting for the warehouse: another process is writing it"
 _noticed = False
@@ -63,11 +69,11 @@ def _open(
     delay = 0.005
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only, config=_CONFIG)
         except duckdb.Error as exc:
             if read_only and "different configuration" in str(exc):
                 # This process holds it open to write: read through the same database.
-                return duckdb.connect(str(path))
+                return duckdb.connect(str(path), config=_CONFIG)
             if not _locked(exc):
                 if fresh:
                     _remove_unfinished(path)
@@ -201,7 +207,7 @@ def tidy(path: Path) -> None:
     except OSError:
         return
     with suppress(duckdb.Error):
-        duckdb.connect(str(path)).close()
+        duckdb.connect(str(path), config=_CONFIG).close()
 
 
 #: DuckDB's file starts with three 4 KiB headers, and every table lives in blocks after them:

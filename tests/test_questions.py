@@ -100,6 +100,15 @@ def test_the_page_asks_at_least_twelve_questions_one_query_each() -> None:
     assert [int(m.group(1)) for m in numbered if m] == list(range(1, len(headings) + 1))
 
 
+def test_the_demo_warehouse_is_in_a_format_the_duckdb_command_line_reads(demo: Path) -> None:
+    """The file header's storage version (after the 8-byte checksum and ``DUCK``): DuckDB 1.4's
+    (67), which the DuckDB command line reads from 1.4 on (1.5 reads 64 to 68), not the Python
+    driver's newest."""
+    header = demo.read_bytes()[:20]
+    assert header[8:12] == b"DUCK"
+    assert int.from_bytes(header[12:20], "little") == 67
+
+
 @pytest.mark.parametrize("question", QUESTIONS, ids=[q.heading.split(".")[0] for q in QUESTIONS])
 def test_each_query_returns_rows_and_no_column_all_null(
     con: duckdb.DuckDBPyConnection, question: Question
