@@ -38,9 +38,11 @@ browser:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# Two workers, one file each at a time (a file's fixtures stay in one process): the suite is
+# single-threaded Python, so the second core halves what the kernels' first compile costs.
 test: setup browser
 	$(BIN)/ruff check prefixscope tests benchmarks
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The inner loop: everything but the slow, Prefect-flow and browser tests.
 test-fast: setup

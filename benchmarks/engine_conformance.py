@@ -41,6 +41,7 @@ from prefixscope.analysis.fleet.run import Engine, Fleet, Traffic, simulate_flee
 from prefixscope.analysis.fleet.stepcost import from_roofline
 from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.trace.answers import answer_blocks
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.analysis.trace.measure import hit_tokens
@@ -99,17 +100,29 @@ def load(trace_file: Path, work: Path):  # type: ignore[no-untyped-def]
         return load_trace(con), load_traffic(con)
 
 
-def driver_lines(trace, traffic, load_scale: float, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+def driver_lines(trace, traffic, load_scale: float, n: int, answers: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
     """The first ``n`` requests as the driver reads them: the trace's block ids (equal ids,
-    equal blocks), arrivals on the scaled clock."""
+    equal blocks), arrivals on the scaled clock. With ``answers``, each request's answer as
+    prefixscope's pools cache it (``trace/answers.py``): the next turn's ids, which the driver
+    makes its stand-in model generate; a partial last prompt block takes the first answer
+    block's id, so its tokens are the ones the next turn's block starts with."""
+    found = answer_blocks(trace, traffic.output_tokens[:n]) if answers else None
     out = []
     for r in range(n):
         blocks = trace.blocks[trace.offsets[r] : trace.offsets[r + 1]].tolist()
-        out.append(json.dumps({
+        line = {
             "id": str(r), "arrival_s": float(trace.times[r]) / load_scale, "blocks": blocks,
             "input_tokens": int(trace.input_tokens[r]),
             "output_tokens": int(traffic.output_tokens[r]),
-        }))  # fmt: skip
+        }  # fmt: skip
+        if found is not None and found.count[r]:
+            b, first = int(found.child[r]), int(found.first[r])
+            start = int(trace.offsets[b]) + first
+            line["answer"] = trace.blocks[start : start + int(found.count[r])].tolist()
+            line["answer_from"] = first
+            if len(blocks) > first:  # the partial block the answer completes
+                blocks[first] = line["answer"][0]
+        out.append(json.dumps(line))
     return out
 
 
@@ -164,7 +177,7 @@ def under_load(python, trace, traffic, capacity, loads, n, work: Path) -> list[d
     cost = ",".join(f"{x:.12g}" for x in COST.array())
     rows = []
     for load_scale in loads:
-        lines = driver_lines(part, part_traffic, load_scale, n)
+        lines = driver_lines(part, part_traffic, load_scale, n, answers=True)
         vllm = run_driver(python, lines, work, "--mode", "scheduler", "--blocks",
                           str(capacity + 1), "--cost", cost)  # fmt: skip
         reqs = vllm["requests"]

@@ -6,9 +6,12 @@ model and no GPU, the scheduler built as vLLM's ``tests/v1/core/utils.py`` build
 stand-in model runner returning one sampled token per request whose prefill is complete.
 
 Input JSONL lines: ``{"id", "arrival_s", "blocks": [hash ids], "input_tokens",
-"output_tokens"}``. Block ``j`` with hash id ``h`` becomes ``BLOCK`` tokens that depend on
-``h`` alone, its first two spelling ``h`` exactly (so distinct ids never share content), and
-equal id chains give equal token prefixes.
+"output_tokens"}``, optionally ``"answer": [hash ids]`` and ``"answer_from": j``. Block ``j``
+with hash id ``h`` becomes ``BLOCK`` tokens that depend on ``h`` alone, its first two spelling
+``h`` exactly (so distinct ids never share content), and equal id chains give equal token
+prefixes. A request with an answer generates, at position ``p`` in block ``answer_from + k``,
+token ``p mod BLOCK`` of block ``answer[k]`` (its next turn's block there), so the blocks vLLM
+hashes from its output are the ones its next turn sends back; elsewhere a token of its own.
 
 Modes:
   manager   : requests one at a time: ``get_computed_blocks``, ``allocate_slots`` for the
@@ -293,7 +296,16 @@ def step_time(sched_out, args):
     return seconds
 
 
-def fake_model_runner(scheduler, sched_out):
+def next_token(rid, pos, answers, tm):
+    """The token a request generates at position ``pos``: its answer's where it has one."""
+    first, answer = answers.get(rid, (0, ()))
+    k = pos // tm.block - first
+    if 0 <= k < len(answer):
+        return tm.block_tokens(answer[k])[pos % tm.block]
+    return gen_token(rid, pos)
+
+
+def fake_model_runner(scheduler, sched_out, answers, tm):
     """One sampled token per scheduled request that has finished its prefill
     (num_computed_tokens was already advanced by schedule()); [] for a
     request still in a non-final prefill chunk."""
@@ -302,7 +314,7 @@ def fake_model_runner(scheduler, sched_out):
     for rid in req_ids:
         req = scheduler.requests[rid]
         if req.num_computed_tokens >= req.num_tokens:
-            sampled.append([gen_token(rid, req.num_tokens)])
+            sampled.append([next_token(rid, req.num_tokens, answers, tm)])
         else:
             sampled.append([])
     return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled), req_ids, sampled
@@ -321,6 +333,7 @@ def run_scheduler(args, reqs, tm):
     )
     pool = scheduler.kv_cache_manager.block_pool
     n_blocks = args.blocks
+    answers = {str(r["id"]): (r["answer_from"], r["answer"]) for r in reqs if r.get("answer")}
 
     info = {}  # id -> per-request record
     live = {}  # id -> Request (until finished)
@@ -391,7 +404,7 @@ def run_scheduler(args, reqs, tm):
         t += dt
         steps += 1
 
-        mro, req_ids, sampled = fake_model_runner(scheduler, out)
+        mro, req_ids, sampled = fake_model_runner(scheduler, out, answers, tm)
         for rid, s in zip(req_ids, sampled, strict=True):
             if s and info[rid]["first_token_s"] is None:
                 info[rid]["first_token_s"] = t

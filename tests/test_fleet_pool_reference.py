@@ -52,7 +52,7 @@ def test_a_freed_hashless_block_is_the_next_taken_as_vllm_reuses_it() -> None:
 
     rep = _PoolReplica(capacity=3, sglang=False)
     rep.cache = {1: 1, 2: 1}  # held by the running request, with its hashless block
-    rep.release([1, 2], anon=1)
+    rep.release([1, 2], [None])
     assert list(rep.free_queue) == [("anon", 1), ("hash", 2), ("hash", 1)]
     parent = np.array([-1, -1, 1])
     rep.take(0, parent)

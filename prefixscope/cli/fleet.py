@@ -71,6 +71,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "block never cached, a prompt's last token always computed (--engine vllm always does)",
     )
     p.add_argument(
+        "--no-answer-reuse",
+        dest="cache_answers",
+        action="store_false",
+        help="under vllm and sglang, a request's generated blocks never hit (by default the "
+        "next turn of its conversation hits them, as the engines cache them)",
+    )
+    p.add_argument(
         "--load-scale",
         type=flags.load_scales,
         default=[1.0],
@@ -194,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         load_scales=tuple(args.load_scale),
         engines=tuple(args.engine),
         vllm_blocks=args.vllm_blocks,
+        cache_answers=args.cache_answers,
         drams=tuple(args.tier),
         stores=tuple(args.shared_store),
         windows=tuple(args.window),

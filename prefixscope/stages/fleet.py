@@ -100,6 +100,9 @@ class FleetSettings:
     #: Blocks as vLLM counts them under every engine (``trace/full_blocks.py``): a hash-id
     #: trace's partial last block never cached, a prompt's last token always computed.
     vllm_blocks: bool = False
+    #: A KV pool caches a finished request's answer where its next turn sends it back
+    #: (``trace/answers.py``); False: generated blocks never hit.
+    cache_answers: bool = True
 
     def check(self) -> None:
         """Names and numbers first, before any work."""
@@ -292,6 +295,7 @@ def engine_for(
         settings.max_seqs,
         settings.router_settings,
         float(shape.kv_bytes_per_token(settings.kv_dtype)),
+        settings.cache_answers,
     )
     return engine, Pricing(shape.name, key, cost.source, cost.run_id)
 

@@ -5,8 +5,11 @@ A pool holds ``capacity`` blocks. A block a running request holds is *locked* (`
 a block shared by two requests is held once); a free block either keeps its hash (it is in the
 prefix cache and a later request can hit it) or has none. Prompt blocks carry the trace's
 hashes; a partial last prompt block and the generated tokens' blocks have none, so they are
-freed like the others but never hit. What differs between the engines is only which free
-block an allocation takes (:func:`take`) and where a released block goes (:func:`release`):
+freed like the others but never hit, except the full generated blocks of a finished request
+whose next turn sends its answer back: they join the cache under that turn's ids
+(``trace/answers.py``), as the engines cache generated blocks. What differs between the
+engines is only which free block an allocation takes (:func:`take`) and where a released
+block goes (:func:`release`):
 
 - ``vllm`` (``vllm/v1/core/block_pool.py``): one free queue, least recently freed at the head.
   A finished request's blocks are appended tail block first, so its deepest block leaves
@@ -110,39 +113,115 @@ def register(i, b, stride, sched, parent, sets, pool):  # type: ignore[no-untype
 
 
 @piece
-def release(i, anon, full, blocks, repeat, start, end, stride, sched, sets, pool, n_rep):  # type: ignore[no-untyped-def]
-    """A request frees its blocks: its ``anon`` blocks without a trace hash (its tail), then
-    its prompt's from the deepest; a block no running request holds any more joins the prefix
-    cache. Under ``vllm`` the ``full`` of the tail vLLM hashes (full blocks of computed
-    generated tokens) go to the queue's tail first, as cached blocks nothing here hits, and
-    the rest to its head (vLLM's "LIFO reuse" of blocks that never match): taken first."""
+def filled(i, q, tr, stride, sched, sets, pool, req):  # type: ignore[no-untyped-def]
+    """``vllm``: decoding request ``q`` computes the last token of the block it holds last in
+    this step, and vLLM caches it (``vllm/v1/request.py`` hashes blocks as tokens are
+    appended; ``allocate_slots`` in ``kv_cache_manager.py`` caches the full ones up to the
+    step's tokens): if it is the next of its answer's positions, it takes that id, visible to
+    the requests scheduled after it; an id this replica already holds, or whose parent it does
+    not, stays hashless here."""
+    j = req.anon[q] + req.ans_own[q] - 1
+    a0 = tr.answer_offsets[q]
+    if j < 0 or j != req.ans_n[q] or a0 + j >= tr.answer_offsets[q + 1]:
+        return
+    req.ans_n[q] += 1
+    b = tr.answer_blocks[a0 + j]
+    par = tr.parent[b]
+    bit = _bit(i)
+    if sets.held[b] & bit or (par >= 0 and not sets.held[par] & bit):
+        return
+    register(i, b, stride, sched, tr.parent, sets, pool)
+    pool.ans_mine[a0 + j] = True
+    req.anon[q] -= 1
+    req.ans_own[q] += 1
+
+
+@piece
+def _cache_free(i, v, s, sets, pool, sg, n_rep):  # type: ignore[no-untyped-def]
+    """Node ``v``, unlocked, joins the prefix cache: the queue's tail (vllm; the hashless
+    blocks freed before it now precede it) or the evictable leaves (sglang)."""
+    if sg:
+        pool.stamp[v] = pool.stamp_ctr[0]
+        if pool.nchild[v] == 0:
+            _leaf(i, v, i * (pool.heap_key.size // n_rep), pool)
+    else:
+        pool.anon_before[v] = pool.anon_before[s]
+        pool.anon_before[s] = 0
+        _push_back(sets.nxt, sets.prv, s, v)
+
+
+@piece
+def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # type: ignore[no-untyped-def]
+    """Request ``q`` frees its blocks, deepest first: its generated-side blocks (the tail past
+    its prompt's blocks), then its prompt's; a block no running request holds any more joins
+    the prefix cache. Of the tail, the first ``full`` are full of computed tokens, which the
+    engines cache (vLLM hashes them, SGLang inserts them): those it holds under its answer's
+    ids (:func:`filled`, and a readmission's) and, once it is ``done``, the answer positions
+    not reached yet (``trace/answers.py``) are cached under those ids, so the next turn hits
+    them; the others stay cached but nothing here can hit them. Under ``vllm`` the cached
+    ones go to the queue's tail, deepest first, and the rest to its head (vLLM's "LIFO
+    reuse" of blocks that never match): taken first."""
     base = i * stride
     s = base + stride - 1
     sg = sched.engine == SGLANG
-    pool.free_n[i] += anon
-    if sg:
-        pool.anon_free[i] += anon
-    else:
-        pool.anon_before[s] += full
-        pool.anon_before[sets.nxt[s]] += anon - full
+    bit = _bit(i)
+    a0, a1 = tr.answer_offsets[q], tr.answer_offsets[q + 1]
+    reached = req.ans_n[q]
+    tail = req.anon[q] + req.ans_own[q]
+    # the answer's ids not reached yet that this replica does not hold, parents first (each
+    # one's parent is the block before it, or the prompt's last, which the request still
+    # holds): marked -1 until they are freed below
+    n_new = 0
+    if done:
+        for j in range(reached, min(full, a1 - a0)):
+            b = tr.answer_blocks[a0 + j]
+            par = tr.parent[b]
+            if sets.held[b] & bit or (par >= 0 and not sets.held[par] & bit):
+                continue
+            sets.held[b] |= bit
+            pool.refcnt[base + b] = -1
+            n_new += 1
+            if sg:
+                pool.nchild[base + b] = 0
+                if par >= 0:
+                    pool.nchild[base + par] += 1
+    pool.cached_free[i] += n_new
     pool.stamp_ctr[0] += 1
-    for p in range(end - 1, start - 1, -1):
-        if repeat[p]:
+    hashless = 0
+    for j in range(tail - 1, -1, -1):
+        v = base + tr.answer_blocks[a0 + j] if a0 + j < a1 else -1
+        if j < reached and pool.ans_mine[a0 + j]:
+            pool.ans_mine[a0 + j] = False
+            pool.refcnt[v] -= 1
+            if pool.refcnt[v] == 0:  # else another running request holds it too
+                pool.free_n[i] += 1
+                pool.cached_free[i] += 1
+                _cache_free(i, v, s, sets, pool, sg, n_rep)
+        elif j >= reached and v >= 0 and pool.refcnt[v] == -1:
+            pool.refcnt[v] = 0
+            pool.free_n[i] += 1
+            _cache_free(i, v, s, sets, pool, sg, n_rep)
+        else:
+            pool.free_n[i] += 1
+            hashless += 1
+            if not sg and j < full:
+                pool.anon_before[s] += 1
+            elif not sg:
+                pool.anon_before[sets.nxt[s]] += 1
+    if sg:
+        pool.anon_free[i] += hashless
+    req.ans_n[q] = 0
+    req.ans_own[q] = 0
+    for p in range(tr.offsets[q + 1] - 1, tr.offsets[q] - 1, -1):
+        if tr.repeat[p]:
             continue
-        v = base + blocks[p]
+        v = base + tr.blocks[p]
         pool.refcnt[v] -= 1
         if pool.refcnt[v] > 0:
             continue
         pool.free_n[i] += 1
         pool.cached_free[i] += 1
-        if sg:
-            pool.stamp[v] = pool.stamp_ctr[0]
-            if pool.nchild[v] == 0:
-                _leaf(i, v, i * (pool.heap_key.size // n_rep), pool)
-        else:  # to the tail; the hashless blocks freed before it now precede it
-            pool.anon_before[v] = pool.anon_before[s]
-            pool.anon_before[s] = 0
-            _push_back(sets.nxt, sets.prv, s, v)
+        _cache_free(i, v, s, sets, pool, sg, n_rep)
 
 
 @piece
@@ -152,7 +231,10 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     visible at once) and for its hashless tail. ``False``, nothing changed, when the free
     blocks (cached ones it hits count against them) fall short, as vLLM's
     ``allocate_slots`` refuses. Its hit is its first admission's lookup, as vLLM's metric
-    counts it (``v1/metrics/stats.py``; a lookup after a preemption is not a query there)."""
+    counts it (``v1/metrics/stats.py``; a lookup after a preemption is not a query there).
+    Under ``vllm`` a request readmitted after a preemption looks up its generated tokens too
+    (vLLM hashes them): the answer positions its known tokens fill are blocks like its
+    prompt's, locked where cached, taken and named where not."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
     nb = end - start
     bs = sched.block_size
@@ -160,14 +242,29 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     bit = _bit(i)
     inp = tr.input_tokens[q]
     length = inp + req.gen[q]  # a preempted request recomputes its generated tokens too
+    a0 = tr.answer_offsets[q]
+    m = 0
+    if req.gen[q] > 0 and sched.engine != SGLANG:
+        m = min(tr.answer_offsets[q + 1] - a0, max(length // bs - nb, 0))
     k = 0
     while start + k < end and sets.held[tr.blocks[start + k]] & bit:
         k += 1
-    total = max(nb, (length + bs - 1) // bs)
-    need = total - nb
+    k_ans = 0  # the lookup goes on into the answer (to the last token but one)
+    if k == nb:
+        while (
+            k_ans < min(m, (length - 1) // bs - nb)
+            and sets.held[tr.answer_blocks[a0 + k_ans]] & bit
+        ):
+            k_ans += 1
+    total = max(nb + m, (length + bs - 1) // bs)
+    need = total - nb - m
     for p in range(start, end):
         b = tr.blocks[p]
         if not tr.repeat[p] and (not sets.held[b] & bit or pool.refcnt[base + b] == 0):
+            need += 1
+    for p in range(a0, a0 + m):
+        b = tr.answer_blocks[p]
+        if not sets.held[b] & bit or pool.refcnt[base + b] == 0:
             need += 1
     if need > pool.free_n[i]:
         return False
@@ -175,14 +272,27 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
         b = tr.blocks[p]
         if sets.held[b] & bit and not tr.repeat[p]:
             lock(i, base + b, stride, sched, sets, pool, rep.now.size)
+    for p in range(a0, a0 + m):
+        b = tr.answer_blocks[p]
+        if sets.held[b] & bit:
+            lock(i, base + b, stride, sched, sets, pool, rep.now.size)
+            pool.ans_mine[p] = True
     for p in range(start, end):  # parents before children
         b = tr.blocks[p]
         if not sets.held[b] & bit:
             take(i, q, stride, sched, tr.parent, sets, pool, rep)
             register(i, b, stride, sched, tr.parent, sets, pool)
-    for _ in range(total - nb):
+    for p in range(a0, a0 + m):
+        b = tr.answer_blocks[p]
+        if not pool.ans_mine[p]:
+            take(i, q, stride, sched, tr.parent, sets, pool, rep)
+            register(i, b, stride, sched, tr.parent, sets, pool)
+            pool.ans_mine[p] = True
+    for _ in range(total - nb - m):
         take(i, q, stride, sched, tr.parent, sets, pool, rep)
-    req.anon[q] = total - nb
+    req.anon[q] = total - nb - m
+    req.ans_n[q] = m
+    req.ans_own[q] = m
     if req.gen[q] == 0:
         hit = min(served(k, nb, tr.recompute_last[q]) * bs, inp)
         new = max(inp - hit, 1)
@@ -195,7 +305,7 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
                 cost, inp, served(k, nb, tr.recompute_last[q]), bs
             )
     else:
-        new = length - min(k * bs, inp)
+        new = length - min(k * bs, inp) - k_ans * bs
     rep.outstanding[i] += new - req.rem[q]
     req.rem[q] = new
     req.ctx[q] = max(length - new, 0)

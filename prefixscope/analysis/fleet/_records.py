@@ -36,7 +36,9 @@ HIST_BUCKETS = 4096
 class Workload(NamedTuple):
     """The trace as the loop reads it: CSR blocks (dense ids) and each block's parent, and per
     request its arrival on the scaled clock, input and output tokens and whether a whole-block
-    prompt recomputes its last block. A KV pool holds a block a request names twice once."""
+    prompt recomputes its last block. A KV pool holds a block a request names twice once, and
+    caches a finished request's answer under the ids ``answer_blocks[answer_offsets[q] :
+    answer_offsets[q + 1]]`` (CSR; ``trace/answers.py``; pools only)."""
 
     offsets: np.ndarray
     blocks: np.ndarray
@@ -46,6 +48,8 @@ class Workload(NamedTuple):
     output_tokens: np.ndarray
     recompute_last: np.ndarray
     repeat: np.ndarray  # per lookup: its block came earlier in the same request (pools only)
+    answer_offsets: np.ndarray  # int64
+    answer_blocks: np.ndarray  # int32
 
 
 class Cost(NamedTuple):
@@ -119,6 +123,9 @@ class Requests(NamedTuple):
     saved: np.ndarray  # prefill seconds each source saves, transfers paid
     xfer: np.ndarray
     cost_none: np.ndarray  # T(input, 0): the request without any cache
+    ans_n: np.ndarray  # answer positions its generated blocks have reached (``_pool.filled``)
+    ans_own: np.ndarray  # of those, the ones it holds under the answer's id
+    fill: np.ndarray  # its pending block event is a fill (``_sched._push_grow``), not a take
 
 
 class Replicas(NamedTuple):
@@ -211,6 +218,7 @@ class Pool(NamedTuple):
     rnext: np.ndarray
     rprev: np.ndarray
     stamp_ctr: np.ndarray  # [releases so far] (sglang's stamps)
+    ans_mine: np.ndarray  # per answer position: its request holds the block under that id
 
 
 class Stop(NamedTuple):
@@ -244,7 +252,7 @@ def requests(n: int) -> Requests:
         np.full(n, NONE, np.int32), np.zeros(n, np.int32), z64(), zf(), zf(), zf(), z64(), z64(),
         np.full(n, NONE, np.int64), np.zeros(n, np.bool_), z64(), z64(), z64(),
         np.full(n, NONE, np.int64), np.zeros((n, 3), np.int64), np.zeros((n, 3), np.float64),
-        zf(), zf(),
+        zf(), zf(), np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.bool_),
     )  # fmt: skip
 
 
@@ -335,7 +343,7 @@ def sets(n_unique: int, n_rep: int, tree: bool, dram: bool, store: bool) -> Sets
     )
 
 
-def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int) -> Pool:
+def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int, answers: int = 0) -> Pool:
     on = engine != IDEAL
     nodes = n_rep * (n_unique + 1) if on else 1
     sg = engine == SGLANG
@@ -355,4 +363,5 @@ def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int) -> Pool:
         np.empty(n + n_rep if on else 1, np.int64),
         np.empty(n + n_rep if on else 1, np.int64),
         np.zeros(1, np.int64),
+        np.zeros(max(answers, 1), np.bool_),
     )

@@ -19,7 +19,7 @@ are not taken from the cache), so the engines report running blocks alike.
 from __future__ import annotations
 
 from prefixscope.analysis.fleet import _heap, _pool
-from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, step_piece
+from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, VLLM, step_piece
 
 NEVER = 2**62
 EMPTY = 2**63 - 1  # an empty heap's top key
@@ -85,7 +85,7 @@ def _start(q, i, tr, cost, sched, stride, req, rep, sets, pool):  # type: ignore
         nb = tr.offsets[q + 1] - tr.offsets[q]
         total = max(nb, (tr.input_tokens[q] + sched.block_size - 1) // sched.block_size)
         req.anon[q] = total - nb
-    rep.footprint[i] += tr.offsets[q + 1] - tr.offsets[q] + req.anon[q]
+    rep.footprint[i] += tr.offsets[q + 1] - tr.offsets[q] + req.anon[q] + req.ans_own[q]
     if req.seq[q] == NONE:
         req.first_start[q] = rep.now[i]
     req.seq[q] = int(rep.clock[1])
@@ -114,14 +114,29 @@ def _grow_at(q, tr, sched, req):  # type: ignore[no-untyped-def]
     blocks it holds), or ``NEVER`` when its decode ends first."""
     nb = tr.offsets[q + 1] - tr.offsets[q]
     inp, g = tr.input_tokens[q], req.gen[q]
-    at = (nb + req.anon[q]) * sched.block_size - inp - g + req.dec_start[q] + 2
+    at = (nb + req.anon[q] + req.ans_own[q]) * sched.block_size - inp - g + req.dec_start[q] + 2
     end = req.dec_start[q] + tr.output_tokens[q] - g
     return at if at <= end else NEVER
 
 
 @step_piece
 def _push_grow(q, i, tr, sched, req, hp):  # type: ignore[no-untyped-def]
+    """The decode's next block event: the block it takes, or under ``vllm``, first, the step
+    that computes the last token of the block it holds last, when that block is the next of
+    its answer's positions (:func:`_pool.filled`)."""
     at = _grow_at(q, tr, sched, req)
+    fill = False
+    if sched.engine == VLLM:
+        j = req.anon[q] + req.ans_own[q] - 1
+        a0 = tr.answer_offsets[q]
+        if j >= 0 and j == req.ans_n[q] and a0 + j < tr.answer_offsets[q + 1]:
+            # the fill comes a step before the take, and may come in the decode's last step
+            nb = tr.offsets[q + 1] - tr.offsets[q]
+            fill_at = (nb + j + 1) * sched.block_size - tr.input_tokens[q] - req.gen[q]
+            fill_at += req.dec_start[q] + 1
+            fill = fill_at <= req.dec_start[q] + tr.output_tokens[q] - req.gen[q]
+            at = fill_at if fill else at
+    req.fill[q] = fill
     if at != NEVER:
         base = i * sched.max_seqs
         key = at * SEQ_SPAN + req.seq[q]
@@ -152,6 +167,10 @@ def _grow(i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-un
     while _heap.top_key(hp.grow_key, hp.grow_n, i, base, EMPTY) <= due:
         q = hp.grow_req[base]
         _heap.remove(hp.grow_key, hp.grow_req, hp.grow_pos, hp.grow_n, i, base, q)
+        if req.fill[q]:  # its last block fills in this step: vLLM caches it
+            _pool.filled(i, q, tr, stride, sched, sets, pool, req)
+            _push_grow(q, i, tr, sched, req, hp)
+            continue
         gone = False
         while pool.free_n[i] == 0:
             v = pool.rprev[sentinel]
@@ -199,35 +218,24 @@ def preempt(v, i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
         rep.outstanding[i] -= req.rem[v]
         computed = req.ctx[v]
     req.started[v] = False
-    _free(v, i, computed, tr, sched, stride, req, rep, sets, pool)
+    _free(v, i, computed, False, tr, sched, stride, req, rep, sets, pool)
     req.rem[v] = tr.input_tokens[v] + req.gen[v]
     rep.outstanding[i] += req.rem[v]
     rep.preemptions[i] += 1
 
 
 @step_piece
-def _free(q, i, computed, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+def _free(q, i, computed, done, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
     """Request ``q`` gives its blocks back, ``computed`` of its tokens with their KV: of its
-    hashless blocks, those full of computed tokens (its generated ones) are cached as vLLM
-    caches them (never hit here: a trace names no generated block), the rest are not."""
+    blocks past the prompt's, those full of computed tokens (its generated ones) are cached as
+    the engines cache them, under its answer's ids where it reached them or, once it is
+    ``done``, where its next turn names them (``trace/answers.py``); the rest are not."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
-    rep.footprint[i] -= end - start + req.anon[q]
+    tail = req.anon[q] + req.ans_own[q]
+    rep.footprint[i] -= end - start + tail
     if sched.engine != IDEAL:
-        full = min(max(computed // sched.block_size - (end - start), 0), req.anon[q])
-        _pool.release(
-            i,
-            req.anon[q],
-            full,
-            tr.blocks,
-            tr.repeat,
-            start,
-            end,
-            stride,
-            sched,
-            sets,
-            pool,
-            rep.now.size,
-        )
+        full = min(max(computed // sched.block_size - (end - start), 0), tail)
+        _pool.release(i, q, full, done, tr, stride, sched, sets, pool, req, rep.now.size)
     req.anon[q] = 0
 
 
@@ -236,7 +244,7 @@ def _finish(q, i, tr, sched, stride, req, rep, sets, pool):  # type: ignore[no-u
     rep.inflight[i] -= 1
     req.done_at[q] = rep.now[i]
     computed = tr.input_tokens[q] + max(tr.output_tokens[q], 1) - 1  # the last token: no KV
-    _free(q, i, computed, tr, sched, stride, req, rep, sets, pool)
+    _free(q, i, computed, True, tr, sched, stride, req, rep, sets, pool)
     if sched.engine != IDEAL:
         pool.rnext[pool.rprev[q]] = pool.rnext[q]
         pool.rprev[pool.rnext[q]] = pool.rprev[q]

@@ -37,6 +37,7 @@ from prefixscope.analysis.fleet.run import (
     Traffic,
     histogram_width,
 )
+from prefixscope.analysis.trace.answers import routed_answer_blocks
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 
@@ -55,7 +56,9 @@ class _PoolReplica:
     queue: deque[int] = field(default_factory=deque)
     decoding: dict[int, _Decoding] = field(default_factory=dict)
     running: list[int] = field(default_factory=list)  # schedule order
-    held: dict[int, int] = field(default_factory=dict)  # request -> hashless blocks it holds
+    # request -> its blocks past its prompt's: the answer id it holds each under, or None
+    held: dict[int, list[int | None]] = field(default_factory=dict)
+    reached: dict[int, int] = field(default_factory=dict)  # request -> answer positions reached
     now: float = 0.0
     busy: float = 0.0
     steps: int = 0
@@ -102,16 +105,44 @@ class _PoolReplica:
             del self.free_queue[("hash", b)]
         self.cache[b] += 1
 
-    def release(self, blocks: list[int], anon: int, full: int = 0) -> None:
-        """``anon`` blocks without a trace hash, ``full`` of them cached by vLLM (to the
-        queue's tail, never hit), the others to its head; then ``blocks``, deepest first."""
+    def release(
+        self,
+        blocks: list[int],
+        tail: list[int | None],
+        full: int = 0,
+        answer: list[int] | None = None,
+        parent: np.ndarray | None = None,
+        reached: int = 0,
+    ) -> None:
+        """A request's blocks past its prompt's (``tail``: the answer id it holds each under,
+        None for a hashless one), the first ``full`` of them cached: where it holds an id,
+        under that id; past the ``reached`` answer positions, where ``answer`` (given once it
+        is done) names one this replica neither holds nor lacks the parent of, under that;
+        else never hit. vllm puts the cached ones at the
+        queue's tail deepest first, the others at its head. Then ``blocks``, deepest first."""
         self.releases += 1
-        if self.sglang:
-            self.anon_free += anon
-        for k in range(0 if self.sglang else anon):
+        new: dict[int, int] = {}
+        for j in range(reached, min(full, len(answer or []))):
+            b = answer[j]
+            if b not in self.cache and (parent[b] < 0 or int(parent[b]) in self.cache):
+                self.cache[b] = 0
+                new[j] = b
+        for j in range(len(tail) - 1, -1, -1):
+            b = tail[j] if tail[j] is not None else new.get(j)
+            if b is not None:
+                if tail[j] is not None:
+                    self.cache[b] -= 1
+                if self.cache[b] == 0:
+                    self.stamp[b] = self.releases
+                    if not self.sglang:
+                        self.free_queue[("hash", b)] = None
+                continue
+            if self.sglang:
+                self.anon_free += 1
+                continue
             self.anon_ids += 1
             self.free_queue[("anon", self.anon_ids)] = None
-            if k >= full:
+            if j >= full:
                 self.free_queue.move_to_end(("anon", self.anon_ids), last=False)
         for b in reversed(list(dict.fromkeys(blocks))):
             self.cache[b] -= 1
@@ -129,8 +160,7 @@ def reference_pool_fleet(
     engine.check()
     n_rep, settings = fleet.replicas, engine.routers
     fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
-    if fleet.engine == "vllm":
-        trace = full_blocks_only(trace)
+    trace = full_blocks_only(trace)  # both engines cache full blocks only
     arrival = trace.times / fleet.load_scale
     output = np.asarray(traffic.output_tokens, np.int64)
     requests = [
@@ -152,7 +182,15 @@ def reference_pool_fleet(
             rep.free_queue[("anon", rep.anon_ids)] = None
         rep.anon_free = rep.capacity if rep.sglang else 0
     width = histogram_width(trace, output, fleet, engine)
-    ctx = _Context(trace, engine, requests, gen, seq, width, [0])
+    # the next turns come from the turn inference (``trace/answers.py``), the ids plainly
+    answers: list[list[int]] = [[] for _ in requests]
+    if engine.cache_answers:
+        routed = np.asarray(fixed) if fixed is not None and len(fixed) else None
+        found = routed_answer_blocks(trace, output, routed)
+        for a in np.flatnonzero(found.count):
+            b, first = int(found.child[a]), int(found.first[a])
+            answers[a] = requests[b].blocks[first : first + int(found.count[a])]
+    ctx = _Context(trace, engine, requests, gen, seq, width, [0], answers)
     clock = [requests[0].arrival if requests else 0.0]
     for r, req in enumerate(requests):
         for rep in replicas:
@@ -179,30 +217,40 @@ class _Context:
     seq: list[int]
     width: int
     schedules: list[int]
+    answers: list[list[int]]  # per request, its next turn's ids for its answer
 
 
 def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
     req, bs = c.requests[q], c.trace.block_size
     length = req.input_tokens + c.gen[q]
+    nb = len(req.blocks)
+    answer = c.answers[q]
+    # vllm looks a readmitted request's generated tokens up too: its answer's known blocks
+    m = min(len(answer), max(length // bs - nb, 0)) if c.gen[q] and not rep.sglang else 0
     k = 0
-    while k < len(req.blocks) and req.blocks[k] in rep.cache:
+    while k < nb and req.blocks[k] in rep.cache:
         k += 1
-    anon = blocks_for(req, length, bs) - len(req.blocks)
+    k_ans = 0
+    if k == nb:
+        while k_ans < min(m, (length - 1) // bs - nb) and answer[k_ans] in rep.cache:
+            k_ans += 1
+    anon = max(nb + m, -(-length // bs)) - nb - m
     distinct = list(dict.fromkeys(req.blocks))  # a block named twice is held once
-    need = anon + sum(1 for b in distinct if rep.cache.get(b, 0) == 0)
+    need = anon + sum(1 for b in distinct + answer[:m] if rep.cache.get(b, 0) == 0)
     if need > rep.free():
         return False
-    for b in distinct:
+    for b in distinct + answer[:m]:
         if b in rep.cache:
             rep.lock(b)
-    for b in distinct:
+    for b in distinct + answer[:m]:
         if b not in rep.cache:
             rep.take(q, c.trace.parent)
             rep.cache[b] = 1
     for _ in range(anon):
         rep.take(q, c.trace.parent)
-    rep.held[q] = anon
-    nb, inp = len(req.blocks), req.input_tokens
+    rep.held[q] = [*answer[:m], *([None] * anon)]
+    rep.reached[q] = m
+    inp = req.input_tokens
     if c.gen[q] == 0:
         served = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
         hit = min(served * bs, inp)
@@ -214,7 +262,7 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
             alone = _prefill_alone(c.engine.cost, new, max(inp - new, 0))
             req.source_saved = [req.no_cache - alone, 0.0, 0.0]
     else:
-        new = length - min(k * bs, inp)
+        new = length - min(k * bs, inp) - k_ans * bs
     req.to_prefill, req.context = new, max(length - new, 0)
     return True
 
@@ -230,9 +278,16 @@ def _preempt(v: int, rep: _PoolReplica, c: _Context) -> None:
         rep.queue.insert(at, v)
     computed = req.input_tokens + c.gen[v] - 1 if decoding else req.context
     req.started = False
-    rep.release(req.blocks, anon := rep.held.pop(v), _full(req, computed, anon, c))
+    _release(v, rep, c, computed, done=False)
     req.to_prefill = req.input_tokens + c.gen[v]
     rep.preemptions += 1
+
+
+def _release(r: int, rep: _PoolReplica, c: _Context, computed: int, done: bool) -> None:
+    req, tail = c.requests[r], rep.held.pop(r)
+    full = min(max(computed // c.trace.block_size - len(req.blocks), 0), len(tail))
+    answer = c.answers[r] if done else None
+    rep.release(req.blocks, tail, full, answer, c.trace.parent, rep.reached.pop(r))
 
 
 def _grow(rep: _PoolReplica, c: _Context) -> None:
@@ -242,13 +297,28 @@ def _grow(rep: _PoolReplica, c: _Context) -> None:
         if q not in rep.decoding:
             continue  # preempted for an older one
         req = c.requests[q]
-        if blocks_for(req, rep.decoding[q].context, bs) <= len(req.blocks) + rep.held[q]:
+        if not rep.sglang and rep.decoding[q].context % bs == 0:
+            _filled(q, rep, c)  # the step computes the last token of its last block
+        if blocks_for(req, rep.decoding[q].context, bs) <= len(req.blocks) + len(rep.held[q]):
             continue
         while rep.free() == 0 and q in rep.running:
             _preempt(max(rep.running, key=lambda r: c.seq[r]), rep, c)
         if q in rep.running:
             rep.take(q, c.trace.parent)
-            rep.held[q] += 1
+            rep.held[q].append(None)
+
+
+def _filled(q: int, rep: _PoolReplica, c: _Context) -> None:
+    """vllm: the request's last block fills in this step; if it is the next answer position, it
+    takes that id unless the replica holds that id or lacks its parent."""
+    tail, answer, j = rep.held[q], c.answers[q], len(rep.held[q]) - 1
+    if j < 0 or j != rep.reached[q] or j >= len(answer):
+        return
+    rep.reached[q] += 1
+    b, parent = answer[j], int(c.trace.parent[answer[j]])
+    if b not in rep.cache and (parent < 0 or parent in rep.cache):
+        rep.cache[b] = 1
+        tail[j] = b
 
 
 def _step(rep: _PoolReplica, c: _Context) -> None:
@@ -317,9 +387,4 @@ def _finish(r: int, rep: _PoolReplica, c: _Context) -> None:
     req.done_at = rep.now
     rep.running.remove(r)
     computed = req.input_tokens + max(req.output_tokens, 1) - 1  # the last token: no KV
-    rep.release(req.blocks, anon := rep.held.pop(r), _full(req, computed, anon, c))
-
-
-def _full(req: _Request, computed: int, anon: int, c: _Context) -> int:
-    """Of a request's ``anon`` hashless blocks, those full of computed tokens."""
-    return min(max(computed // c.trace.block_size - len(req.blocks), 0), anon)
+    _release(r, rep, c, computed, done=True)

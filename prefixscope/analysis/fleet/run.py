@@ -18,6 +18,7 @@ from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost
+from prefixscope.analysis.trace.answers import answer_ids, routed_answer_blocks
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.isolation import subset
@@ -137,6 +138,9 @@ class Engine:
     max_seqs: int = DEFAULT_MAX_SEQS
     routers: RouterSettings = field(default_factory=RouterSettings)
     kv_bytes_per_token: float = 0.0
+    #: A KV pool caches a finished request's answer under its next turn's ids
+    #: (``trace/answers.py``), as vLLM and SGLang cache generated blocks; False: never hit.
+    cache_answers: bool = True
 
     def check(self) -> None:
         if self.max_seqs < 1 or self.budget_tokens < self.max_seqs:
@@ -267,7 +271,7 @@ def _run(  # type: ignore[no-untyped-def]
 ) -> FleetOutcome:
     output = np.asarray(traffic.output_tokens, np.int64)
     code = ENGINES[fleet.engine].code
-    if code == _records.VLLM:  # vLLM hashes full blocks only (``trace/full_blocks.py``)
+    if code != _records.IDEAL:  # the engines cache full blocks only (``trace/full_blocks.py``)
         trace = full_blocks_only(trace)
     if code != _records.IDEAL:
         _check_fits(trace, output, fleet)
@@ -278,9 +282,14 @@ def _run(  # type: ignore[no-untyped-def]
     repeat = _repeats(trace) if code != _records.IDEAL else np.zeros(1, np.bool_)
     inputs = trace.input_tokens.view()  # read-only as loaded or not: one compiled signature
     inputs.flags.writeable = False
+    if code != _records.IDEAL and engine.cache_answers:
+        routed = fixed if len(fixed) == n else None
+        answers = answer_ids(trace, routed_answer_blocks(trace, output, routed))
+    else:
+        answers = (np.zeros(n + 1, np.int64), np.zeros(0, np.int32))
     workload = _records.Workload(
         trace.offsets, trace.blocks, trace.parent, arrival, inputs, output,
-        trace.recomputes_last_block, repeat,
+        trace.recomputes_last_block, repeat, *answers,
     )  # fmt: skip
     c = engine.cost
     cost = _records.Cost(c.a, c.b, c.c, c.e, c.f, c.k1, c.k2)
@@ -300,7 +309,7 @@ def _run(  # type: ignore[no-untyped-def]
     tree = kind == _records.CACHE_AWARE
     sets = _records.sets(trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0)
     hp = _records.heaps(n, n_rep, engine.max_seqs)
-    pool = _records.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks)
+    pool = _records.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))
     longest = int(trace.blocks_per_request.max()) if n else 0
     scratch = (
         np.zeros(longest + 1, np.int8),
@@ -312,9 +321,7 @@ def _run(  # type: ignore[no-untyped-def]
     halt = _records.stop(
         [limit for limit, _ in rule.targets], [count for _, count in rule.targets], rule.first
     )
-    _kernel.fleet(
-        workload, fixed, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch, halt
-    )
+    _kernel.fleet(workload, fixed, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch, halt)
     return FleetOutcome(
         fleet, arrival, req.replica, req.hit_blocks, req.hit_tok, req.ttft, req.first_start,
         req.done_at, rep.busy, rep.steps, rep.prefill_tok, rep.decode_tok, rep.filled_at,

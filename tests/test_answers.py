@@ -1,0 +1,144 @@
+"""A request's answer comes back in its next turn: which blocks hold it (``trace/answers.py``),
+and the KV pools (vllm, sglang) caching it under those ids, so the next turn hits them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from prefixscope.analysis.fleet.reference_pool import reference_pool_fleet
+from prefixscope.analysis.fleet.run import Fleet, Traffic, simulate_fleet, simulate_replica
+from prefixscope.analysis.trace.answers import (
+    NONE,
+    answer_blocks,
+    answer_ids,
+    routed_answer_blocks,
+)
+from prefixscope.analysis.trace.csr import build_trace
+from tests.test_fleet import ENGINE, sessions_trace
+
+BS = 16
+
+
+# turn 1: blocks [1, 2, 3] of 40 tokens (2 full, one partial); turn 2 re-sends them with the
+# answer and a message: [1, 2, 10, 11, 12, 13] of 90 tokens
+@pytest.mark.parametrize(
+    ("first_out", "second", "second_tokens", "want"),
+    [
+        # 40 + 30 - 1 = 69 computed tokens: 4 full blocks, 2 of them past the prompt's
+        (30, [1, 2, 10, 11, 12, 13], 90, 2),
+        # a long answer: capped at the next turn's full blocks (90 tokens: 5)
+        (400, [1, 2, 10, 11, 12, 13], 90, 3),
+        # an answer inside the partial block: no full block past the prompt
+        (8, [1, 2, 10, 11, 12, 13], 90, 0),
+        # no output logged: nothing generated
+        (0, [1, 2, 10, 11, 12, 13], 90, 0),
+        # the second request does not repeat the first's full blocks: not its next turn
+        (30, [1, 9, 10, 11, 12, 13], 90, 0),
+        # not longer than the first: a re-sent prompt, not a next turn (structure/turns.py)
+        (30, [1, 2, 3], 40, 0),
+    ],
+)
+def test_the_next_turn_names_the_answers_full_blocks(
+    first_out: int, second: list[int], second_tokens: int, want: int
+) -> None:
+    trace = build_trace([[1, 2, 3], second], [40, second_tokens], ["t", "t"], BS)
+    got = answer_blocks(trace, np.array([first_out, 5]))
+    assert int(got.count[0]) == want
+    assert got.child[0] == (1 if want else NONE) and got.count[1] == 0
+    offsets, ids = answer_ids(trace, got)
+    assert offsets.tolist() == [0, want, want]
+    assert ids.tolist() == [trace.blocks[trace.offsets[1] + 2 + k] for k in range(want)]
+
+
+def test_another_tenants_request_is_never_the_next_turn() -> None:
+    trace = build_trace([[1, 2], [1, 2, 10, 11]], [32, 64], ["a", "b"], BS)
+    assert answer_blocks(trace, np.array([40, 0])).count.tolist() == [0, 0]
+
+
+def two_turns(gap_s: float) -> tuple:
+    """Turn 1 (2 full blocks, a 30-token answer), turn 2 ``gap_s`` later re-sending it: the
+    answer's block 2 and 3 are the second turn's."""
+    trace = build_trace(
+        [[1, 2, 3], [1, 2, 10, 11, 12, 13]], [40, 90], ["t", "t"], BS, times=[0.0, gap_s]
+    )
+    return trace, Traffic(np.array([30, 5], np.int64))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("cache_answers", [True, False])
+def test_the_next_turn_hits_the_answer_once_it_is_cached(engine: str, cache_answers: bool) -> None:
+    trace, traffic = two_turns(gap_s=100.0)
+    fleet = Fleet("round-robin", 1, 64, engine=engine)
+    settings = replace(ENGINE, cache_answers=cache_answers)
+    got = simulate_fleet(trace, traffic, fleet, settings)
+    # the prompt's 2 full blocks, then the answer's 2 when cached; the partial block never
+    assert got.hit_blocks.tolist() == [0, 4 if cache_answers else 2]
+    want = reference_pool_fleet(trace, traffic, fleet, settings)
+    assert want.hit_blocks.tolist() == got.hit_blocks.tolist()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_next_turn_that_comes_while_the_answer_runs_computes_it(engine: str) -> None:
+    trace, traffic = two_turns(gap_s=1e-9)
+    got = simulate_fleet(trace, traffic, Fleet("round-robin", 1, 64, engine=engine), ENGINE)
+    assert got.hit_blocks.tolist() == [0, 2]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("capacity", [32, 60, 300])
+def test_pools_that_cache_answers_match_their_reference_on_conversations(
+    engine: str, capacity: int
+) -> None:
+    trace, traffic = sessions_trace(n_sessions=30, turns=6, seed=3)
+    traffic = Traffic(traffic.output_tokens * 3, traffic.sessions)
+    assert answer_blocks(trace, traffic.output_tokens).n_blocks > 20  # answers to cache
+    fleet = Fleet("session", 3, capacity, engine=engine)
+    got = simulate_fleet(trace, traffic, fleet, ENGINE)
+    want = reference_pool_fleet(trace, traffic, fleet, ENGINE)
+    np.testing.assert_array_equal(got.hit_blocks, want.hit_blocks)
+    np.testing.assert_array_equal(got.replica, want.replica)
+    np.testing.assert_allclose(got.ttft, want.ttft, rtol=1e-9)
+    assert (got.preemptions == want.preemptions).all()
+    never = simulate_fleet(trace, traffic, fleet, replace(ENGINE, cache_answers=False))
+    assert got.hit_blocks.sum() > never.hit_blocks.sum()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_replica_run_alone_caches_the_answers_it_caches_in_the_fleet(engine: str) -> None:
+    trace, traffic = sessions_trace(n_sessions=40, turns=5, seed=5)
+    traffic = Traffic(traffic.output_tokens * 3, traffic.sessions)
+    fleet = Fleet("round-robin", 3, 60, engine=engine)
+    whole = simulate_fleet(trace, traffic, fleet, ENGINE)
+    routing = np.arange(trace.n_requests) % 3
+    found = routed_answer_blocks(trace, traffic.output_tokens, routing)
+    # round-robin splits conversations: an answer is cached where its next turn also runs
+    has = found.child != NONE
+    assert (routing[found.child[has]] == routing[has]).all() and has.any()
+    for i in range(3):
+        mine = np.flatnonzero(routing == i)
+        alone = simulate_replica(trace, traffic, fleet, ENGINE, mine)
+        np.testing.assert_array_equal(whole.hit_blocks[mine], alone.hit_blocks)
+        np.testing.assert_allclose(whole.ttft[mine], alone.ttft, rtol=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_next_turn_during_the_answer_hits_what_vllm_has_hashed_so_far(engine: str) -> None:
+    """vLLM hashes generated blocks as they fill; SGLang inserts the answer when it ends. A
+    next turn that comes half-way through a 6-block answer hits some of it under vllm, none
+    under sglang."""
+    prompts, tokens = [[1, 2, 3], [1, 2, *range(10, 20)]], [40, 200]
+    traffic = Traffic(np.array([100, 5], np.int64))
+    fleet = Fleet("round-robin", 1, 64, engine=engine)
+    alone = build_trace(prompts[:1], tokens[:1], ["t"], BS)
+    first = simulate_fleet(alone, Traffic(traffic.output_tokens[:1]), fleet, ENGINE)
+    half = float(first.arrival[0] + first.ttft[0] + first.done_at[0]) / 2
+    trace = build_trace(prompts, tokens, ["t", "t"], BS, times=[0.0, half])
+    assert answer_blocks(trace, traffic.output_tokens).count.tolist() == [6, 0]
+    got = simulate_fleet(trace, traffic, fleet, ENGINE)
+    hit = int(got.hit_blocks[1])
+    assert (2 < hit < 8) if engine == "vllm" else hit == 2
+    want = reference_pool_fleet(trace, traffic, fleet, ENGINE)
+    assert want.hit_blocks.tolist() == got.hit_blocks.tolist()
