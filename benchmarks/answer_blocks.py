@@ -1,4 +1,4 @@
-"""How sure the answer blocks are: on a trace, the next turns ``trace/answers.py`` finds and
+"""How sure the answer blocks are: on a trace, the next turns ``structure/answers.py`` finds and
 what the trace says about them.
 
     .venv/bin/python benchmarks/answer_blocks.py [--trace FILE]
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from engine_conformance import BUNDLED, load
 
-from prefixscope.analysis.trace.answers import answer_blocks
+from prefixscope.analysis.structure.answers import answer_blocks
 
 
 def main() -> int:

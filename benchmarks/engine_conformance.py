@@ -41,7 +41,7 @@ from prefixscope.analysis.fleet.run import Engine, Fleet, Traffic, simulate_flee
 from prefixscope.analysis.fleet.stepcost import from_roofline
 from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.trace.answers import answer_blocks
+from prefixscope.analysis.structure.answers import answer_blocks
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.analysis.trace.measure import hit_tokens
@@ -103,7 +103,7 @@ def load(trace_file: Path, work: Path):  # type: ignore[no-untyped-def]
 def driver_lines(trace, traffic, load_scale: float, n: int, answers: bool = False) -> list[str]:  # type: ignore[no-untyped-def]
     """The first ``n`` requests as the driver reads them: the trace's block ids (equal ids,
     equal blocks), arrivals on the scaled clock. With ``answers``, each request's answer as
-    prefixscope's pools cache it (``trace/answers.py``): the next turn's ids, which the driver
+    prefixscope's pools cache it (``structure/answers.py``): the next turn's ids, which the driver
     makes its stand-in model generate; a partial last prompt block takes the first answer
     block's id, so its tokens are the ones the next turn's block starts with."""
     found = answer_blocks(trace, traffic.output_tokens[:n]) if answers else None

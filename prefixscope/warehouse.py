@@ -54,6 +54,18 @@ class WarehouseError(ValueError):
     its message says what is wrong and what to do."""
 
 
+def _join(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A connection to the database this process already holds open at ``path``, in whichever
+    configuration it was opened: ours to write, or the driver's defaults."""
+    for kwargs in ({"config": _CONFIG}, {"read_only": read_only}):
+        try:
+            return duckdb.connect(str(path), **kwargs)
+        except duckdb.Error as exc:
+            if "different configuration" not in str(exc):
+                raise
+    return duckdb.connect(str(path))
+
+
 def _locked(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and "Could not set lock" in str(exc)
 
@@ -71,9 +83,10 @@ def _open(
         try:
             return duckdb.connect(str(path), read_only=read_only, config=_CONFIG)
         except duckdb.Error as exc:
-            if read_only and "different configuration" in str(exc):
-                # This process holds it open to write: read through the same database.
-                return duckdb.connect(str(path), config=_CONFIG)
+            if "different configuration" in str(exc):
+                # This process holds it open already (to write, or opened it without these
+                # settings): go through that same database.
+                return _join(path, read_only)
             if not _locked(exc):
                 if fresh:
                     _remove_unfinished(path)

@@ -1,4 +1,4 @@
-"""A request's answer comes back in its next turn: which blocks hold it (``trace/answers.py``),
+"""A request's answer comes back in its next turn: which blocks hold it (``structure/answers.py``),
 and the KV pools (vllm, sglang) caching it under those ids, so the next turn hits them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from prefixscope.analysis.fleet.reference_pool import reference_pool_fleet
 from prefixscope.analysis.fleet.run import Fleet, Traffic, simulate_fleet, simulate_replica
-from prefixscope.analysis.trace.answers import (
+from prefixscope.analysis.structure.answers import (
     NONE,
     answer_blocks,
     answer_ids,

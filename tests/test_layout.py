@@ -176,7 +176,8 @@ ANALYSIS = "prefixscope.analysis"
 #: Per part of ``analysis``, the other parts it may import. In data-flow order the core is
 #: trace ← policies ← structure ← simulation ← curves (each may import the ones before it);
 #: ``cost`` (pricing, KV sizes of models) reads traces only and may be imported by any part;
-#: ``fleet`` (replicas behind a router) reads traces and prices steps with ``cost``; ``plan``
+#: ``fleet`` (replicas behind a router) reads traces, the turns ``structure`` finds (whose
+#: answers the engines' pools cache) and prices steps with ``cost``; ``plan``
 #: (the capacity planner) reads curves, prices with ``cost`` and simulates fleets (the SLO
 #: search); ``validate`` (the simulator
 #: against the engines' reported hits) reads curves and runs policies;
@@ -189,7 +190,7 @@ MAY_IMPORT = {
     "simulation": {"trace", "policies", "structure", "cost", "fanout"},
     "curves": {"trace", "policies", "structure", "simulation", "cost", "fanout"},
     "cost": {"trace"},
-    "fleet": {"trace", "policies", "cost", "fanout"},
+    "fleet": {"trace", "policies", "structure", "cost", "fanout"},
     "plan": {"trace", "policies", "curves", "cost", "fleet"},
     "validate": {"trace", "policies", "curves"},
     "fanout": {"forked"},

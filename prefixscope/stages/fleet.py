@@ -101,7 +101,7 @@ class FleetSettings:
     #: trace's partial last block never cached, a prompt's last token always computed.
     vllm_blocks: bool = False
     #: A KV pool caches a finished request's answer where its next turn sends it back
-    #: (``trace/answers.py``); False: generated blocks never hit.
+    #: (``structure/answers.py``); False: generated blocks never hit.
     cache_answers: bool = True
 
     def check(self) -> None:

@@ -7,7 +7,7 @@ prefix cache and a later request can hit it) or has none. Prompt blocks carry th
 hashes; a partial last prompt block and the generated tokens' blocks have none, so they are
 freed like the others but never hit, except the full generated blocks of a finished request
 whose next turn sends its answer back: they join the cache under that turn's ids
-(``trace/answers.py``), as the engines cache generated blocks. What differs between the
+(``structure/answers.py``), as the engines cache generated blocks. What differs between the
 engines is only which free block an allocation takes (:func:`take`) and where a released
 block goes (:func:`release`):
 
@@ -157,7 +157,7 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
     the prefix cache. Of the tail, the first ``full`` are full of computed tokens, which the
     engines cache (vLLM hashes them, SGLang inserts them): those it holds under its answer's
     ids (:func:`filled`, and a readmission's) and, once it is ``done``, the answer positions
-    not reached yet (``trace/answers.py``) are cached under those ids, so the next turn hits
+    not reached yet (``structure/answers.py``) are cached under those ids, so the next turn hits
     them; the others stay cached but nothing here can hit them. Under ``vllm`` the cached
     ones go to the queue's tail, deepest first, and the rest to its head (vLLM's "LIFO
     reuse" of blocks that never match): taken first."""

@@ -38,7 +38,7 @@ class Workload(NamedTuple):
     request its arrival on the scaled clock, input and output tokens and whether a whole-block
     prompt recomputes its last block. A KV pool holds a block a request names twice once, and
     caches a finished request's answer under the ids ``answer_blocks[answer_offsets[q] :
-    answer_offsets[q + 1]]`` (CSR; ``trace/answers.py``; pools only)."""
+    answer_offsets[q + 1]]`` (CSR; ``structure/answers.py``; pools only)."""
 
     offsets: np.ndarray
     blocks: np.ndarray

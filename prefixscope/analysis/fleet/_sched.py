@@ -229,7 +229,7 @@ def _free(q, i, computed, done, tr, sched, stride, req, rep, sets, pool):  # typ
     """Request ``q`` gives its blocks back, ``computed`` of its tokens with their KV: of its
     blocks past the prompt's, those full of computed tokens (its generated ones) are cached as
     the engines cache them, under its answer's ids where it reached them or, once it is
-    ``done``, where its next turn names them (``trace/answers.py``); the rest are not."""
+    ``done``, where its next turn names them (``structure/answers.py``); the rest are not."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
     tail = req.anon[q] + req.ans_own[q]
     rep.footprint[i] -= end - start + tail

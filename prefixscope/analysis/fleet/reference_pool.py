@@ -37,7 +37,7 @@ from prefixscope.analysis.fleet.run import (
     Traffic,
     histogram_width,
 )
-from prefixscope.analysis.trace.answers import routed_answer_blocks
+from prefixscope.analysis.structure.answers import routed_answer_blocks
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 
@@ -182,7 +182,7 @@ def reference_pool_fleet(
             rep.free_queue[("anon", rep.anon_ids)] = None
         rep.anon_free = rep.capacity if rep.sglang else 0
     width = histogram_width(trace, output, fleet, engine)
-    # the next turns come from the turn inference (``trace/answers.py``), the ids plainly
+    # the next turns come from the turn inference (``structure/answers.py``), the ids plainly
     answers: list[list[int]] = [[] for _ in requests]
     if engine.cache_answers:
         routed = np.asarray(fixed) if fixed is not None and len(fixed) else None

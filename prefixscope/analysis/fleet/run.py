@@ -18,7 +18,7 @@ from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost
-from prefixscope.analysis.trace.answers import answer_ids, routed_answer_blocks
+from prefixscope.analysis.structure.answers import answer_ids, routed_answer_blocks
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.isolation import subset
@@ -139,7 +139,7 @@ class Engine:
     routers: RouterSettings = field(default_factory=RouterSettings)
     kv_bytes_per_token: float = 0.0
     #: A KV pool caches a finished request's answer under its next turn's ids
-    #: (``trace/answers.py``), as vLLM and SGLang cache generated blocks; False: never hit.
+    #: (``structure/answers.py``), as vLLM and SGLang cache generated blocks; False: never hit.
     cache_answers: bool = True
 
     def check(self) -> None:
