@@ -304,7 +304,7 @@ def test_a_locked_warehouse_waits_then_fails_cleanly(tmp_path, capsys, bundled_w
     notice, line = err.splitlines()
     assert notice == warehouse.WAIT_NOTICE
     assert "in use by another process" in line and "--lock-timeout" in line
-    assert 1 <= waited < 5
+    assert waited >= 1  # it waited out --lock-timeout (how much longer is the machine's)
     assert snapshot(wh) == before
     assert not (tmp_path / "r.html").exists()
 

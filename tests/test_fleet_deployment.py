@@ -288,3 +288,38 @@ def test_a_calibrated_cost_model_is_not_stretched_over_tp(small: Path, capsys) -
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "times one GPU, not h100x2's 2" in err, err
     assert rows(small, "SELECT count(*) FROM runs") == [(1,)]  # the ingest's alone
+
+
+def gpu_file(tmp_path: Path, **extra: float) -> Path:
+    """A GPU of our own: an H20-like part, with ``extra`` keys of the GPU file."""
+    path = tmp_path / "h20.toml"
+    keys = {"tflops": 148, "tbps": 4.0, "hbm_gib": 96, **extra}
+    path.write_text('name = "h20"\n' + "".join(f"{k} = {v}\n" for k, v in keys.items()))
+    return path
+
+
+def test_a_deployments_dram_tier_runs_on_its_own_hosts_link(small: Path, tmp_path: Path) -> None:
+    """A DRAM tier without its own bandwidth runs at its deployment's host link, from the
+    catalog or the GPU file, whatever ``--gpu`` (default h100) says: PCIe 4.0 for L40S and
+    A100, 5.0 for H100."""
+    mine = gpu_file(tmp_path, host_link_gbps=20)
+    deployments = ["l40sx1", "a100x1", "h100x1", f"{mine}x1"]
+    assert fleet(small, "--deployment", ",".join(deployments), "--tier", "dram:4") == 0
+    found = dict(rows(small, "SELECT DISTINCT deployment, dram_gbps FROM fleet_hit_rates"))
+    assert found == {"l40sx1": 31.5, "a100x1": 31.5, "h100x1": 63.0, "h20x1": 20.0}
+
+
+def test_a_gpu_files_price_is_what_the_planner_charges(tmp_path: Path) -> None:
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.analysis.plan.space import replica_of, series_of
+
+    path = gpu_file(tmp_path, price_hour=1.8)
+    shape = resolve_model("llama-3-8b")
+    replica = replica_of(f"{path}x8", shape, 512, "bf16", from_roofline(shape, GPUS["h100"]))
+    (series,) = series_of([replica], ("round-robin",), Prices(), 512, tiered=False)
+    assert series.usd_per_replica_hour == pytest.approx(8 * 1.8)
+    assert Prices().gpu_price(parse_deployment(f"{path}x8").gpu) == 1.8
+    assert Prices(gpu_hour=4.0).gpu_price(parse_deployment(f"{path}x8").gpu) == 4.0
+    # a GPU the catalog knows, by name, and one known by nothing but its name
+    assert Prices().gpu_price("h200") == GPUS["h200"].price_hour
+    assert Prices().gpu_price("h20") == 2.5

@@ -5,8 +5,11 @@ rule it must keep."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +110,36 @@ def test_the_demo_warehouse_is_in_a_format_the_duckdb_command_line_reads(demo: P
     header = demo.read_bytes()[:20]
     assert header[8:12] == b"DUCK"
     assert int.from_bytes(header[12:20], "little") == 67
+
+
+#: The DuckDB command line (the ``duckdb-cli`` package of the test extra), in this environment.
+CLI = Path(sys.executable).parent / "duckdb"
+
+
+def cli_rows(wh: Path, sql: str) -> list[dict[str, Any]]:
+    """``sql`` run by the DuckDB command line, read-only, its rows as JSON; fails on an error."""
+    done = subprocess.run(
+        [str(CLI), "-readonly", "-json", str(wh), "-c", sql], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return json.loads(done.stdout or "[]")
+
+
+def test_the_duckdb_command_line_answers_every_view_and_question(
+    demo: Path, con: duckdb.DuckDBPyConnection
+) -> None:
+    """What an operator types: the command line of DuckDB's last release line opens the demo
+    warehouse read-only, every view answers, and every query of the page returns what the
+    project's own driver returns."""
+    views = [r[0] for r in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1"
+    ).fetchall()]  # fmt: skip
+    assert len(views) >= 10
+    for name in views:
+        quoted = '"' + name.replace('"', '""') + '"'
+        cli_rows(demo, f"SELECT count(*) AS n FROM {quoted}")
+    for q in QUESTIONS:
+        assert len(cli_rows(demo, q.sql)) == len(rows(con, q.sql)), q.heading
 
 
 @pytest.mark.parametrize("question", QUESTIONS, ids=[q.heading.split(".")[0] for q in QUESTIONS])

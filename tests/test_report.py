@@ -7,16 +7,19 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from html import unescape
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import polars as pl
 import pytest
 
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Settings
 from prefixscope.analysis.structure.tables import StructureSettings
+from prefixscope.dashboards.report import timeseries_figure
 from prefixscope.ingest import IngestOptions
 from prefixscope.stages import curve, ingest, report, savings, simulate, structure
 from prefixscope.stages.curve import CurveStageSettings
@@ -378,3 +381,31 @@ def tables(html: str) -> dict[str, Table]:
         headers = re.findall(r"<th[^>]*>(.*?)</th>", args["table_html"])
         out[m.group(1)] = Table(headers, json.loads(args["data_json"]))
     return out
+
+
+@pytest.mark.parametrize(
+    ("start", "axis", "dated"),
+    [
+        # a hash-id trace counts from 0: no date, so hours from its start
+        (datetime(1970, 1, 1, tzinfo=UTC), "hours since the log's start", False),
+        (datetime(2026, 12, 4, 9, tzinfo=UTC), "arrival time (UTC)", True),
+    ],
+)
+def test_the_time_axis_is_dates_only_when_the_log_has_them(
+    start: datetime, axis: str, dated: bool
+) -> None:
+    series = pl.DataFrame(
+        {
+            "policy": ["lru"] * 3,
+            "isolation": ["shared"] * 3,
+            "capacity_blocks": [100] * 3,
+            "bucket_start": [start + timedelta(minutes=30 * k) for k in range(3)],
+            "token_hit_rate": [0.1, 0.2, 0.3],
+        }
+    )
+    markup = timeseries_figure(series)["chart"]
+    assert axis in markup
+    assert ("1970-01-01" in markup) is False
+    assert ("2026-12-04" in markup) is dated
+    if not dated:
+        assert '"x":[0.0,0.5,1.0]' in markup.replace(" ", "")

@@ -271,6 +271,12 @@ def timeseries_figure(series: pl.DataFrame) -> dict[str, Any] | None:
     if series.is_empty():
         return None
     fig = go.Figure()
+    # a log without dates (hash-id traces count from 0) is drawn in hours from its start, not
+    # as dates in January 1970
+    relative = series["bucket_start"].min().year == 1970
+    if relative:
+        hours = (series["bucket_start"].dt.epoch("s") / 3600).alias("bucket_start")
+        series = series.with_columns(hours)
     caps = sorted(series["capacity_blocks"].drop_nulls().unique().to_list())
     options = [f"{c:,} blocks" for c in caps] or ["unbounded"]
     keys = series.select("policy", "isolation", "capacity_blocks").unique(maintain_order=True)
@@ -294,10 +300,19 @@ def timeseries_figure(series: pl.DataFrame) -> dict[str, Any] | None:
                     name=name,
                     meta={"tscap": k},
                     line=policy_line(policy, mode),
-                    hovertemplate=f"%{{x}}: %{{y:.2%}}<extra>{name}</extra>",
+                    hovertemplate=(
+                        f"%{{x:.2f}} h: %{{y:.2%}}<extra>{name}</extra>"
+                        if relative
+                        else f"%{{x}}: %{{y:.2%}}<extra>{name}</extra>"
+                    ),
                 )
             )
-    fig.update_layout(base_layout("", "arrival time (UTC)"))
+    x_title = (
+        "hours since the log's start (it carries no date; `ingest --start` sets one)"
+        if relative
+        else "arrival time (UTC)"
+    )
+    fig.update_layout(base_layout("", x_title))
     title = "Fleet token hit rate over time (warm-up, drift)"
     titles = {str(k): f"{title} — caches of {o}" for k, o in enumerate(options)}
     middle = len(options) // 2

@@ -142,10 +142,11 @@ class FleetSettings:
     def shape(self) -> ModelShape:
         return resolve_model(self.model, self.model_config)
 
-    def tiers(self, block_size: int) -> list[Tiers]:
-        """Every DRAM × store option, in blocks of ``block_size``."""
+    def tiers(self, block_size: int, gpu: str | None = None) -> list[Tiers]:
+        """Every DRAM × store option, in blocks of ``block_size``, a DRAM tier on the host link
+        of ``gpu`` (default: ``gpu``'s) unless it names its own."""
         return [
-            tiers_of(d, st, self.shape, block_size, self.kv_dtype, self.gpu)
+            tiers_of(d, st, self.shape, block_size, self.kv_dtype, gpu or self.gpu)
             for d in self.drams
             for st in self.stores
         ]
@@ -204,8 +205,14 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
             (g, tp): engine_for(replace(settings, gpu=g), fitted[(g, tp)], tp) for g, tp in gpus
         }
         options = _options(settings, trace.block_size)
-        tiers = settings.tiers(trace.block_size)
-        runs = [(f, h) for b, g, h in options for f in settings.grid([b], [g], tiers)]
+        # a deployment's DRAM tier runs on its own GPU's host link
+        runs = [
+            (f, h)
+            for b, g, h in options
+            for f in settings.grid(
+                [b], [g], settings.tiers(trace.block_size, h.priced_by(settings.gpu)[0])
+            )
+        ]
         outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
         pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
         hardware = [h for _, h in runs]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.fleet import _kernel, _records
 from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
@@ -44,13 +45,17 @@ DEFAULT_MAX_SEQS = 256
 #: (25 GB/s) per replica, as RDMA stores (Mooncake Store) are deployed.
 DRAM_GBPS = 63.0
 STORE_GBPS = 25.0
-#: A100 hosts: PCIe 4.0 x16, 16 GT/s per lane, 31.5 GB/s each way.
-DRAM_GBPS_PCIE4 = 31.5
 
 
 def dram_gbps_for(gpu: str) -> float:
-    """The default DRAM link of a GPU's host: PCIe 4.0 for A100s, 5.0 for the others."""
-    return DRAM_GBPS_PCIE4 if "a100" in gpu.lower() else DRAM_GBPS
+    """The default DRAM link of a GPU's host: its ``host_link_gbps`` (the catalog's, or a GPU
+    file's: PCIe 4.0 for A100 and L40S, 5.0 for H100-class parts), :data:`DRAM_GBPS` where
+    the GPU does not say, as ``plan`` prices it."""
+    try:
+        spec = resolve_gpu(gpu)
+    except ValueError:
+        return DRAM_GBPS
+    return spec.host_link_gbps or DRAM_GBPS
 
 
 #: A shared store of unbounded capacity (``--shared-store inf``), in blocks.

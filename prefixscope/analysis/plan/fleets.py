@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prefixscope.analysis.cost.deployment import parse_deployment
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.plan.plan import PLAN_SCHEMA, Sizing
 from prefixscope.analysis.plan.prices import Prices
 from prefixscope.analysis.trace.measure import FLEET
@@ -25,6 +26,14 @@ def fleet_gpu(row: dict) -> tuple[str, int]:
         d = parse_deployment(row["deployment"])
         return d.gpu.name, d.tp
     return str(row["gpu"]), 1
+
+
+def gpu_priced(row: dict) -> GpuSpec | str:
+    """What a fleet row's GPU-hour is priced from: its deployment's GPU (a GPU file's own
+    price included), else the name of the GPU that priced its steps."""
+    if row.get("deployment"):
+        return parse_deployment(row["deployment"]).gpu
+    return str(row["gpu"])
 
 
 def configuration_rows(
@@ -111,7 +120,7 @@ def configuration_rows(
                 "deployment": best.get("deployment"),
                 "gpus": gpus,
                 "fleet_gpu": gpu,
-                "gpu_hour": prices.gpu_price(gpu),
+                "gpu_hour": prices.gpu_price(gpu_priced(best)),
             }
         )
     return out
@@ -121,8 +130,8 @@ def _cost(r: dict, prices: Prices, sizing: Sizing, working_set_blocks: int) -> f
     dram_gb = sizing.gib(r["dram_blocks"] or 0) * 2**30 / 1e9
     store = working_set_blocks if r["store_unbounded"] else (r["store_blocks"] or 0)
     store_gb = sizing.gib(store) * 2**30 / 1e9
-    gpu, gpus = fleet_gpu(r)
-    return prices.per_hour(r["replicas"], dram_gb, store_gb, gpus, gpu)
+    _, gpus = fleet_gpu(r)
+    return prices.per_hour(r["replicas"], dram_gb, store_gb, gpus, gpu_priced(r))
 
 
 def _none_fits(base: dict, rows: Sequence[dict]) -> dict:

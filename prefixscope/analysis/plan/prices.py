@@ -19,7 +19,7 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from prefixscope.analysis.cost.gpus import GPUS
+from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 from prefixscope.textfile import read_text
 
 #: Each price's bounds, $ per hour: a GPU-hour is never free (every fleet would cost the
@@ -42,12 +42,13 @@ class Prices:
     dram_gb_hour: float = 0.005
     store_gb_hour: float = 0.002
 
-    def gpu_price(self, gpu: str | None) -> float:
-        """$ per hour of one ``gpu`` (a catalog name): ``gpu_hour`` when given, else the
-        catalog's ``price_hour``, else ``DEFAULT_GPU_HOUR``."""
+    def gpu_price(self, gpu: str | GpuSpec | None) -> float:
+        """$ per hour of one ``gpu`` (its spec, or a name ``resolve_gpu`` reads: the catalog's,
+        or a GPU file's path): ``gpu_hour`` when given, else the GPU's own ``price_hour`` (a
+        GPU file's included), else ``DEFAULT_GPU_HOUR``."""
         if self.gpu_hour is not None:
             return self.gpu_hour
-        spec = GPUS.get((gpu or "").lower())
+        spec = gpu if isinstance(gpu, GpuSpec) else _spec(gpu)
         price = spec.price_hour if spec is not None else None
         return DEFAULT_GPU_HOUR if price is None else price
 
@@ -67,7 +68,7 @@ class Prices:
         dram_gb: float,
         store_gb: float,
         gpus: int = 1,
-        gpu: str | None = None,
+        gpu: str | GpuSpec | None = None,
     ) -> float:
         """$ per hour of a fleet: its GPUs (``gpus`` per replica, of kind ``gpu``; HBM comes
         with them), each replica's DRAM tier and the shared store."""
@@ -117,3 +118,13 @@ def load_prices(path: str | Path | None) -> Prices:
         if problem is not None:
             raise ValueError(f"{path}: {key} {problem} — fix the prices file")
     return replace(Prices(), **{k: float(v) for k, v in data.items()})
+
+
+def _spec(gpu: str | None) -> GpuSpec | None:
+    """The spec ``gpu`` names, None when it names none (a custom GPU known by its name alone)."""
+    if not gpu:
+        return None
+    try:
+        return resolve_gpu(gpu)
+    except ValueError:
+        return None

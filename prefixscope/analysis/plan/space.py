@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prefixscope.analysis.cost.deployment import Deployment, memory_split, parse_deployment
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import GIB, ModelShape
 from prefixscope.analysis.fleet.run import STORE_GBPS, Engine, Tiers
 from prefixscope.analysis.fleet.stepcost import StepCost
@@ -53,6 +54,7 @@ class Replica:
     kv_bytes_per_gpu_token: int  # what one GPU holds (and reads) per token
     kv_bytes_per_token: int  # the replica's KV of a token, once (every head, or the latent)
     engine: Engine
+    gpu_spec: GpuSpec  # what its GPU-hour is priced from (a GPU file's own price included)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def replica_of(
         # vLLM's step budget and batch size (the fleet's defaults); a tier copies one GPU's
         # share of a token to that GPU
         engine=Engine(cost, kv_bytes_per_token=float(split.kv_bytes_per_token)),
+        gpu_spec=gpu,
     )
 
 
@@ -148,7 +151,7 @@ def series_of(
                 tiers = tiers_for(r, dram, store, block_size)
                 if dram and tiers.dram_blocks < 1 or store is not None and not tiers.store_blocks:
                     continue  # a tier of no whole block is no tier
-                per_replica = prices.per_hour(1, dram * GIB / GB, 0.0, r.tp, r.gpu)
+                per_replica = prices.per_hour(1, dram * GIB / GB, 0.0, r.tp, r.gpu_spec)
                 fixed = prices.per_hour(0, 0.0, (store or 0.0) * GIB / GB)
                 out += [Series(r, router, dram, store, tiers, per_replica, fixed)
                         for router in routers]  # fmt: skip
