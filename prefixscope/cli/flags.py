@@ -10,14 +10,13 @@ from datetime import datetime
 from pathlib import Path
 
 from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.ingest.formats.base import MAX_BLOCK_SIZE
 from prefixscope.tenants import check_tenant
 
 DEFAULT_WAREHOUSE = "prefixscope.duckdb"
 
 #: The largest value any integer flag takes (int64: what the warehouse's BIGINT columns hold).
 INT64_MAX = 2**63 - 1
-#: The largest block size accepted (tokens per block): far above any engine's (16 to 512).
-MAX_BLOCK_SIZE = 1_048_576
 #: The largest --capacity-gib accepted: 1 PiB of KV cache.
 MAX_GIB = 2.0**20
 #: The largest --load-scale: a thousand times the logged traffic.

@@ -127,6 +127,26 @@ def holds_text(path: Path, chunk_bytes: int = 1 << 20) -> bool:
             return True
 
 
+def first_line(path: Path, limit: int = 1 << 20) -> bytes | None:
+    """The file's first line that holds anything but whitespace (a gzip file once inflated),
+    None when there is none within ``limit`` bytes or the stream breaks before it."""
+    seen = b""
+    with path.open("rb") as raw:
+        try:
+            for chunk in _chunks(raw, 1 << 16):
+                seen += chunk
+                lines = seen.split(b"\n")
+                for line in lines[:-1]:
+                    if line.strip():
+                        return line
+                if len(seen) > limit:
+                    return None
+                seen = lines[-1]
+        except (EOFError, zlib.error):
+            return None
+    return seen if seen.strip() else None
+
+
 def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
     """Yield ``items`` while a background thread already produces the next ``depth`` of them.
 

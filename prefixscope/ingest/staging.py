@@ -41,6 +41,7 @@ from prefixscope.ingest.formats.base import (
     judge_tenants,
     mark_rejected,
 )
+from prefixscope.ingest.formats.mooncake import own_settings
 from prefixscope.ingest.formats.openai import check_chat_template
 from prefixscope.ingest.formats.paths import parse_path, show_path
 from prefixscope.ingest.lines import FileReadState, prefetch
@@ -170,6 +171,8 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
     check_inputs(paths, format_name)
     if format_name == "openai":
         check_chat_template(options)
+    if format_name == "mooncake" and paths:  # a line may say its block size: the first one's
+        options = own_settings(Path(paths[0]), options)
     result = Staged(format_name, options, [], (), Path(tempfile.mkdtemp(prefix="prefixscope-")))
     # Removed by close(); else when the object is collected or the interpreter exits.
     weakref.finalize(result, shutil.rmtree, result.staging_dir, True)

@@ -21,6 +21,8 @@ from prefixscope.tenants import check_tenant, tenant_problem
 #: epoch means a log whose timestamps are already absolute epoch times keeps its real times.
 DEFAULT_START = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_TENANT = "default"
+#: The largest block size accepted (tokens per block): far above any engine's (16 to 512).
+MAX_BLOCK_SIZE = 1_048_576
 #: Plausible arrival times (epoch microseconds): a line whose timestamp, after its unit and
 #: ``--start``, lands outside [1970-01-01, 2100-01-01) UTC -- or overflows, or is not finite -- is
 #: rejected as ``timestamp_out_of_range`` (epoch microseconds in a milliseconds field land in the

@@ -1,11 +1,16 @@
 """Mooncake (FAST'25) traces: ``timestamp`` (ms, relative), ``input_length``,
 ``output_length``, ``hash_ids`` (prefix-chained block ids, taken as they are); the tenant from
 ``--tenant-field PATH`` when one is mapped (a string or an integer, required), else
-``--tenant``. Other fields a line carries are ignored."""
+``--tenant``. A line may say its own ``block_size`` (``prefixscope export`` and the KVCache.AI
+simulator's traces do): without ``--block-size`` the first line's is the ingest's, and a line
+that says another is refused (``block_size_mismatch``). An export's ``last_token_rule: true``
+on the first line reads the file as ``--full-blocks`` would. Other fields are ignored."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -16,6 +21,7 @@ from prefixscope import sql
 from prefixscope.ingest.formats import plain
 from prefixscope.ingest.formats.base import (
     MAX_ARRIVAL_US,
+    MAX_BLOCK_SIZE,
     MIN_ARRIVAL_US,
     IngestOptions,
     JsonLines,
@@ -23,6 +29,7 @@ from prefixscope.ingest.formats.base import (
 )
 from prefixscope.ingest.formats.jsonfields import Field
 from prefixscope.ingest.formats.paths import json_pointer, parse_path
+from prefixscope.ingest.lines import first_line
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,25 @@ class Mooncake(JsonLines):
         finally:
             con.unregister("batch")
         return pa.concat_tables([parsed, conform(slow)]).sort_by("line")
+
+
+def own_settings(path: Path, options: IngestOptions) -> IngestOptions:
+    """``options`` with what the file's first line says of itself where no flag says it: its
+    ``block_size`` (a positive integer) and, when it is ``true``, its ``last_token_rule`` (the
+    file then names full blocks only, as ``--full-blocks``)."""
+    raw = first_line(path)
+    try:
+        line = json.loads(raw) if raw is not None else None
+    except (ValueError, RecursionError):
+        return options  # the line is for the rules to judge
+    if not isinstance(line, dict):
+        return options
+    size = line.get("block_size")
+    if options.block_size is None and type(size) is int and 0 < size <= MAX_BLOCK_SIZE:
+        options = replace(options, block_size=size)
+    if line.get("last_token_rule") is True and not options.full_blocks:
+        options = replace(options, full_blocks=True)
+    return options
 
 
 def _in_line_order(rows: pa.Table) -> pa.Table:

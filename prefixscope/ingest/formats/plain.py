@@ -27,6 +27,8 @@ from prefixscope.ingest.formats.paths import json_pointer, parse_path
 
 #: The fields every Mooncake line has, read as their raw JSON by the fast path.
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+#: A field a line may have: its own block size (``prefixscope export`` writes it).
+LINE_BLOCK_SIZE = "block_size"
 #: Digits of a plain integer length, and of an id (under 10**19 < 2**64: never overflows).
 _LENGTH_DIGITS = 15
 _ID_DIGITS = 19
@@ -34,18 +36,19 @@ _ID_DIGITS = 19
 
 def fast_query(tenant_path: str | None) -> tuple[str, dict[str, object]] | None:
     """The fast path's SQL and its parameters: the ``json_transform`` structure (the four
-    fields and, when a tenant is mapped, the top-level key of its path, each read as raw JSON)
-    and where the tenant lies under that key (a JSON Pointer, ``$``: the key itself). None when
-    the tenant path is the line itself, or its first key is one of the four fields (compared
+    fields, the line's own ``block_size`` and, when a tenant is mapped, the top-level key of
+    its path, each read as raw JSON) and where the tenant lies under that key (a JSON Pointer,
+    ``$``: the key itself). None when the tenant path is the line itself, or its first key is
+    one of those fields (compared
     without case: the structure's names must differ so): then every line takes the full rule
     chain. The path's keys are parameters, never SQL text."""
-    structure: dict[str, object] = dict.fromkeys(FIELDS, "JSON")
+    structure: dict[str, object] = dict.fromkeys((*FIELDS, LINE_BLOCK_SIZE), "JSON")
     query = sql.load("ingest/mooncake_fast")
     if not tenant_path:  # one query either way: the tenant column is then NULL, never read
         params = {"structure": json.dumps(structure), "tenant_key": FIELDS[0]}
         return query, {**params, "tenant_rest": "$", "has_tenant": False}
     keys = parse_path(tenant_path)
-    if not keys or keys[0].lower() in FIELDS:
+    if not keys or keys[0].lower() in (*FIELDS, LINE_BLOCK_SIZE):
         return None
     structure[keys[0]] = "JSON"
     params = {
@@ -87,6 +90,10 @@ def plain_rows(
     ok &= input_tokens > 0
     ceil = 0 if options.full_blocks else block_size - 1
     ok &= np.diff(ids_offsets) == (input_tokens + ceil) // block_size
+    # a line's own block size, when it says one, is the ingest's (else mooncake.sql refuses it)
+    own = raw[LINE_BLOCK_SIZE]
+    agree = pc.or_(pc.is_null(own), pc.is_in(own, pa.array(["null", str(block_size)])))
+    ok &= np.asarray(agree.to_numpy(zero_copy_only=False), dtype=bool)
     ts = np.asarray(pc.cast(pc.if_else(pa.array(ok), raw["timestamp"], "0"), pa.float64()))
     # The same double arithmetic as mooncake.sql's range rule, so the same lines pass.
     at = float(options.start_us) + ts * 1000.0

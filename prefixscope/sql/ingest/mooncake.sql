@@ -11,7 +11,8 @@
 -- Out: one row per input line: `reason` is NULL for an accepted line, else the first rule it
 --      breaks (`detail` says how, without quoting the line). Rules, in order:
 --      blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
---      wrong_type, out_of_range, timestamp_out_of_range, block_count_mismatch.
+--      wrong_type, out_of_range, timestamp_out_of_range, block_size_mismatch (the line says a
+--      `block_size` other than $block_size: an integer, when it says one), block_count_mismatch.
 WITH decoded AS (
     SELECT line,
            octet_length(raw) AS nbytes,
@@ -30,7 +31,8 @@ typed AS (
            json_type(j, '$.output_length') AS t_out,
            json_type(j, '$.hash_ids')      AS t_ids,
            json_type(j, '$.hash_ids[*]')   AS t_id_items,
-           json_type(j, $tenant_path)      AS t_tenant
+           json_type(j, $tenant_path)      AS t_tenant,
+           json_type(j, '$.block_size')    AS t_bs
     FROM parsed
 ),
 valued AS (
@@ -48,7 +50,9 @@ valued AS (
                 THEN json_extract(j, $tenant_path)::VARCHAR END                      AS tenant_value,
            coalesce(t_tenant IN ('UBIGINT', 'BIGINT', 'DOUBLE') AND NOT
                (abs(TRY_CAST(json_extract(j, $tenant_path)::VARCHAR AS DOUBLE)) < 1e18), false)
-                                                                             AS tenant_huge
+                                                                             AS tenant_huge,
+           CASE WHEN t_bs IN ('UBIGINT', 'BIGINT')
+                THEN TRY_CAST(j ->> '$.block_size' AS BIGINT) END                   AS line_block_size
     FROM typed
 ),
 needed AS (
@@ -82,6 +86,8 @@ judged AS (
               OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 < $min_us
               OR epoch_us($start::TIMESTAMPTZ) + ts_ms * 1000.0 >= $max_us
                                                                  THEN 'timestamp_out_of_range'
+            WHEN coalesce(t_bs, 'NULL') <> 'NULL'
+             AND coalesce(line_block_size <> $block_size, true)    THEN 'block_size_mismatch'
             WHEN n_ids <> blocks_needed                            THEN 'block_count_mismatch'
         END AS reason
     FROM needed
@@ -120,6 +126,9 @@ SELECT
             lambda x: x IS NOT NULL), '; ')
         WHEN 'timestamp_out_of_range' THEN
             'timestamp (milliseconds after --start) is not finite or lands outside 1970-01-01..2100-01-01'
+        WHEN 'block_size_mismatch' THEN format(
+            'the line says block_size {}; this ingest reads blocks of {} tokens (the first line''s, or --block-size)',
+            left(json_extract(j, '$.block_size')::VARCHAR, 40), $block_size)
         WHEN 'block_count_mismatch' THEN format(
             'hash_ids has {} blocks; input_length {} at block size {} needs {}',
             n_ids, input_tokens, $block_size, blocks_needed)

@@ -11,7 +11,8 @@
 -- the rest of the path under it; `$` when the path is that one key); $has_tenant;
 -- $max_line_bytes. The key and the pointer are bound parameters: a path is data, never SQL text.
 -- Out: `line`, the raw JSON text of each field, for the lines that have all four (not null),
--- and `tenant`: the raw JSON at the tenant path (NULL when absent, or without a tenant field).
+-- `block_size`: the raw JSON of the line's own block size (NULL when absent), and `tenant`:
+-- the raw JSON at the tenant path (NULL when absent, or without a tenant field).
 -- MATERIALIZED: else the parse is repeated for every field taken out of its result.
 WITH fields AS MATERIALIZED (
     SELECT line, try(json_transform(try(decode(raw)), $structure)) AS f
@@ -23,6 +24,7 @@ SELECT line,
        f.input_length::VARCHAR AS input_length,
        f.output_length::VARCHAR AS output_length,
        f.hash_ids::VARCHAR AS hash_ids,
+       f.block_size::VARCHAR AS block_size,
        CASE WHEN NOT $has_tenant THEN NULL
             WHEN $tenant_rest = '$' THEN struct_extract(f, $tenant_key)
             ELSE json_extract(struct_extract(f, $tenant_key), $tenant_rest)
