@@ -180,12 +180,25 @@ def connect(
                 "give --warehouse a path you may write"
             ) from None
     existed = path.exists()
+    if existed and not path.is_file():  # a FIFO, a device: reading it could block or destroy
+        raise WarehouseError(
+            f"{path} is not a regular file — give --warehouse a new path or a prefixscope "
+            "warehouse"
+        )
     if existed and _header(path).startswith(b"SQLite format 3"):
         # Caught here: DuckDB would first try to fetch its SQLite extension, a slow failure
         # on a machine without network.
         raise WarehouseError(
             f"{path} is not a DuckDB file (it is SQLite) — give --warehouse a new path or a "
             "prefixscope warehouse"
+        )
+    header = _header(path) if existed else b""
+    if header and header[8:12] != b"DUCK":
+        # DuckDB itself would open a CSV, JSON or Parquet file as an empty database of views
+        # over it, so an ingest would report its rows and keep none
+        raise WarehouseError(
+            f"{path} is not a DuckDB file — give --warehouse a new path or a prefixscope "
+            "warehouse"
         )
     con = _open(path, read_only, lock_timeout, fresh=not existed)
     try:

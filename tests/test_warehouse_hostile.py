@@ -365,3 +365,42 @@ def test_a_not_null_this_version_dropped_is_dropped_once(tmp_path, bundled_wareh
     before = (sha(wh), wh.stat().st_mtime_ns)
     warehouse.connect(wh).close()
     assert (sha(wh), wh.stat().st_mtime_ns) == before
+
+
+def _parquet(path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": [1, 2]}), path)
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("rows.csv", lambda p: p.write_text("a,b\n1,2\n")),
+        ("rows.json", lambda p: p.write_text('{"a": 1}\n')),
+        ("rows.jsonl", lambda p: p.write_text('{"a": 1}\n{"a": 2}\n')),
+        ("rows.parquet", _parquet),
+        ("pipe", lambda p: os.mkfifo(p)),
+    ],
+)
+@pytest.mark.parametrize("command", ["ingest", "simulate"])
+def test_a_file_that_is_not_a_duckdb_warehouse_is_refused_and_left_alone(
+    tmp_path, capsys, sample_path, name, make, command  # noqa: ANN001
+) -> None:
+    """DuckDB opens a CSV, JSON or Parquet file as an empty database of views over it, so an
+    ingest would report its rows and keep none; a FIFO would block the open. Each is refused
+    in one line, exit 2, and left as it was."""
+    wh = tmp_path / name
+    make(wh)
+    before = None if wh.is_fifo() else wh.read_bytes()
+    args = {
+        "ingest": ["ingest", "--format", "mooncake", "--input", str(sample_path)],
+        "simulate": ["simulate", "--policy", "lru", "--capacity-blocks", "10"],
+    }[command]
+    assert main([*args, "--warehouse", str(wh)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "not a DuckDB file" in err or "not a regular file" in err
+    assert (wh.is_fifo() if before is None else wh.read_bytes() == before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]

@@ -1,9 +1,13 @@
 """Write a file whole or not at all: into a temporary file beside it, then ``os.replace`` onto
 it. A reader (node_exporter's textfile collector, a replay tool) sees the old file or the new
-one, never half of either; a failure leaves no temporary file and the old file as it was."""
+one, never half of either; a failure leaves no temporary file and the old file as it was. Only
+a regular file is ever replaced: a symbolic link, a device or a pipe at the path is refused,
+never turned into a file. A temporary file names its writer's process, so one left by a
+process that was killed is removed by the next write to the same path."""
 
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import tempfile
@@ -21,15 +25,47 @@ def check_writable(out: Path, flag: str = "--out") -> None:
         raise ValueError(f"{flag} {out}: the folder {folder} does not exist — create it first")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {out}: the folder {folder} is not writable — give another path")
+    check_regular(out, flag)
     if out.exists() and not os.access(out, os.W_OK):
         raise ValueError(f"{flag} {out} is not writable — give another path")
+
+
+def check_regular(out: Path, flag: str = "--out") -> None:
+    """Refuse a path that holds something other than a regular file: replacing it would turn a
+    symbolic link, a device (``/dev/null``) or a pipe into a file."""
+    if out.is_symlink():
+        raise ValueError(f"{flag} {out} is a symbolic link — give the path of a regular file")
+    if out.exists() and not out.is_file():
+        raise ValueError(
+            f"{flag} {out} is not a regular file (a device or a pipe) — give a file path"
+        )
+
+
+def _remove_stale(out: Path) -> None:
+    """Temporary files of earlier writes to ``out`` whose process has ended (killed)."""
+    for temp in out.parent.glob(f".{glob.escape(out.name)}.*.partial"):
+        pid = temp.name[len(out.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            temp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_lines(out: Path, lines: Iterable[str], *, gz: bool | None = None) -> int:
     """Write ``lines`` (each without its newline) to ``out``, gzip-compressed when ``gz`` (by
     default: when the name ends in ``.gz``); returns the lines written."""
     gz = out.name.endswith(".gz") if gz is None else gz
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial")
+    _remove_stale(out)
+    prefix = f".{out.name}.{os.getpid()}."
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=prefix, suffix=".partial")
     temp = Path(name)
     count = 0
     try:
@@ -46,6 +82,7 @@ def write_lines(out: Path, lines: Iterable[str], *, gz: bool | None = None) -> i
             raw.flush()
             os.fsync(raw.fileno())
         os.chmod(temp, 0o644)  # mkstemp's 0600 would keep a collector of another user out
+        check_regular(out)  # again: the path may have changed while the lines were written
         os.replace(temp, out)
     except BaseException:
         temp.unlink(missing_ok=True)

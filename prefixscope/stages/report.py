@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prefixscope import warehouse
 from prefixscope.dashboards import build_report
+from prefixscope.export.atomic import check_regular
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ def run(wh: str | Path, settings: ReportSettings) -> Path:
     written. The page is written beside ``out`` and renamed onto it when whole, so a failure
     (a full disk) leaves no half page, and an earlier page at ``out`` as it was."""
     out = Path(settings.out)
+    check_regular(out)  # a link, a device or a pipe is never replaced by the page
     partial = out.with_name(f".{out.name}.partial")  # same folder: the rename is atomic
     with warehouse.StageRun(wh, "report", settings) as run, run.reading() as con:
         try:
