@@ -5,11 +5,14 @@ bound: the one reader ``analysis/cost/hfconfig.py``, ``analysis/cost/gpufile.py`
 At most ``max_bytes + 1`` bytes are read, so a wrong path to a large file (a log, a model's
 weights) costs no more than that and stops in one line. Every failure is a ValueError of one
 line, ``WHAT — WHAT TO DO``: the file cannot be opened (missing, a folder, no permission), is
-larger than the bound, or is not UTF-8. Parsing it is the caller's.
+not a regular file (a FIFO, which would block the read, a device), is larger than the bound,
+or is not UTF-8. Parsing it is the caller's.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 
@@ -17,7 +20,12 @@ def read_text(path: str | Path, max_bytes: int, what: str, fix: str) -> str:
     """The UTF-8 text of ``path``; ``what`` names the file in a refusal (``a config.json``),
     ``fix`` says what to do (``fix the GPU file``)."""
     try:
-        with open(path, "rb") as f:
+        # opened without blocking, so a FIFO with no writer cannot hang the command; then
+        # anything but a regular file (a pipe, a device, a socket) is refused unread
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ValueError(f"{path} is not a regular file: not {what} — {fix}")
             data = f.read(max_bytes + 1)
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc} — check the path") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -233,15 +234,19 @@ def test_the_flows_savings_model_may_be_a_config(tmp_path: Path) -> None:
 def test_every_flag_file_is_read_with_one_bound_and_the_same_words(
     tmp_path: Path, read, limit
 ) -> None:  # noqa: ANN001
-    """``prefixscope/textfile.py``: a missing file, a folder, bytes that are not UTF-8, and a
-    file past the reader's bound are each one line, before any parsing."""
+    """``prefixscope/textfile.py``: a missing file, a folder, a FIFO (which would block the
+    read forever), bytes that are not UTF-8, and a file past the reader's bound are each one
+    line, before any parsing."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
     big = tmp_path / "big"
     big.write_bytes(b" " * (16 * 2**20 + 1))
     bad = tmp_path / "bad"
     bad.write_bytes(b"\xff\xfe name")
     for path, says in [
         (tmp_path / "missing", "cannot read"),
-        (tmp_path, "cannot read"),
+        (tmp_path, "cannot read|is not a regular file"),
+        (fifo, "is not a regular file"),
         (bad, "is not UTF-8 text"),
         (big, f"is larger than {limit}"),
     ]:
