@@ -240,3 +240,17 @@ def test_a_cached_prefix_keeps_only_a_window_on_sliding_layers(
     # a dense model keeps every block on every layer
     llama = CATALOG["llama-3-8b"]
     assert llama.prefix_kv_bytes(tokens, block) == blocks * block * llama.kv_bytes_per_token()
+
+
+@pytest.mark.parametrize("name", ["h100", "H200", "h100-80gb", "my-h100"])
+def test_a_custom_gpu_never_takes_a_name_the_catalog_reads_as_its_own(
+    tmp_path: Path, name: str
+) -> None:
+    """A GPU file named ``h100`` (1,000 GiB of HBM) would be priced, sized and linked as the
+    catalog's H100 wherever a later step looks it up by name: refused, in either form."""
+    path = tmp_path / "g.toml"
+    path.write_text(f'name = "{name}"\ntflops = 400\ntbps = 2.0\nhbm_gib = 1000\n')
+    for text in (str(path), f"{name}:400:2.0"):
+        with pytest.raises(ValueError, match="reads as the catalog's h") as caught:
+            resolve_gpu(text)
+        assert "\n" not in str(caught.value) and " — " in str(caught.value)

@@ -77,7 +77,7 @@ def test_fp8_weights_read_the_fp8_tables() -> None:
     [
         (["--gpu", "l40s"], "no measured kernels for GPU 'l40s'"),
         (["--deployment", "mi300x"], "no measured kernels for GPU 'mi300x'"),
-        (["--gpu", "h100:989:3.35"], "h100 is a custom GPU spec"),
+        (["--gpu", "mygpu:989:3.35"], "mygpu is a custom GPU spec"),
         (["--gpu", "a100", "--model", "deepseek-v3", "--deployment", "a100x8"], "no fp8 GEMMs"),
     ],
 )

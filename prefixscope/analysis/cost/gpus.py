@@ -133,6 +133,7 @@ def resolve_gpu(text: str) -> GpuSpec:
 def gpu_from_file(path: str) -> GpuSpec:
     """A spec from a TOML file (``gpufile.py``: every key checked there)."""
     v = read_gpu_file(path)
+    _own_name(str(v["name"]), f"{path}: the GPU file's name", "fix the GPU file")
 
     def get(key: str) -> float | None:
         value = v.get(key)
@@ -150,6 +151,20 @@ def gpu_from_file(path: str) -> GpuSpec:
     )
 
 
+def _own_name(name: str, what: str, fix: str) -> None:
+    """A custom GPU never takes a name the catalog reads as one of its own: every later
+    lookup by that name (a fleet row's GPU, its price, its host link) would find the catalog's
+    part, not this one."""
+    try:
+        known = resolve_gpu(name)
+    except ValueError:
+        return
+    raise ValueError(
+        f"{what} {name!r} reads as the catalog's {known.name} — give it a name of its own "
+        f"({fix})"
+    )
+
+
 def custom_gpu(text: str) -> GpuSpec:
     """``NAME:TFLOPS:TBPS``, each figure a finite number within the bounds above; ValueError,
     naming the figure and its bounds, otherwise."""
@@ -162,6 +177,7 @@ def custom_gpu(text: str) -> GpuSpec:
         raise ValueError(
             f"a GPU spec's name is 1 to 64 letters, digits, '.', '_' or '-', got {name!r} — {form}"
         )
+    _own_name(name, "a GPU spec's name", form)
     figures = (
         ("TFLOPS", tflops, MIN_TFLOPS, MAX_TFLOPS),
         ("TBPS", tbps, MIN_TBPS, MAX_TBPS),
