@@ -537,3 +537,28 @@ def test_only_the_console_handlers_hold_the_filter_and_only_while_the_flow_runs(
         inside = filtered()
     assert PrefectConsoleHandler in inside and APILogHandler not in inside
     assert not filtered()
+
+
+SLO = ["plan", "--deployments", "h100x1", "--model", "llama-3-8b"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        # float() reads other scripts' digits and underscores; a person's number is ASCII
+        ([*SLO, "--slo", "ttft-p95=２"], "the limit must be a number"),
+        ([*SLO, "--slo", "ttft-p95=1_0_"], "the limit must be a number"),
+        ([*SLO, "--slo", "ttft-p95=1_0"], "the limit must be a number"),
+        ([*SLO, "--slo", "ttft-p95=2", "--slo-window", "１h"], "--slo-window"),
+        ([*SLO, "--slo", "ttft-p95=2", "--slo-window", "36_00"], "--slo-window"),
+        # text that is data must be UTF-8: not a codec error, the flag named
+        (["export", "--format", "mooncake", "--salt", "s\udcff"], "--salt: s\\xff is not UTF-8"),
+        (["explain", "--request", "r\udcff"], "--request: r\\xff is not UTF-8"),
+    ],
+)
+def test_a_number_or_text_no_person_types_is_refused_by_its_flag(
+    tmp_path, capsys, argv, needle  # noqa: ANN001
+) -> None:
+    status, wh = run(tmp_path, argv)
+    assert needle in one_line(capsys, status)
+    assert not wh.exists()

@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 def arguments(p: argparse.ArgumentParser) -> None:
     flags.warehouse(p)
     p.add_argument(
-        "--request", required=True, metavar="ID", help="a request_id, or a log request id"
+        "--request",
+        required=True,
+        type=flags.utf8_text,
+        metavar="ID",
+        help="a request_id, or a log request id",
     )
     p.add_argument("--policy", default="lru", choices=list(POLICIES), help="(%(default)s)")
     p.add_argument(

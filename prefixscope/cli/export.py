@@ -12,6 +12,7 @@ EXPORT_FORMATS = ("bailian", "mooncake")
 
 
 def salt(text: str) -> str:
+    text = flags.utf8_text(text)
     if not text.strip():
         raise argparse.ArgumentTypeError("the salt is empty — give a secret of your own")
     return text

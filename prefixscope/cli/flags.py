@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -29,6 +30,17 @@ MAX_LOAD_SCALE = 1_000.0
 _INT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")
 #: A decimal number, the same way: no ``nan``, ``inf`` or hexadecimal; bounds are checked after.
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:_[0-9]+)*(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def utf8_text(text: str) -> str:
+    """A flag's text that is data, not a path: it must be UTF-8 (an argument that is not comes
+    in with surrogate escapes, which no encoder takes later)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text)[:40].decode("utf-8", "backslashreplace")
+        raise argparse.ArgumentTypeError(f"{shown} is not UTF-8 text") from None
+    return text
 
 
 def _int(text: str) -> int:
@@ -170,7 +182,7 @@ def out_file(text: str) -> str:
 def duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600}
     try:
-        value = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+        value = number(text[:-1]) * units[text[-1]] if text[-1] in units else number(text)
     except (ValueError, IndexError):
         raise argparse.ArgumentTypeError(
             f"expected a duration like 30s, 5m, 1h: {text!r}"

@@ -27,6 +27,9 @@ import numpy as np
 #: The metrics an SLO may name, and the percentiles they may take.
 METRICS = ("ttft", "tpot")
 _TARGET = re.compile(r"(?P<metric>[a-z]+)-p(?P<pct>[0-9]+(?:\.[0-9]+)?)")
+#: Seconds as a person types them: ASCII digits, a decimal point, an exponent; nothing else
+#: float() would take (other scripts' digits, "1_0", "nan", "inf").
+SECONDS = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 FORM = "give METRIC-pNN=SECONDS[,...], e.g. ttft-p95=2,tpot-p95=0.05"
 #: The largest limit taken, in seconds: a day.
 MAX_LIMIT_S = 86_400.0
@@ -90,10 +93,9 @@ def parse_slo(text: str) -> Slo:
         pct = float(m.group("pct"))
         if not 0 < pct < 100:
             raise ValueError(f"{name.strip()!r}: a percentile is above 0 and below 100 — {FORM}")
-        try:
-            limit = float(value.strip().replace("_", "")) if value.strip() else math.nan
-        except ValueError:
-            limit = math.nan
+        # ASCII digits only: float() would also read "２" (a full-width 2) and "1_0"
+        word = value.strip()
+        limit = float(word) if SECONDS.fullmatch(word) and len(word) <= 40 else math.nan
         if not (math.isfinite(limit) and 0 < limit <= MAX_LIMIT_S):
             raise ValueError(
                 f"{item[:40]!r}: the limit must be a number of seconds above 0 and at most "

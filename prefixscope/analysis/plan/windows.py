@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prefixscope.analysis.plan.slo import SECONDS
 from prefixscope.analysis.trace.csr import Trace
 
 #: The default window: an hour of logged traffic.
@@ -62,10 +63,9 @@ def parse_window(text: str) -> float:
     if word == "all":
         return WHOLE
     units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    try:
-        seconds = float(word[:-1]) * units[word[-1]] if word[-1:] in units else float(word)
-    except ValueError:
-        seconds = math.nan
+    scale = units.get(word[-1:], 1.0)
+    digits = word[:-1] if word[-1:] in units else word
+    seconds = float(digits) * scale if SECONDS.fullmatch(digits) else math.nan
     if not (math.isfinite(seconds) and MIN_WINDOW_S <= seconds <= MAX_WINDOW_S):
         raise ValueError(
             f"--slo-window takes a duration of {MIN_WINDOW_S:g} s to a year (3600, 60m, 1h) or "
