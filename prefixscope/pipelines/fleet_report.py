@@ -15,6 +15,7 @@ leaves this process.
 from __future__ import annotations
 
 import errno
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +118,10 @@ def ingest(wh: str, settings: ingest_stage.IngestSettings) -> IngestResult:
 @task(cache_policy=NO_CACHE)
 def synthesize(wh: str, tenants: list[str], block_size: int) -> str:
     """A synthetic log of ``tenants`` (``prefixscope.synthetic.demo_workload``, seed 0), written
-    beside the warehouse. The same each run, so a re-ingest replaces it rather than adding it."""
-    path = Path(wh).with_name(f"{Path(wh).stem}.synthetic-{'-'.join(tenants)}.jsonl")
+    beside the warehouse under a digest of the tenants (a name may hold ``/``). The same each
+    run, so a re-ingest replaces it rather than adding it."""
+    digest = hashlib.sha256("\n".join(tenants).encode()).hexdigest()[:16]
+    path = Path(wh).with_name(f"{Path(wh).stem}.synthetic-{digest}.jsonl")
     workload = synthetic.demo_workload(tuple(tenants), block_size)
     return str(synthetic.write_bailian(path, workload, seed=0))
 
