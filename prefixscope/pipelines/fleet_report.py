@@ -117,9 +117,8 @@ def ingest(wh: str, settings: ingest_stage.IngestSettings) -> IngestResult:
 
 @task(cache_policy=NO_CACHE)
 def synthesize(wh: str, tenants: list[str], block_size: int) -> str:
-    """A synthetic log of ``tenants`` (``prefixscope.synthetic.demo_workload``, seed 0), written
-    beside the warehouse under a digest of the tenants (a name may hold ``/``). The same each
-    run, so a re-ingest replaces it rather than adding it."""
+    """A synthetic log of ``tenants`` (``synthetic.demo_workload``, seed 0) beside the warehouse,
+    named by their digest (a name may hold ``/``): the same each run, replaced by a re-ingest."""
     digest = hashlib.sha256("\n".join(tenants).encode()).hexdigest()[:16]
     path = Path(wh).with_name(f"{Path(wh).stem}.synthetic-{digest}.jsonl")
     workload = synthetic.demo_workload(tuple(tenants), block_size)
