@@ -362,6 +362,50 @@ def test_capture_refuses_bad_flags(tmp_path: Path, capsys) -> None:
     assert code == 2 and not_ours.read_text() == "hello"
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--endpoint", "tcp://127.0.0.1:70000"], "port 70000 is not a TCP port"),
+        (
+            ["--endpoint", "tcp://127.0.0.1:5557", "--endpoint", "tcp://localhost:5557"],
+            "reach one publisher",
+        ),
+        (
+            ["--endpoint", "tcp://10.0.0.1:5557", "--endpoint", "tcp://10.0.0.1:05557"],
+            "reach one publisher",
+        ),
+        (
+            ["--endpoint", "tcp://127.0.0.1:5557", "--topic", "t\udcff"],
+            "--topic: t\\xff is not UTF-8",
+        ),
+        (["--endpoint", "tcp://127.0.0.1:5557", "--topic", "x" * 70_000], "at most 65,535 bytes"),
+    ],
+)
+def test_capture_refuses_what_would_fail_or_double_later(
+    tmp_path: Path, capsys, flags: list[str], says: str
+) -> None:
+    """Each is one line, exit 2, before anything is captured: a port past 65,535 (not a "bind
+    address"), one publisher named twice (every batch would be written twice), a topic that is
+    not UTF-8 or longer than a frame holds."""
+    out = tmp_path / "x.bin"
+    assert run_cli("capture-events", *flags, "--out", out, "--duration", "0.1") == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_message_with_a_topic_longer_than_a_frame_holds_is_malformed() -> None:
+    from io import BytesIO
+
+    from prefixscope.ingest.kvevents.capture import MAX_TOPIC_BYTES, CaptureSummary, _write
+
+    summary, f = CaptureSummary(), BytesIO()
+    seq = (7).to_bytes(8, "big")
+    _write(f, 0, [b"t" * (MAX_TOPIC_BYTES + 1), seq, b"payload"], summary, {})
+    _write(f, 0, [b"t" * MAX_TOPIC_BYTES, seq, b"payload"], summary, {})
+    assert (summary.malformed, summary.batches) == (1, 1) and len(f.getvalue()) > MAX_TOPIC_BYTES
+
+
 # ---- validate --events: the simulated pool beside an engine pool of known size -------------
 
 SMALL = se.Workload(requests=160, rate_per_s=3.0, system_blocks=(3, 8), message_tokens=(20, 120))

@@ -21,6 +21,15 @@ def endpoint(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def topic(text: str) -> str:
+    from prefixscope.ingest.kvevents.capture import MAX_TOPIC_BYTES
+
+    text = flags.utf8_text(text)
+    if len(text.encode()) > MAX_TOPIC_BYTES:
+        raise argparse.ArgumentTypeError(f"a topic is at most {MAX_TOPIC_BYTES:,} bytes")
+    return text
+
+
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--endpoint",
@@ -44,13 +53,24 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="stop after this long (30s, 5m, 1h; default: at Ctrl-C)",
     )
-    p.add_argument("--topic", default="", help="the publisher's topic (its config's; empty)")
+    p.add_argument(
+        "--topic",
+        default="",
+        type=topic,
+        help="the publisher's topic (its config's; empty)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from prefixscope.ingest.kvevents.capture import capture_events
+    from prefixscope.ingest.kvevents.capture import capture_events, same_publisher
 
     out = Path(args.out)
+    twice = same_publisher(args.endpoint)
+    if twice is not None:
+        raise ValueError(
+            f"--endpoint {twice[0]} and {twice[1]} reach one publisher: every batch would be "
+            "captured twice — give each publisher once"
+        )
     # SIGTERM (a service manager's stop) ends the capture as Ctrl-C does: summary, exit 0.
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

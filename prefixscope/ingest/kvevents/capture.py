@@ -42,7 +42,7 @@ class CaptureSummary:
     batches: int = 0
     bytes_written: int = 0
     missing: int = 0  # sequence numbers skipped between two received batches
-    malformed: int = 0  # messages that were not (topic, 8-byte seq, payload): not written
+    malformed: int = 0  # not (topic of at most 64 KiB, 8-byte seq, payload): not written
     vanished: list[str] = field(default_factory=list)  # endpoints whose publisher went away
     stopped_by: str = "duration"  # duration | interrupt | stop (a signal, the caller)
     seconds: float = 0.0
@@ -58,6 +58,10 @@ class CaptureSummary:
         return text
 
 
+#: The longest topic a frame holds (its length is 16 bits); a longer one is a malformed message.
+MAX_TOPIC_BYTES = 65_535
+
+
 def check_endpoint(endpoint: str) -> str:
     """``tcp://HOST:PORT`` (or ``ipc://PATH``), the address a subscriber connects to."""
     if endpoint.startswith("ipc://") and len(endpoint) > 6:
@@ -68,12 +72,33 @@ def check_endpoint(endpoint: str) -> str:
             f"--endpoint {endpoint!r} is not tcp://HOST:PORT — give the publisher's address, "
             "e.g. tcp://127.0.0.1:5557"
         )
-    if host == "*" or not 0 < int(port) < 65536:
+    if host == "*":
         raise ValueError(
             f"--endpoint {endpoint!r} is a bind address — give the engine's host and port, "
             "e.g. tcp://127.0.0.1:5557"
         )
+    if len(port) > 5 or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"--endpoint {endpoint!r}: port {port[:10]} is not a TCP port (1 to 65535) — give "
+            "the publisher's port, e.g. tcp://127.0.0.1:5557"
+        )
     return endpoint
+
+
+def same_publisher(endpoints: list[str]) -> tuple[str, str] | None:
+    """Two of ``endpoints`` that reach one publisher (the same address, or ``localhost`` and a
+    loopback address on one port), whose every batch would be captured twice; None if none."""
+    seen: dict[str, str] = {}
+    for endpoint in endpoints:
+        host, _, port = endpoint.removeprefix("tcp://").rpartition(":")
+        host = host.strip("[]").lower()
+        if host in ("localhost", "127.0.0.1", "::1"):
+            host = "loopback"
+        key = endpoint if endpoint.startswith("ipc://") else f"{host}:{int(port)}"
+        if key in seen:
+            return seen[key], endpoint
+        seen[key] = endpoint
+    return None
 
 
 def open_capture(out: Path) -> tuple[object, int]:
@@ -189,8 +214,8 @@ def _write(
     summary: CaptureSummary,
     last_seq: dict[int, int],
 ) -> None:
-    if len(parts) != 3 or len(parts[1]) != 8:
-        summary.malformed += 1
+    if len(parts) != 3 or len(parts[1]) != 8 or len(parts[0]) > MAX_TOPIC_BYTES:
+        summary.malformed += 1  # a frame stores its topic's length in 16 bits
         return
     topic, seq_bytes, payload = parts
     seq = int.from_bytes(seq_bytes, "big", signed=True)
