@@ -92,7 +92,11 @@ class Publisher:
     thread: threading.Thread
 
 
-def start_publisher(batches: list[tuple[int, bytes]], ranks: int = 2) -> Publisher:
+def start_publisher(
+    batches: list[tuple[int, bytes]], ranks: int = 2, identity: bytes = b""
+) -> Publisher:
+    """``identity``: 16 bytes after each sequence, as a publisher with a snapshot endpoint
+    sends them (vLLM at 0aa3ce8, docs/features/kv_events.md); empty: the plain 8."""
     ctx = zmq.Context.instance()
     socks = [ctx.socket(zmq.XPUB) for _ in range(ranks)]
     base = socks[0].bind_to_random_port("tcp://127.0.0.1", min_port=20_000, max_port=60_000)
@@ -107,7 +111,7 @@ def start_publisher(batches: list[tuple[int, bytes]], ranks: int = 2) -> Publish
             sock.recv()
         seqs = [0] * ranks
         for rank, payload in batches:
-            socks[rank].send_multipart([b"", seqs[rank].to_bytes(8, "big"), payload])
+            socks[rank].send_multipart([b"", seqs[rank].to_bytes(8, "big") + identity, payload])
             seqs[rank] += 1
         time.sleep(0.05)
         for sock in socks:  # the publisher goes away: the capture hears it leave
@@ -118,8 +122,10 @@ def start_publisher(batches: list[tuple[int, bytes]], ranks: int = 2) -> Publish
     return Publisher(ports, thread)
 
 
-def capture_live(batches: list[tuple[int, bytes]], out: Path) -> tuple[object, list[str]]:
-    pub = start_publisher(batches)
+def capture_live(
+    batches: list[tuple[int, bytes]], out: Path, identity: bytes = b""
+) -> tuple[object, list[str]]:
+    pub = start_publisher(batches, identity=identity)
     stop = threading.Event()
     notices: list[str] = []
 
@@ -151,18 +157,27 @@ def events_of(wh: Path) -> list[tuple]:
         ).fetchall()
 
 
-@pytest.mark.parametrize("encoding", ["array", "map"])
-def test_live_capture_then_ingest(tmp_path: Path, encoding: str, capsys) -> None:
+@pytest.mark.parametrize(
+    ("encoding", "identity"),
+    [("array", b""), ("map", b""), ("map", bytes(range(16)))],
+    ids=["array", "map", "map-snapshot-framing"],
+)
+def test_live_capture_then_ingest(tmp_path: Path, encoding: str, identity: bytes, capsys) -> None:
     """Captured from a live publisher of two ranks, every block lands with vLLM's order, rank
-    and medium, and with the id that prefixscope's own hashing gives the prompt's block."""
+    and medium, and with the id that prefixscope's own hashing gives the prompt's block; the
+    same from a publisher whose sequence frames carry its 16-byte identity (snapshots on)."""
     out = tmp_path / "events.bin"
-    summary, notices = capture_live(fixture_batches(encoding), out)
-    assert summary.batches == 4 and summary.missing == 0 and summary.stopped_by == "stop"
+    batches = fixture_batches(encoding)
+    if identity:  # a publisher with snapshots on also sends an empty batch each idle second
+        batches.insert(1, (0, structs.encode_batch(encoding, T0 + 0.5, [], 0)))
+    summary, notices = capture_live(batches, out, identity)
+    assert summary.batches == len(batches) and summary.missing == 0
+    assert summary.stopped_by == "stop" and summary.malformed == 0
     assert len(notices) == 2 and "valid up to its last whole frame" in notices[0]
     wh = tmp_path / "wh.duckdb"
     assert run_cli("ingest", "--format", "vllm-events", "--input", out, "--warehouse", wh) == 0
     printed = capsys.readouterr().out
-    assert "4 batches, 9 events, 9 accepted, 0 rejected" in printed
+    assert f"{len(batches)} batches, 9 events, 9 accepted, 0 rejected" in printed
     ids = expected_ids()
     rows = events_of(wh)
     # Within a rank, the order is the publisher's; across ranks, the order of arrival.

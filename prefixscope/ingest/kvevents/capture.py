@@ -3,9 +3,12 @@
 vLLM's publisher (``ZmqEventPublisher`` in ``vllm/distributed/kv_events.py``, set up by
 ``--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint":
 "tcp://*:5557", "topic": ""}'``) binds a ZMQ PUB socket and sends each batch as three frames:
-``(topic, seq as 8 bytes big-endian, msgpack payload)``. Data-parallel rank ``r`` binds port
-``5557 + r``; give one ``--endpoint`` per rank. Its optional ROUTER replay socket is not used:
-a gap in ``seq`` is counted and reported, not filled.
+``(topic, seq as 8 bytes big-endian, msgpack payload)``; with a ``snapshot_endpoint`` in the
+config the sequence frame is 24 bytes, the sequence and then 16 bytes naming the publisher's
+lifetime, and an idle publisher sends an empty batch every second (both read here; the
+snapshot socket is not used). Data-parallel rank ``r`` binds port ``5557 + r``; give one
+``--endpoint`` per rank. Its optional ROUTER replay socket is not used: a gap in ``seq`` is
+counted and reported, not filled.
 
 Each batch is appended as one frame (:mod:`.framing`) with one write and flushed at once, so
 whatever stops the capture -- Ctrl-C, ``--duration``, the publisher going away, the process
@@ -60,6 +63,10 @@ class CaptureSummary:
 
 #: The longest topic a frame holds (its length is 16 bits); a longer one is a malformed message.
 MAX_TOPIC_BYTES = 65_535
+#: A batch's sequence frame: 8 bytes (the sequence, big-endian), or 24 when the publisher runs
+#: a snapshot endpoint (the sequence, then 16 bytes naming the publisher's lifetime:
+#: docs/features/kv_events.md, "Wire contract", in vLLM at 0aa3ce8).
+SEQ_FRAMES = (8, 24)
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -147,7 +154,7 @@ def capture_events(
     sockets: list[zmq.Socket] = []
     monitors: dict[zmq.Socket, int] = {}
     poller = zmq.Poller()
-    last_seq: dict[int, int] = {}
+    last_seq: dict[tuple[int, bytes], int] = {}
     start = time.monotonic()
     try:
         for i, endpoint in enumerate(endpoints):
@@ -196,7 +203,11 @@ def capture_events(
 
 
 def _drain(
-    f: object, sock: zmq.Socket, endpoint: int, summary: CaptureSummary, last_seq: dict[int, int]
+    f: object,
+    sock: zmq.Socket,
+    endpoint: int,
+    summary: CaptureSummary,
+    last_seq: dict[tuple[int, bytes], int],
 ) -> None:
     """Write every message that has arrived on ``sock``, without waiting."""
     while True:
@@ -212,17 +223,19 @@ def _write(
     endpoint: int,
     parts: list[bytes],
     summary: CaptureSummary,
-    last_seq: dict[int, int],
+    last_seq: dict[tuple[int, bytes], int],
 ) -> None:
-    if len(parts) != 3 or len(parts[1]) != 8 or len(parts[0]) > MAX_TOPIC_BYTES:
+    if len(parts) != 3 or len(parts[1]) not in SEQ_FRAMES or len(parts[0]) > MAX_TOPIC_BYTES:
         summary.malformed += 1  # a frame stores its topic's length in 16 bits
         return
-    topic, seq_bytes, payload = parts
-    seq = int.from_bytes(seq_bytes, "big", signed=True)
-    previous = last_seq.get(endpoint)
+    topic, seq_frame, payload = parts
+    seq = int.from_bytes(seq_frame[:8], "big", signed=True)
+    # with snapshots on, 16 more bytes name the publisher's lifetime: a new one counts from 0
+    publisher = (endpoint, seq_frame[8:])
+    previous = last_seq.get(publisher)
     if previous is not None and seq > previous + 1:
         summary.missing += seq - previous - 1
-    last_seq[endpoint] = seq  # a lower seq: the publisher restarted and counts from 0 again
+    last_seq[publisher] = seq  # a lower seq: the publisher restarted and counts from 0 again
     frame = encode_frame(time.time(), seq, endpoint, topic, payload)
     f.write(frame)  # type: ignore[attr-defined]
     f.flush()  # type: ignore[attr-defined]
