@@ -142,3 +142,30 @@ def test_a_next_turn_during_the_answer_hits_what_vllm_has_hashed_so_far(engine: 
     assert (2 < hit < 8) if engine == "vllm" else hit == 2
     want = reference_pool_fleet(trace, traffic, fleet, ENGINE)
     assert want.hit_blocks.tolist() == got.hit_blocks.tolist()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize(("capacity", "load"), [(32, 1.0), (32, 8.0), (40, 16.0)])
+def test_every_preemption_is_one_lookup_counted_apart(
+    engine: str, capacity: int, load: float
+) -> None:
+    """vLLM's metric keeps a preempted request's later lookups in ``preempted_*`` counters, not
+    in its hit rate: each preemption is followed by one such lookup (every request finishes),
+    which finds at most what it looks up, and the columns carry them per tenant."""
+    from prefixscope.analysis.fleet.tables import Pricing, hit_rate_rows
+
+    trace, traffic = sessions_trace(n_sessions=30, turns=6, seed=3)
+    traffic = Traffic(traffic.output_tokens * 3, traffic.sessions)
+    fleet = Fleet("session", 3, capacity, load_scale=load, engine=engine)
+    out = simulate_fleet(trace, traffic, fleet, ENGINE)
+    lookups, queried, found = out.preempted.sum(axis=0)
+    assert lookups == out.preemptions.sum() > 0
+    assert 0 <= found <= queried and (out.preempted[:, 2] <= out.preempted[:, 1]).all()
+    ceiling = np.zeros(trace.n_requests, np.int64)
+    pricing = Pricing("llama-3-8b", "h100", "roofline")
+    rows = hit_rate_rows(trace, out, ceiling, ["all"], 0, pricing)
+    rows = [r for r in rows if r["tenant"] == "*"]
+    assert [rows[0][k] for k in ("preempted_lookups", "preempted_query_tokens")] == [
+        lookups,
+        queried,
+    ]

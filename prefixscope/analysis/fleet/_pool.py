@@ -296,7 +296,11 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     if req.gen[q] == 0:
         hit = min(served(k, nb, tr.recompute_last[q]) * bs, inp)
         new = max(inp - hit, 1)
-        if req.seq[q] == NONE:  # vLLM's hit metric counts a request's first admission alone
+        if req.seq[q] != NONE:  # a lookup after a preemption: vLLM's preempted_* counters
+            req.pre_n[q] += 1
+            req.pre_q[q] += inp
+            req.pre_h[q] += hit
+        else:  # vLLM's hit metric counts a request's first admission alone
             req.hit_blocks[q] = k
             req.hit_tok[q] = hit
             req.src_tok[q, 0] = hit
@@ -306,6 +310,9 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
             )
     else:
         new = length - min(k * bs, inp) - k_ans * bs
+        req.pre_n[q] += 1
+        req.pre_q[q] += length
+        req.pre_h[q] += length - new
     rep.outstanding[i] += new - req.rem[q]
     req.rem[q] = new
     req.ctx[q] = max(length - new, 0)

@@ -126,6 +126,11 @@ class Requests(NamedTuple):
     ans_n: np.ndarray  # answer positions its generated blocks have reached (``_pool.filled``)
     ans_own: np.ndarray  # of those, the ones it holds under the answer's id
     fill: np.ndarray  # its pending block event is a fill (``_sched._push_grow``), not a take
+    # its lookups after a preemption (vLLM's ``preempted_*`` counters): how many, the tokens
+    # they looked up, the tokens they found
+    pre_n: np.ndarray
+    pre_q: np.ndarray
+    pre_h: np.ndarray
 
 
 class Replicas(NamedTuple):
@@ -253,6 +258,7 @@ def requests(n: int) -> Requests:
         np.full(n, NONE, np.int64), np.zeros(n, np.bool_), z64(), z64(), z64(),
         np.full(n, NONE, np.int64), np.zeros((n, 3), np.int64), np.zeros((n, 3), np.float64),
         zf(), zf(), np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.bool_),
+        z64(), z64(), z64(),
     )  # fmt: skip
 
 

@@ -53,6 +53,7 @@ def merge_replicas(
         cat("running_blocks_mean"),
         cat("running_blocks_p95"),
         cat("prefix_cache_blocks_mean"),
+        per_request["preempted"],
     )
 
 
@@ -68,5 +69,6 @@ def _request_arrays(o: FleetOutcome) -> dict[str, np.ndarray]:
         "source_saved_s",
         "transfer_s",
         "no_cache_s",
+        "preempted",
     )
     return {k: getattr(o, k) for k in names}

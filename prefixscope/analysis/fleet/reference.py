@@ -74,6 +74,8 @@ class _Request:
     source_tokens: list[int] = field(default_factory=lambda: [0, 0, 0])
     source_saved: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     no_cache: float = 0.0
+    # lookups after a preemption: how many, tokens looked up, tokens found (pools only)
+    preempted: list[int] = field(default_factory=lambda: [0, 0, 0])
 
 
 @dataclass

@@ -68,6 +68,7 @@ def outcome_of(
         source_saved_s=np.array([q.source_saved for q in requests], np.float64).reshape(n, 3),
         transfer_s=per_request("transfer", np.float64),
         no_cache_s=per_request("no_cache", np.float64),
+        preempted=np.array([q.preempted for q in requests], np.int64).reshape(n, 3),
         **time_weighted(replicas, width),
     )
 

@@ -255,6 +255,8 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
         served = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
         hit = min(served * bs, inp)
         new = max(inp - hit, 1)
+        if c.seq[q] != -1:  # a lookup after a preemption: counted apart, as vLLM does
+            req.preempted = [req.preempted[0] + 1, req.preempted[1] + inp, req.preempted[2] + hit]
         if c.seq[q] == -1:  # the first admission's lookup alone is the request's hit
             req.hit_blocks, req.hit_tokens = k, hit
             req.source_tokens = [hit, 0, 0]
@@ -263,6 +265,8 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
             req.source_saved = [req.no_cache - alone, 0.0, 0.0]
     else:
         new = length - min(k * bs, inp) - k_ans * bs
+        found = length - new
+        req.preempted = [req.preempted[0] + 1, req.preempted[1] + length, req.preempted[2] + found]
     req.to_prefill, req.context = new, max(length - new, 0)
     return True
 

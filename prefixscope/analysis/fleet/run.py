@@ -216,6 +216,10 @@ class FleetOutcome:
     running_blocks_mean: np.ndarray
     running_blocks_p95: np.ndarray
     prefix_cache_blocks_mean: np.ndarray
+    #: Per request, its lookups after a preemption (pools): how many, the tokens they looked
+    #: up and the tokens they found, as vLLM's ``preempted_*`` counters count them apart from
+    #: the hit rate (``v1/metrics/stats.py``).
+    preempted: np.ndarray
     #: The request at whose arrival the loop stopped (:class:`Stop`): it and every later one
     #: were never simulated, nor the steps after that arrival. -1: the whole trace ran.
     stopped_at: int = -1
@@ -332,7 +336,8 @@ def _run(  # type: ignore[no-untyped-def]
         req.done_at, rep.busy, rep.steps, rep.prefill_tok, rep.decode_tok, rep.filled_at,
         rep.now, req.src_tok, req.saved, req.xfer, req.cost_none, rep.preemptions,
         _per_busy(rep.running_s, rep.busy), weighted_p95(rep.hist, width),
-        _per_busy(rep.cached_s, rep.busy), int(halt.at[0]),
+        _per_busy(rep.cached_s, rep.busy), np.stack([req.pre_n, req.pre_q, req.pre_h], 1),
+        int(halt.at[0]),
     )  # fmt: skip
 
 

@@ -38,6 +38,14 @@ ENGINE_FIELDS = [
     ("prefix_cache_blocks_mean", pa.float64()),
 ]
 
+#: Per tenant and window, the lookups after a preemption (pools), counted apart from the hit
+#: rate as vLLM's ``preempted_*`` counters are: how many, tokens looked up, tokens found.
+PREEMPTED_FIELDS = [
+    ("preempted_lookups", pa.int64()),
+    ("preempted_query_tokens", pa.int64()),
+    ("preempted_hit_tokens", pa.int64()),
+]
+
 FLEET_HIT_RATES_SCHEMA = pa.schema(
     [
         ("tenant", pa.string()),
@@ -87,6 +95,7 @@ FLEET_HIT_RATES_SCHEMA = pa.schema(
         ("steady", pa.bool_()),
         *DEPLOYMENT_FIELDS,
         *ENGINE_FIELDS,
+        *PREEMPTED_FIELDS,
     ]
 )
 
@@ -251,6 +260,13 @@ def hit_rate_rows(
                     "ttft_mean_s": float(ttft.mean()) if some else None,
                     "warmup_requests": start if steady else None,
                     "steady": reported if steady else None,
+                    **dict(
+                        zip(
+                            [name for name, _ in PREEMPTED_FIELDS],
+                            o.preempted[mask].sum(axis=0).tolist(),
+                            strict=True,
+                        )
+                    ),
                 }
             )
     return rows

@@ -86,3 +86,9 @@ ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS preemptions BIGINT;
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS running_blocks_mean DOUBLE;
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS running_blocks_p95 DOUBLE;
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS prefix_cache_blocks_mean DOUBLE;
+-- Lookups after a preemption (vllm, sglang; 0 under ideal), counted apart from the hit rate
+-- as vLLM's preempted_requests, preempted_queries and preempted_hits are
+-- (vllm/v1/metrics/stats.py): how many, the tokens they looked up, the tokens they found.
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS preempted_lookups BIGINT;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS preempted_query_tokens BIGINT;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS preempted_hit_tokens BIGINT;
