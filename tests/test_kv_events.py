@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import signal
 import threading
@@ -263,6 +264,12 @@ BAD_CASES = [
     ("not msgpack", b"\xc1\xc1\xc1", b"", "undecodable_batch", 1),
     ("batch not an array or map", b"\x2a", b"", "malformed_batch", 1),
     ("ts not a number", msgspec.msgpack.encode(["x", []]), b"", "malformed_batch", 1),
+    # a ts that is no time, or one that overflows once in microseconds: that batch alone
+    ("ts infinite", msgspec.msgpack.encode([math.inf, []]), b"", "malformed_batch", 1),
+    ("ts minus infinite", msgspec.msgpack.encode([-math.inf, []]), b"", "malformed_batch", 1),
+    ("ts 1e308", msgspec.msgpack.encode([1e308, []]), b"", "malformed_batch", 1),
+    # arrays nested 200,000 deep: the decoder's recursion limit, not the file's end
+    ("nested 200,000 deep", b"\x91" * 200_000 + b"\x00", b"", "undecodable_batch", 1),
     ("event of the wrong block size", _bad_size(), b"", "block_size_mismatch", 1),
     ("tokens short of the blocks", _few_tokens(), b"", "token_count_mismatch", 1),
     ("a truncated file", None, encode_frame(T0, 9, 0, b"", good())[:-5], "truncated_file", 1),
@@ -292,6 +299,19 @@ def test_bad_input_lands_in_rejects(tmp_path, payload, tail, reason, count) -> N
         assert got == [(reason, "vllm-events", 2)]
         src = con.execute("SELECT lines, accepted, rejected, complete FROM sources").fetchone()
         assert src == (3 + count, 3, count, tail == b"")
+
+
+@pytest.mark.parametrize("received", [math.inf, -math.inf, math.nan, 1e308])
+def test_a_frame_whose_receive_time_is_no_time_is_one_reject(tmp_path, received) -> None:
+    """The receive time is the capture's own; a frame whose time is not one (a damaged file)
+    is rejected alone, and the batches around it land."""
+    out = tmp_path / "events.bin"
+    with out.open("wb") as f:
+        f.write(MAGIC)
+        f.write(encode_frame(T0, 0, 0, b"", good()))
+        f.write(encode_frame(received, 1, 0, b"", good()))
+    parsed = parse_capture(out, {BLOCK})
+    assert parsed.accepted == 3 and parsed.reasons == {"corrupt_frame": 1}
 
 
 @pytest.mark.parametrize(

@@ -130,14 +130,17 @@ class _Builder:
         except BatchProblem as exc:
             self.reject(frame, exc.reason, f"batch seq {seq}: {exc.detail}")
             return
-        ts_us = round(batch.ts * 1e6)
-        if not MIN_ARRIVAL_US <= ts_us < MAX_ARRIVAL_US:
+        # compared as floats first: ts 1e308 (or a receive time of inf) rounds to no integer
+        if not MIN_ARRIVAL_US <= batch.ts * 1e6 < MAX_ARRIVAL_US:
             self.reject(frame, "malformed_batch", f"batch seq {seq}: ts outside 1970..2100")
+            return
+        if not MIN_ARRIVAL_US <= received * 1e6 < MAX_ARRIVAL_US:
+            self.reject(frame, "corrupt_frame", f"batch seq {seq}: its receive time is no time")
             return
         common = {
             "frame": frame,
             "seq": seq,
-            "ts": ts_us,
+            "ts": round(batch.ts * 1e6),
             "received_ts": round(received * 1e6),
             "rank": 0 if batch.rank is None else batch.rank,
         }

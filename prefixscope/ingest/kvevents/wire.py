@@ -32,6 +32,7 @@ that cannot be read is an :class:`EventProblem` in the batch's place, so its nei
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +117,8 @@ def decode_batch(payload: bytes) -> Batch:
         raw = _decoder.decode(payload)
     except (msgspec.DecodeError, ValueError) as exc:
         raise BatchProblem("undecodable_batch", f"not msgpack: {str(exc)[:120]}") from None
+    except RecursionError:  # arrays nested thousands deep: no batch is
+        raise BatchProblem("undecodable_batch", "nested too deep to be a batch") from None
     if isinstance(raw, list):
         if len(raw) not in (2, 3):
             raise BatchProblem("malformed_batch", f"a batch array of {len(raw)} fields, not 2-3")
@@ -128,6 +131,8 @@ def decode_batch(payload: bytes) -> Batch:
         raise BatchProblem("malformed_batch", f"a batch that is a {_kind(raw)}")
     if not _number(ts):
         raise BatchProblem("malformed_batch", f"ts is a {_kind(ts)}, not a number")
+    if not math.isfinite(float(ts)):
+        raise BatchProblem("malformed_batch", f"ts is {float(ts)}, not a time")
     if not isinstance(events, list):
         raise BatchProblem("malformed_batch", f"events is a {_kind(events)}, not a list")
     if rank is not None and not (_int(rank) and 0 <= rank < 1 << 31):
