@@ -301,6 +301,21 @@ def test_bad_input_lands_in_rejects(tmp_path, payload, tail, reason, count) -> N
         assert src == (3 + count, 3, count, tail == b"")
 
 
+def test_a_batch_captured_twice_counts_once(tmp_path) -> None:
+    """The same batch (seq and bytes) twice in a capture, as one publisher captured through
+    two endpoints would give it: its events count once, the copy is one reject; a restarted
+    publisher's seq 0 with another batch is kept."""
+    out = tmp_path / "events.bin"
+    other = structs.encode_batch("map", T0 + 9, [structs.cleared("map")], 0)
+    with out.open("wb") as f:
+        f.write(MAGIC)
+        f.write(encode_frame(T0, 0, 0, b"", good()))
+        f.write(encode_frame(T0 + 1, 0, 1, b"", good()))  # the copy, through endpoint 1
+        f.write(encode_frame(T0 + 2, 0, 0, b"", other))  # seq 0 again: a restart
+    parsed = parse_capture(out, {BLOCK})
+    assert parsed.accepted == 4 and parsed.reasons == {"duplicate_batch": 1}
+
+
 @pytest.mark.parametrize("received", [math.inf, -math.inf, math.nan, 1e308])
 def test_a_frame_whose_receive_time_is_no_time_is_one_reject(tmp_path, received) -> None:
     """The receive time is the capture's own; a frame whose time is not one (a damaged file)
@@ -372,7 +387,8 @@ def test_capture_stops_on_interrupt_and_appends(tmp_path: Path) -> None:
     batches = fixture_batches("array")
     summary, _ = capture_live(batches, out)
     assert summary.batches == 4
-    pub = start_publisher([(0, good())], ranks=1)
+    later = structs.encode_batch("array", T0 + 60, [structs.cleared("array")], 0)
+    pub = start_publisher([(0, later)], ranks=1)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:

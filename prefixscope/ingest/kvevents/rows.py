@@ -16,6 +16,7 @@ or file tail that cannot be read; so ``lines = accepted + rejected`` holds, and 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,9 +238,24 @@ def parse_capture(path: Path, block_sizes: Iterable[int] | None = None) -> Parse
     builder = _Builder(None if block_sizes is None else frozenset(block_sizes))
     tails: list[FrameTail] = []
     frames = 0
+    seen: set[tuple[int, bytes]] = set()
     with path.open("rb") as f:
         for frame in read_frames(f, str(path), tails):
             frames += 1
+            # one batch written twice (one publisher captured through two endpoints, or by two
+            # captures into one file) would double its events. A batch's bytes hold its time
+            # and rank, so another batch never repeats them, even where a restarted
+            # publisher's seq does
+            key = (frame.seq, hashlib.blake2b(frame.payload).digest())
+            if key in seen:
+                builder.reject(
+                    frame.index,
+                    "duplicate_batch",
+                    f"batch seq {frame.seq} (endpoint {frame.endpoint}) is in the capture "
+                    "already, byte for byte: counted once",
+                )
+                continue
+            seen.add(key)
             builder.batch(frame.index, frame.seq, frame.received, frame.payload)
     size = path.stat().st_size
     tail = tails[0] if tails else None
