@@ -209,3 +209,25 @@ def test_a_bad_out_is_one_line_exit_2(warehouse, tmp_path, capsys, out, says) ->
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_two_rows_of_a_view_share_one_series(warehouse, tmp_path) -> None:
+    """Two savings rows that differ only in their deployment, and two SLO answers whose load
+    scales agree to six digits, are each their own series: none is dropped as a repeat."""
+    copy = tmp_path / "m.duckdb"
+    copy.write_bytes(warehouse.read_bytes())
+    with duckdb.connect(str(copy)) as con:
+        con.execute(SLO_VIEW)
+        con.execute(
+            "INSERT INTO plan_slo_answers SELECT * REPLACE (1.0000001 AS load_scale) "
+            "FROM plan_slo_answers WHERE prefix_caching"
+        )
+        con.execute(
+            "INSERT INTO savings SELECT * REPLACE ('h200x1' AS deployment) FROM savings "
+            "WHERE run_id = (SELECT max(run_id) FROM savings)"
+        )
+        rows = con.execute("SELECT count(*) FROM latest_savings").fetchone()[0]
+        got = samples(metrics_text(con))
+    assert len(got["prefixscope_gpu_seconds_saved_per_hour"]) == rows
+    scales = {dict(k)["load_scale"] for k in got["prefixscope_plan_slo_gpus"]}
+    assert scales == {"1", "1.0000001"}

@@ -75,7 +75,7 @@ SOURCES: tuple[Source, ...] = (
               "Share of prompt tokens the engines reported as cached", "ratio"),
     )),
     Source("savings", ("tenant", "policy", "isolation", "capacity_blocks", "model", "gpu",
-                       "cost_model"), (
+                       "cost_model", "deployment"), (
         Gauge("prefixscope_gpu_seconds_saved_per_hour", "gpu_seconds_saved_per_hour",
               "Prefill GPU-seconds the cache saves per hour of traffic"),
         Gauge("prefixscope_prefill_saved_ratio", "saved_share",
