@@ -109,6 +109,14 @@ def _set(*keys_value):  # type: ignore[no-untyped-def]
     return broken(mutate)
 
 
+def _on_h100(coefficients: list[float]):  # type: ignore[no-untyped-def]
+    def mutate(d: dict) -> None:
+        d["gpu"]["name"] = "h100"
+        d["cost_model"]["coefficients"] = coefficients
+
+    return broken(mutate)
+
+
 BAD_FILES = [
     # (what is wrong, how the file is written, a fragment of the one-line error)
     ("missing", None, "no such file"),
@@ -123,6 +131,9 @@ BAD_FILES = [
     ("another formula", _set("cost_model", "formula", "a + b*new"), "is not 'a + b"),
     ("an unknown model", _set("model", "name", "gpt-9"), "unknown model 'gpt-9'"),
     ("a GPU name with spaces", _set("gpu", "name", "my gpu"), "GPU name 'my gpu'"),
+    # a catalog GPU's calibration that prices prefills faster than its datasheet peak
+    ("zeros on an H100", _on_h100([0.0] * 5), "not a measurement"),
+    ("1e-300 on an H100", _on_h100([1e-300] * 5), "not a measurement"),
 ]
 
 

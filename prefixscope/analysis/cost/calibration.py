@@ -17,10 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.cost import costmodel
+from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.roofline import prefill_cost
 
 #: Where a bad file's message sends the user.
 _HINT = "give the JSON file of benchmarks/gpu_check.sh or `python -m prefixscope.gpu_replay.bench`"
@@ -146,7 +149,7 @@ def from_bench(part: Mapping[str, object], where: str, gpu: str | None = None) -
     key = (gpu or str(spec_name)).strip().lower()
     if not _GPU_NAME.fullmatch(key):
         raise ValueError(f"{where}: GPU name {key!r} — give --gpu NAME (letters, digits, . _ -)")
-    return Calibration(
+    found = Calibration(
         model=resolve_model(str(model)).name,
         device=str(device),
         gpu=key,
@@ -160,6 +163,36 @@ def from_bench(part: Mapping[str, object], where: str, gpu: str | None = None) -
         roofline_share=_optional(cost.get("roofline_share"), where),  # type: ignore[attr-defined]
         max_input_tokens=_count(max_input, f"{where}: max_input_tokens", 1),
     )
+    _above_the_floor(found, where)
+    return found
+
+
+#: How far under the roofline (every FLOP and byte at the datasheet's peak) a measured prefill
+#: may price: a little, for an FP8 model against the bf16 peak the roofline prices it at; a
+#: fit far below it (zero coefficients, 1e-300) measured nothing.
+FLOOR_SHARE = 0.4
+
+
+def _above_the_floor(c: Calibration, where: str) -> None:
+    """A calibration of a catalog GPU must price the longest prompt it was fitted on at no
+    less than :data:`FLOOR_SHARE` of the roofline's time there (a GPU the catalog does not
+    know has no floor here)."""
+    try:
+        gpu = resolve_gpu(c.gpu)
+    except ValueError:
+        return
+    new = float(c.max_input_tokens)
+    fitted = float(
+        costmodel.features(np.array([new]), np.array([0.0]), c.knees)[0] @ c.coefficients
+    )
+    floor = float(prefill_cost(resolve_model(c.model), gpu, new).seconds)
+    if not fitted >= FLOOR_SHARE * floor:
+        raise ValueError(
+            f"{where}: the fitted model prices a {new:,.0f}-token prefill of {c.model} at "
+            f"{fitted:.3g} s, under {FLOOR_SHARE:.0%} of the roofline's {floor:.3g} s at "
+            f"{gpu.name}'s datasheet peak, which no GPU beats — not a measurement; rerun the "
+            "benchmark"
+        )
 
 
 def _numbers(values: object, n: int, low: float, what: str) -> tuple[float, ...]:
