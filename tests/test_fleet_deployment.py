@@ -323,3 +323,24 @@ def test_a_gpu_files_price_is_what_the_planner_charges(tmp_path: Path) -> None:
     # a GPU the catalog knows, by name, and one known by nothing but its name
     assert Prices().gpu_price("h200") == GPUS["h200"].price_hour
     assert Prices().gpu_price("h20") == 2.5
+
+
+def test_the_slo_planner_runs_and_prices_a_gpu_file(small: Path, tmp_path: Path) -> None:
+    """``plan --slo --deployments h20.tomlx1``: the GPU of a file is looked up as that file's
+    spec (not its name, which the catalog does not know), and each GPU-hour is its price."""
+    path = gpu_file(tmp_path, price_hour=1.8, host_dram_gib=256, host_link_gbps=63)
+    argv = ["plan", "--warehouse", str(small), "--deployments", f"{path}x1",
+            "--model", "llama-3-8b", "--slo", "ttft-p95=5"]  # fmt: skip
+    assert main(argv) == 0
+    found = rows(
+        small,
+        "SELECT replicas, gpus, dram_gib_per_replica, store_gib, usd_per_hour "
+        "FROM latest_plan_slo_answers WHERE prefix_caching AND met",
+    )
+    assert found
+    spec = parse_deployment(f"{path}x1").gpu
+    for replicas, gpus, dram, store, usd in found:
+        gb = 2**30 / 1e9
+        want = Prices().per_hour(replicas, (dram or 0) * gb, (store or 0) * gb, 1, spec)
+        assert gpus == replicas and usd == pytest.approx(want, rel=1e-9)
+        assert usd >= gpus * 1.8  # the GPU-hours at the file's price, not the default 2.50

@@ -8,6 +8,7 @@ import polars as pl
 
 from prefixscope import sql
 from prefixscope.analysis.cost import shipped
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import Configuration, gpu_key
 
@@ -93,7 +94,7 @@ def load_outcomes(
 
 
 def calibrated(
-    con: duckdb.DuckDBPyConnection, model: str | ModelShape, gpu: str
+    con: duckdb.DuckDBPyConnection, model: str | ModelShape, gpu: str | GpuSpec
 ) -> tuple[str, tuple[float, ...], tuple[float, float]] | None:
     """The newest cost model fitted for (model, gpu) by a succeeded replay or calibrate run: its
     run id, coefficients and knees; else the shipped one (``analysis/cost/shipped.py``), its

@@ -141,7 +141,7 @@ def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
             trace = load_trace(con)
             traffic = load_traffic(con)
             fitted = {
-                d: calibrated(con, shape, parse_deployment(d).gpu.name)
+                d: calibrated(con, shape, parse_deployment(d).gpu)
                 for d in settings.deployments
                 if wants_calibration(settings.cost_model, parse_deployment(d).tp)
             }

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from prefixscope.analysis.cost.choice import Fitted, chosen, device, measured_for
 from prefixscope.analysis.cost.costmodel import CostModel
-from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 from prefixscope.analysis.cost.measured import many
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.roofline import prefill_cost
@@ -161,8 +161,11 @@ def cost_model(
     )
 
 
-def gpu_key(gpu: str) -> str:
-    """How ``miss_cost_models.gpu`` names the device ``gpu`` stands for."""
+def gpu_key(gpu: str | GpuSpec) -> str:
+    """How ``miss_cost_models.gpu`` names the device ``gpu`` stands for (a spec already
+    resolved, a GPU file's included: its name)."""
+    if isinstance(gpu, GpuSpec):
+        return gpu.name
     return "cpu" if gpu.lower() == "cpu" else resolve_gpu(gpu).name
 
 
