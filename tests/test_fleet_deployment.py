@@ -344,3 +344,21 @@ def test_the_slo_planner_runs_and_prices_a_gpu_file(small: Path, tmp_path: Path)
         want = Prices().per_hour(replicas, (dram or 0) * gb, (store or 0) * gb, 1, spec)
         assert gpus == replicas and usd == pytest.approx(want, rel=1e-9)
         assert usd >= gpus * 1.8  # the GPU-hours at the file's price, not the default 2.50
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["roofline", "--cached", "1000", "--new", "100"], "mine:"),
+        (["roofline", "--cached", "1000", "--new", "100", "--model", "my-8b"], "my-8b:"),
+        (["deployment", "--deployment", "h100x1"], "h100x1      mine "),
+    ],
+)
+def test_a_model_config_is_named_by_its_file_not_the_default_model(
+    tmp_path: Path, capsys, argv: list[str], named: str  # noqa: ANN001
+) -> None:
+    config = tmp_path / "mine.json"
+    config.write_text(json.dumps(CONFIG))
+    assert main([*argv, "--model-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert named in out and "llama-3-8b" not in out

@@ -21,7 +21,7 @@ def _outcomes(p: argparse.ArgumentParser) -> None:
 
 
 def roofline_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
+    p.add_argument("--model", help=f"catalog model ({DEFAULT_MODEL})")
     p.add_argument(
         "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
     )
@@ -65,7 +65,9 @@ def roofline(args: argparse.Namespace) -> int:
     from prefixscope.analysis.cost.models import resolve_model
     from prefixscope.analysis.cost.rooflinetable import format_roofline
 
-    shape = resolve_model(args.model, args.model_config)
+    # a config.json takes its own name unless --model names it; never the default model's
+    shape = resolve_model(args.model or (None if args.model_config else DEFAULT_MODEL),
+                          args.model_config)  # fmt: skip
     gpu, tp = resolve_gpu(args.gpu), args.tp or 1
     if args.deployment is not None:
         deployment = parse_deployment(args.deployment)

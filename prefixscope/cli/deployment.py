@@ -23,7 +23,7 @@ def _deployments(text: str) -> list[str]:
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL, help="catalog model (%(default)s)")
+    p.add_argument("--model", help=f"catalog model ({DEFAULT_MODEL})")
     p.add_argument(
         "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
     )
@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.analysis.cost.deployment import format_splits, memory_split, parse_deployment
     from prefixscope.analysis.cost.models import resolve_model
 
-    shape = resolve_model(args.model, args.model_config)
+    # a config.json takes its own name unless --model names it; never the default model's
+    shape = resolve_model(args.model or (None if args.model_config else DEFAULT_MODEL),
+                          args.model_config)  # fmt: skip
     splits = [
         memory_split(
             shape,
