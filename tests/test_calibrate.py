@@ -131,6 +131,18 @@ BAD_FILES = [
     ("another formula", _set("cost_model", "formula", "a + b*new"), "is not 'a + b"),
     ("an unknown model", _set("model", "name", "gpt-9"), "unknown model 'gpt-9'"),
     ("a GPU name with spaces", _set("gpu", "name", "my gpu"), "GPU name 'my gpu'"),
+    # figures no fit gives, which later overflow a column or price a prefill at years
+    ("a coefficient of 1e30", _set("cost_model", "coefficients", 0, 1e30), "above 1000"),
+    ("a knee of 1e30", _set("cost_model", "knees", [1e30, 1.0]), "above 2.14748e+09"),
+    ("2**70 fit samples", _set("cost_model", "fit_samples", 2**70), "not a whole number from"),
+    ("2**40 input tokens", _set("cost_model", "max_input_tokens", 2**40), "from 1 to"),
+    (
+        "a held-out error of 1e300",
+        _set("cost_model", "holdout_median_pct_err", 1e300),
+        "above 1e+06",
+    ),
+    ("a device with escapes", _set("device", "\x1b[2Jgpu"), "the device is not a name"),
+    ("JSON nested 100,000 deep", "[" * 100_000 + "]" * 100_000, "nested too deep"),
     # a catalog GPU's calibration that prices prefills faster than its datasheet peak
     ("zeros on an H100", _on_h100([0.0] * 5), "not a measurement"),
     ("1e-300 on an H100", _on_h100([1e-300] * 5), "not a measurement"),

@@ -99,6 +99,8 @@ def read(path: str | Path, gpu: str | None = None) -> list[Calibration]:
         data = json.loads(p.read_text("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{p} is not JSON ({exc}) — {_HINT}") from None
+    except RecursionError:
+        raise ValueError(f"{p}: JSON nested too deep to be a benchmark's file — {_HINT}") from None
     return parse(data, str(p), gpu)
 
 
@@ -144,8 +146,12 @@ def from_bench(part: Mapping[str, object], where: str, gpu: str | None = None) -
             f"{where}: formula {cost.get('formula')!r} is not {costmodel.FORMULA!r} — "  # type: ignore[attr-defined]
             "rerun the benchmark of this version"
         )
-    coef = _numbers(coefficients, len(costmodel.TERMS), 0.0, f"{where}: coefficients")
-    knee = _numbers(knees, 2, 1.0, f"{where}: knees")
+    coef = _numbers(coefficients, len(costmodel.TERMS), 0.0, f"{where}: coefficients", 1e3)
+    knee = _numbers(knees, 2, 1.0, f"{where}: knees", MAX_TOKENS)
+    if not (isinstance(device, str) and device.isprintable() and 0 < len(device) <= 128):
+        raise ValueError(
+            f"{where}: the device is not a name (1 to 128 printable characters) — {_HINT}"
+        )
     key = (gpu or str(spec_name)).strip().lower()
     if not _GPU_NAME.fullmatch(key):
         raise ValueError(f"{where}: GPU name {key!r} — give --gpu NAME (letters, digits, . _ -)")
@@ -195,27 +201,49 @@ def _above_the_floor(c: Calibration, where: str) -> None:
         )
 
 
-def _numbers(values: object, n: int, low: float, what: str) -> tuple[float, ...]:
+#: The most tokens a count or a knee of a benchmark's file may say (a prompt of 2^31 tokens is
+#: no prompt), and the largest held-out error in percent it may report.
+MAX_TOKENS = 2**31 - 1
+MAX_PCT = 1e6
+
+
+def _numbers(
+    values: object, n: int, low: float, what: str, high: float = math.inf
+) -> tuple[float, ...]:
     if not isinstance(values, list | tuple) or len(values) != n:
-        raise ValueError(f"{what}: expected {n} numbers, got {values!r} — {_HINT}")
+        raise ValueError(f"{what}: expected {n} numbers, got {_shown(values)} — {_HINT}")
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValueError(f"{what}: {v!r} is not a finite number — {_HINT}")
+            raise ValueError(f"{what}: {_shown(v)} is not a finite number — {_HINT}")
         if v < low:
             raise ValueError(f"{what}: {v!r} is below {low:g} — the fit is broken; rerun it")
+        if v > high:
+            raise ValueError(f"{what}: {v:g} is above {high:g} — the fit is broken; rerun it")
         out.append(float(v))
     return tuple(out)
 
 
+def _shown(value: object) -> str:
+    """A value as a message shows it: its repr cut to 40 characters (a huge integer's repr
+    is digits without end)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        return "an integer of more than 40 digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
 def _count(value: object, what: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{what}: {value!r} is not a whole number ≥ {low} — {_HINT}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_TOKENS:
+        raise ValueError(
+            f"{what}: {_shown(value)} is not a whole number from {low} to {MAX_TOKENS:,} — "
+            f"{_HINT}"
+        )
     return value
 
 
 def _optional(value: object, where: str) -> float | None:
     if value is None:
         return None
-    (v,) = _numbers([value], 1, 0.0, f"{where}: a held-out error or roofline share")
+    (v,) = _numbers([value], 1, 0.0, f"{where}: a held-out error or roofline share", MAX_PCT)
     return v
