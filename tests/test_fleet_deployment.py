@@ -362,3 +362,18 @@ def test_a_model_config_is_named_by_its_file_not_the_default_model(
     assert main([*argv, "--model-config", str(config)]) == 0
     out = capsys.readouterr().out
     assert named in out and "llama-3-8b" not in out
+
+
+def test_a_plan_at_a_load_no_fleet_ran_at_names_the_loads_there_are(small: Path, capsys) -> None:  # noqa: ANN001
+    """Fleets simulated at 1× only: ``plan --load-scale 2`` says so in one line (not that no
+    fleet was simulated), and writes no plan."""
+    assert main(["simulate", "--warehouse", str(small), "--policy", "ceiling,lru",
+                 "--capacity-blocks", "20,200"]) == 0  # fmt: skip
+    assert fleet(small, "--capacity-blocks", "200") == 0
+    capsys.readouterr()
+    assert main(["plan", "--warehouse", str(small), "--load-scale", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "no fleet was simulated at --load-scale 2 (the fleet runs are at 1)" in err
+    assert len(err.strip().splitlines()) == 1
+    assert rows(small, "SELECT count(*) FROM plan") == [(0,)]
+    assert main(["plan", "--warehouse", str(small)]) == 0  # at 1× it plans

@@ -75,6 +75,7 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             ceilings = _ceilings(con, settings.window, trace.block_size)
             points = _points(con, settings.window, trace.block_size)
             fleet_rows = _fleet_rows(con, settings.window)
+            _check_load_scale(fleet_rows, settings.load_scale)
             fitted = calibrated(
                 con, resolve_model(settings.model, settings.model_config), settings.gpu
             ) if wants_calibration(settings.cost_model) else None  # fmt: skip
@@ -180,6 +181,19 @@ def _points(
         if capacity not in mine or table == "hit_rates":  # a simulation over a curve's point
             mine[capacity] = Point(int(capacity), float(rate), table, run_id)
     return {k: list(v.values()) for k, v in out.items()}
+
+
+def _check_load_scale(fleet_rows: list[dict], load_scale: float) -> None:
+    """Fleet runs that exist, but none at the load scale asked: say which there are (else the
+    plan would read as if no fleet had been simulated at all)."""
+    scales = sorted({r["load_scale"] for r in fleet_rows})
+    if scales and load_scale not in scales:
+        shown = ", ".join(f"{x:g}" for x in scales[:8])
+        raise ValueError(
+            f"no fleet was simulated at --load-scale {load_scale:g} (the fleet runs are at "
+            f"{shown}) — run `prefixscope fleet --load-scale {load_scale:g} …`, or plan at "
+            "one of those"
+        )
 
 
 def _fleet_rows(con: duckdb.DuckDBPyConnection, window: str) -> list[dict]:
