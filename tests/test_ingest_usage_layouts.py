@@ -508,3 +508,23 @@ def test_a_cut_gzip_export_keeps_its_whole_spans_and_counts_the_tail(tmp_path, c
         assert con.execute("SELECT reason FROM rejects").fetchall() == [("truncated_file",)]
     assert 0 < kept < 60 and kept % 10 == 0  # whole export lines only
     assert f"{kept + 1} lines, {kept} accepted, 1 rejected — the file ends early" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "reasons", "detail"),
+    [
+        # one pretty-printed document with one byte that is not UTF-8: the document's fault
+        (lambda: json.dumps(export(span(1)), indent=1).encode().replace(b"billing", b"bill\xffng"),
+         ["invalid_utf8"], "the document is not valid UTF-8 (byte"),
+        # a line of JSON lines nested 10,000 deep: too deep to read, not "not JSON"
+        (lambda: json.dumps(export(span(1))).encode() + b"\n" + b"[" * 10_000 + b"]" * 10_000,
+         [None, "invalid_json"], "line 2 of the file nests too deeply to read"),
+    ],
+    ids=["a bad byte in one document", "a line nested 10,000 deep"],
+)
+def test_otlp_names_the_cause(tmp_path, content, reasons, detail) -> None:  # noqa: ANN001
+    path = tmp_path / "spans.json"
+    path.write_bytes(content())
+    rows = read_otlp(path).to_pylist()
+    assert [r["reason"] for r in rows] == reasons
+    assert rows[-1]["detail"].startswith(detail)

@@ -118,6 +118,11 @@ def _rows(lines: list[bytes]) -> Iterator[tuple[bytes | None, str | None, str | 
     whole = b"\n".join(lines)
     try:
         requests = [(None, loads(whole.decode("utf-8")))] if whole.strip() else []
+    except UnicodeDecodeError as exc:
+        if _one_document(whole):  # one document, a byte of it not UTF-8: that is its fault
+            yield None, "invalid_utf8", f"the document is not valid UTF-8 (byte {exc.start:,})"
+            return
+        requests = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
     except (ValueError, RecursionError):  # not one document: JSON lines of export requests
         requests = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
     for number, request in requests:
@@ -128,8 +133,11 @@ def _rows(lines: list[bytes]) -> Iterator[tuple[bytes | None, str | None, str | 
             except UnicodeDecodeError:
                 yield None, "invalid_utf8", f"{where} of the file is not valid UTF-8"
                 continue
-            except (ValueError, RecursionError):
+            except ValueError:
                 yield None, "invalid_json", f"{where} of the file is not valid JSON"
+                continue
+            except RecursionError:
+                yield None, "invalid_json", f"{where} of the file nests too deeply to read"
                 continue
         spans = _spans(request)
         if isinstance(spans, Problem):
@@ -140,6 +148,15 @@ def _rows(lines: list[bytes]) -> Iterator[tuple[bytes | None, str | None, str | 
                 yield json.dumps(span).encode(), None, None
             except RecursionError:
                 yield None, "invalid_json", f"{where}: a span nests too deeply to read"
+
+
+def _one_document(whole: bytes) -> bool:
+    """Whether ``whole`` is one JSON document once its bytes that are not UTF-8 are replaced."""
+    try:
+        loads(whole.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _spans(request: Any) -> list[dict[str, Any]] | Problem:
