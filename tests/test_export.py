@@ -209,7 +209,7 @@ def test_a_token_source_export_read_with_partial_blocks_is_refused(warehouses, t
 def test_fields_times_sessions_and_ids(warehouses, tmp_path) -> None:
     wh, _ = warehouses["tokens"]
     out = tmp_path / "t.jsonl"
-    export(wh, out, "--format", "mooncake")
+    export(wh, out, "--format", "mooncake", "--sessions")
     rows = read(out)
     with duckdb.connect(str(wh), read_only=True) as con:
         truth = con.execute(
@@ -339,3 +339,22 @@ def test_clip_keeps_twenty_and_counts_the_rest(rows, shown) -> None:
     if rows > MAX_ROWS:
         assert lines[-1] == f'… {rows - 20} more rows: duckdb wh "SELECT 1"'
     assert clip([str(i) for i in range(rows)], None) == [str(i) for i in range(rows)]
+
+
+@pytest.mark.parametrize(("fmt", "source"), [("mooncake", "tokens"), ("bailian", "hash_ids")])
+def test_sessions_are_written_only_when_asked(warehouses, tmp_path, fmt, source) -> None:  # noqa: ANN001
+    """A replay tool that reads sessions (AIPerf) replays one as a chat re-sending its earlier
+    turns, which each prompt already holds: without ``--sessions`` no line names a session or a
+    previous turn, and every request stands alone; with it, they do."""
+    wh, _ = warehouses[source]
+    plain, asked = tmp_path / "plain.jsonl", tmp_path / "sessions.jsonl"
+    export(wh, plain, "--format", fmt)
+    export(wh, asked, "--format", fmt, "--sessions")
+    keys = {k for r in read(plain) for k in r}
+    assert not keys & {"session_id", "parent"}
+    assert {r.get("parent_chat_id", -1) for r in read(plain)} == {-1}
+    said = [r for r in read(asked) if "session_id" in r or r.get("parent_chat_id", -1) != -1]
+    assert bool(said) == (source == "tokens")  # the token log has sessions; Mooncake's none
+    strip = ("session_id", "parent", "parent_chat_id")
+    same = [{k: v for k, v in r.items() if k not in strip} for r in read(asked)]
+    assert same == [{k: v for k, v in r.items() if k not in strip} for r in read(plain)]

@@ -40,6 +40,12 @@ def export_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME[,NAME...]",
         help="only these tenants' requests (default: every request)",
     )
+    p.add_argument(
+        "--sessions",
+        action="store_true",
+        help="also write each request's session and previous turn (session_id, parent; "
+        "Bailian's parent_chat_id): a replay tool that reads them re-sends earlier turns",
+    )
 
 
 def export_run(args: argparse.Namespace) -> int:
@@ -50,6 +56,7 @@ def export_run(args: argparse.Namespace) -> int:
         out=args.out,
         salt=args.salt,
         tenants=tuple(args.tenant) if args.tenant else None,
+        sessions=args.sessions,
     )
     result = export_trace(args.warehouse, settings)
     rule = ", full blocks only" if result.full_blocks else ""

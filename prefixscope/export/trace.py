@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,10 @@ class ExportSettings:
     salt: str | None = None
     #: Only these tenants' requests; None: every request of the warehouse.
     tenants: tuple[str, ...] | None = None
+    #: Write each request's session and previous turn (``session_id``, ``parent``; Bailian's
+    #: ``parent_chat_id``). Off by default: a replay tool that reads them (AIPerf) replays a
+    #: session as a chat that re-sends its earlier turns, which the prompts already hold.
+    sessions: bool = False
 
     def check(self) -> None:
         if self.format not in FORMATS:
@@ -105,6 +109,8 @@ def export_trace(wh: str | Path, settings: ExportSettings) -> ExportResult:
         ).to_arrow_table()
     block_size, full_blocks = _one_rule(table, settings)
     rows = _rows(table, settings.salt, block_size)
+    if not settings.sessions:
+        rows = replace(rows, sessions=[None] * rows.n, parents=[None] * rows.n)
     if settings.format == "bailian" and not _prefix_chained(rows):
         raise ValueError(
             "some block id follows more than one parent, and Bailian's ids are chained on "
