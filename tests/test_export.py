@@ -358,3 +358,29 @@ def test_sessions_are_written_only_when_asked(warehouses, tmp_path, fmt, source)
     strip = ("session_id", "parent", "parent_chat_id")
     same = [{k: v for k, v in r.items() if k not in strip} for r in read(asked)]
     assert same == [{k: v for k, v in r.items() if k not in strip} for r in read(plain)]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "tool"), [("mooncake", "mooncake_trace"), ("bailian", "bailian_trace")]
+)
+def test_the_export_prints_the_flags_each_replay_tool_needs(
+    warehouses,
+    tmp_path,
+    capsys,
+    fmt,
+    tool,  # noqa: ANN001
+) -> None:
+    """AIPerf's and GuideLLM's defaults (512, or 16 for Bailian) are not the export's block size:
+    the printed commands carry it, and GuideLLM's reads Mooncake's milliseconds as seconds."""
+    wh, _ = warehouses["hash_ids"]
+    out = tmp_path / "trace.jsonl"
+    capsys.readouterr()
+    export(wh, out, "--format", fmt)
+    printed = capsys.readouterr().out
+    aiperf = [x for x in printed.splitlines() if x.startswith("replay it with AIPerf: ")]
+    assert aiperf and f"--custom-dataset-type {tool} --isl-block-size 4" in aiperf[0]
+    assert f"--input-file {out}" in aiperf[0]
+    guidellm = [x for x in printed.splitlines() if x.startswith("replay it with GuideLLM: ")]
+    assert bool(guidellm) == (fmt == "mooncake")
+    if guidellm:
+        assert f"source.path={out},hash_id_block_size=4,time_scale=0.001" in guidellm[0]

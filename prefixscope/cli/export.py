@@ -66,6 +66,8 @@ def export_run(args: argparse.Namespace) -> int:
         f"{result.block_size} tokens a block{rule}"
     )
     print(f"read it back with: {result.reingest()}")
+    for line in result.replays():
+        print(f"replay it with {line}")
     return 0
 
 

@@ -75,6 +75,23 @@ class ExportResult:
             words.append("--full-blocks")
         return shlex.join(words)
 
+    def replays(self) -> list[str]:
+        """How the replay tools take the file (docs/export.md, "Which replay tools read the
+        file"): each tool's command with the flags this file needs, the rest left to the user."""
+        out, n = shlex.quote(str(self.out)), self.block_size
+        kind = {"mooncake": "mooncake_trace", "bailian": "bailian_trace"}[self.format]
+        lines = [
+            f"AIPerf: aiperf profile --input-file {out} --custom-dataset-type {kind} "
+            f"--isl-block-size {n} …"
+        ]
+        if self.format == "mooncake":
+            data = (
+                f"kind=mooncake,source.kind=json_file,source.path={self.out},"
+                f"hash_id_block_size={n},time_scale=0.001"
+            )
+            lines.append(f"GuideLLM: guidellm run --data {shlex.quote(data)} …")
+        return lines
+
 
 @dataclass(frozen=True)
 class Rows:
