@@ -66,7 +66,7 @@ def round_trip(name: str, wh: Path, folder: Path, capacities: str, salt: str | N
     )  # fmt: skip
     export_s = time.perf_counter() - started
     again = folder / f"{name}-again.duckdb"
-    reingest = said.split("read it back with: ", 1)[1].strip()
+    reingest = said.split("read it back with: ", 1)[1].splitlines()[0].strip()
     words = shlex.split(reingest)[1:]
     words[words.index("--warehouse") + 1] = str(again)
     cli(*words)

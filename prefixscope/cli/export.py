@@ -60,6 +60,8 @@ def export_run(args: argparse.Namespace) -> int:
     )
     result = export_trace(args.warehouse, settings)
     rule = ", full blocks only" if result.full_blocks else ""
+    if result.tails:
+        rule += f" (and {result.tails:,} ids of partial tails, each on one line)"
     print(
         f"{result.out}: {result.requests:,} requests of {result.tenants:,} tenant(s), "
         f"{result.lookups:,} block ids ({result.blocks:,} distinct), "

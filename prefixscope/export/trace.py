@@ -65,6 +65,7 @@ class ExportResult:
     block_size: int
     full_blocks: bool  # token-source rows: ids of full blocks only, the last token computed
     tenants: int
+    tails: int = 0  # ids written for partial tails of token-source rows (named by one line)
 
     def reingest(self, wh: str = "copy.duckdb") -> str:
         """The ingest that reads the file back as the warehouse holds it."""
@@ -110,6 +111,9 @@ class Rows:
     types: list[str | None]
     offsets: np.ndarray
     ids: np.ndarray
+    #: Token-source rows: full blocks hashed, the last token always computed (each line says
+    #: ``last_token_rule``; a partial tail's id is the line's own, ``_with_tails``).
+    full_blocks: bool = False
 
     def hash_ids(self, i: int) -> list[int]:
         return self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()
@@ -134,17 +138,41 @@ def export_trace(wh: str | Path, settings: ExportSettings) -> ExportResult:
             "ingest, which would tell them apart — export this trace with --format mooncake"
         )
     out = Path(settings.out)
+    blocks = int(rows.ids.max()) + 1 if len(rows.ids) else 0
+    lookups = len(rows.ids)
+    if full_blocks:
+        rows = replace(_with_tails(rows), full_blocks=True)
     write_lines(out, FORMATS[settings.format](rows))
     return ExportResult(
         out=out,
         format=settings.format,
         requests=rows.n,
-        lookups=len(rows.ids),
-        blocks=int(rows.ids.max()) + 1 if len(rows.ids) else 0,
+        lookups=lookups,
+        blocks=blocks,
         block_size=block_size,
         full_blocks=full_blocks,
         tenants=len(set(rows.tenants)),
+        tails=len(rows.ids) - lookups,
     )
+
+
+def _with_tails(rows: Rows) -> Rows:
+    """Token-source rows name full blocks only (their tails are never hashed). Each with a
+    partial tail gets one more id, past every block's and named by no other line, so a replay
+    tool that reads Mooncake's rule (an id per started block: GuideLLM refuses a line with
+    fewer) sends every token; ``ingest --full-blocks`` leaves that id out again."""
+    tokens = np.asarray(rows.input_tokens, np.int64)
+    counts = np.diff(rows.offsets)
+    tail = (tokens % rows.block_size != 0) & (counts == tokens // rows.block_size)
+    if not tail.any():
+        return rows
+    offsets = np.concatenate(([0], np.cumsum(counts + tail))).astype(np.int64)
+    ids = np.empty(int(offsets[-1]), np.int64)
+    shift = np.repeat(offsets[:-1] - rows.offsets[:-1], counts)
+    ids[np.arange(len(rows.ids)) + shift] = rows.ids
+    first = int(rows.ids.max()) + 1 if len(rows.ids) else 0
+    ids[offsets[1:][tail] - 1] = first + np.arange(int(tail.sum()))
+    return replace(rows, offsets=offsets, ids=ids)
 
 
 def _one_rule(table: pa.Table, settings: ExportSettings) -> tuple[int, bool]:
@@ -236,8 +264,8 @@ def _time(us: int, per: int) -> int | float:
 def mooncake_lines(rows: Rows) -> Iterator[str]:
     """``timestamp`` (ms after the first request), ``input_length``, ``output_length``,
     ``hash_ids``; ``block_size`` (tokens an id covers, the field the KVCache.AI simulator reads)
-    and ``tenant`` always; ``session_id`` and ``parent`` (the line number, from 0, of the
-    previous turn) when known."""
+    and ``tenant`` always; ``last_token_rule`` (true) for token-source rows; ``session_id`` and
+    ``parent`` (the line number, from 0, of the previous turn) when known and asked for."""
     for i in range(rows.n):
         line: dict[str, object] = {
             "timestamp": _time(rows.rel_us[i], 1_000),
@@ -247,6 +275,8 @@ def mooncake_lines(rows: Rows) -> Iterator[str]:
             "block_size": rows.block_size,
             "tenant": rows.tenants[i],
         }
+        if rows.full_blocks:
+            line["last_token_rule"] = True
         if rows.sessions[i] is not None:
             line["session_id"] = rows.sessions[i]
         if rows.parents[i] is not None:

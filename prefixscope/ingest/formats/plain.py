@@ -88,8 +88,12 @@ def plain_rows(
     input_tokens, output_tokens = lengths[:, 0], lengths[:, 1]
     # A row of -1 lengths failed its shape; the block count is the rule mooncake.sql checks.
     ok &= input_tokens > 0
-    ceil = 0 if options.full_blocks else block_size - 1
-    ok &= np.diff(ids_offsets) == (input_tokens + ceil) // block_size
+    counts = np.diff(ids_offsets)
+    upper = (input_tokens + block_size - 1) // block_size
+    if options.full_blocks:  # full blocks, or those and one id for a partial tail (mooncake.sql)
+        ok &= (counts == input_tokens // block_size) | (counts == upper)
+    else:
+        ok &= counts == upper
     # a line's own block size, when it says one, is the ingest's (else mooncake.sql refuses it)
     own = raw[LINE_BLOCK_SIZE]
     agree = pc.or_(pc.is_null(own), pc.is_in(own, pa.array(["null", str(block_size)])))
@@ -109,7 +113,7 @@ def plain_rows(
         "tenant": tenant,
         "input_tokens": pa.array(input_tokens),
         "output_tokens": pa.array(output_tokens),
-        "block_hashes": pa.ListArray.from_arrays(pa.array(ids_offsets, pa.int32()), ids),
+        "block_hashes": _blocks(ids_offsets, ids, input_tokens, block_size, options.full_blocks),
     }
     if n < len(ok):
         keep = pa.array(ok)
@@ -120,6 +124,22 @@ def plain_rows(
     if options.full_blocks:
         columns["last_token_rule"] = pa.array(np.ones(n, bool))
     return pa.table(columns)
+
+
+def _blocks(
+    offsets: np.ndarray, ids: np.ndarray, tokens: np.ndarray, block_size: int, full: bool
+) -> pa.ListArray:
+    """Each line's ids as its blocks; with ``full`` (full blocks only), a last id that names a
+    partial tail (one past ``tokens // block_size``) is left out: it names no hashed block."""
+    if not full or len(tokens) == 0:
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), ids)
+    counts = np.diff(offsets)
+    keep_n = np.minimum(counts, np.maximum(tokens, 0) // block_size)
+    # each row keeps its first keep_n ids (a rejected row's are filtered out later anyway)
+    position = np.arange(len(ids)) - np.repeat(offsets[:-1], counts)
+    keep = position < np.repeat(keep_n, counts)
+    new_offsets = np.concatenate(([0], np.cumsum(keep_n))).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(new_offsets), pa.array(np.asarray(ids)[keep]))
 
 
 def _buffers(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,8 +6,10 @@
 --      mapped tenant field is required, a string or an integer of at most 18 digits, as in
 --      every format that maps one (a longer number is out_of_range, not a type).
 --      $full_blocks: the ids name full blocks only (len = floor(input_length / block_size), a
---      token source's rule, as `prefixscope export` writes a gateway-log warehouse); else the
---      last block may be partial (len = ceil(...), Mooncake's own rule).
+--      token source's rule), or those and one more for the partial tail, which is left out
+--      (len = ceil(...), as `prefixscope export` writes a gateway-log warehouse, so replay
+--      tools that read Mooncake's rule see every token); else the last block may be partial
+--      (len = ceil(...), Mooncake's own rule).
 -- Out: one row per input line: `reason` is NULL for an accepted line, else the first rule it
 --      breaks (`detail` says how, without quoting the line). Rules, in order:
 --      blank_line, line_too_long, invalid_utf8, invalid_json, not_an_object, missing_field,
@@ -88,7 +90,10 @@ judged AS (
                                                                  THEN 'timestamp_out_of_range'
             WHEN coalesce(t_bs, 'NULL') <> 'NULL'
              AND coalesce(line_block_size <> $block_size, true)    THEN 'block_size_mismatch'
-            WHEN n_ids <> blocks_needed                            THEN 'block_count_mismatch'
+            WHEN n_ids <> blocks_needed
+             AND NOT ($full_blocks
+                      AND n_ids = (input_tokens + $block_size - 1) // $block_size)
+                                                                 THEN 'block_count_mismatch'
         END AS reason
     FROM needed
 )
@@ -141,5 +146,7 @@ SELECT
     CASE WHEN reason IS NULL THEN output_tokens END AS output_tokens,
     $block_size::INTEGER AS block_size,
     CASE WHEN reason IS NULL AND $full_blocks THEN true END AS last_token_rule,
-    CASE WHEN reason IS NULL THEN CAST(j -> '$.hash_ids' AS UBIGINT[]) END AS block_hashes
+    -- with $full_blocks a last id past the full blocks names the partial tail: left out
+    CASE WHEN reason IS NULL THEN list_slice(CAST(j -> '$.hash_ids' AS UBIGINT[]), 1,
+                                             blocks_needed) END AS block_hashes
 FROM judged
