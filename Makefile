@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
 BUILD := build
 
-.PHONY: setup demo test test-fast browser bench bench-week peers peers-vllm lint clean
+.PHONY: setup demo test test-fast browser bench bench-week peers peers-vllm peers-replay lint clean
 
 setup: $(STAMP)
 
@@ -74,6 +74,8 @@ bench: setup peers-vllm
 		--out $(BUILD)/engine_conformance.json
 	if test -x $(PEERS)/bin/python; then PEER_PYTHON=$(PEERS)/bin/python \
 		$(BIN)/python benchmarks/export_peer.py; else echo "export_peer: make peers first"; fi
+	$(BIN)/python benchmarks/replay_tools.py --tools-python $(PEERS_REPLAY)/bin/python
+	$(BIN)/python benchmarks/answer_blocks.py
 	if test -f $(BUILD)/demo.duckdb; then $(BIN)/python benchmarks/page_load.py \
 		--warehouse $(BUILD)/demo.duckdb; else echo "page_load: make demo first"; fi
 
@@ -85,7 +87,7 @@ bench-week: setup
 # The KVCache.AI simulator, to time beside ours in `make bench`: a scratch environment outside
 # the repository, never a dependency of the project.
 PEERS ?= $(or $(TMPDIR),/tmp)/prefixscope-peers
-peers: peers-vllm
+peers: peers-vllm peers-replay
 	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install --quiet kvcache-simulator==0.1.3
 
@@ -109,6 +111,14 @@ peers-vllm:
 		$(PEERS_VLLM)/bin/python -m pip install --quiet torch==2.13.0 \
 			'transformers>=5.16.1,<5.23.0' && \
 		$(PEERS_VLLM)/bin/python -m pip install --quiet --no-deps $(VLLM_PURE); }
+
+# The replay tools an export is checked against (benchmarks/replay_tools.py): AIPerf and
+# GuideLLM, replaying against a tiny local server; never dependencies of the project.
+PEERS_REPLAY = $(PEERS)/replay
+peers-replay:
+	@test -x $(PEERS_REPLAY)/bin/python || $(PYTHON) -m venv $(PEERS_REPLAY)
+	@test -x $(PEERS_REPLAY)/bin/guidellm || \
+		$(PEERS_REPLAY)/bin/python -m pip install --quiet aiperf==0.13.0 guidellm==0.8.1
 
 lint: setup
 	$(BIN)/ruff check prefixscope tests benchmarks

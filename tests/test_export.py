@@ -208,7 +208,8 @@ def test_fields_times_sessions_and_ids(warehouses, tmp_path) -> None:
     with duckdb.connect(str(wh), read_only=True) as con:
         truth = con.execute(
             "SELECT epoch_ms(arrival_ts) - epoch_ms(min(arrival_ts) OVER ()), input_tokens, "
-            "coalesce(output_tokens, 0), tenant, session_id, len(block_hashes) FROM requests "
+            "greatest(coalesce(output_tokens, 1), 1), tenant, session_id, len(block_hashes) "
+            "FROM requests "
             "ORDER BY arrival_ts, source.line"
         ).fetchall()
     # a token source's blocks, and one id more where the prompt ends in a partial block

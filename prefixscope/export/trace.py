@@ -103,7 +103,7 @@ class Rows:
     block_size: int
     rel_us: list[int]  # µs after the first exported arrival
     input_tokens: list[int]
-    output_tokens: list[int]  # 0 where the log said nothing
+    output_tokens: list[int]  # at least 1: a request generates its first token (AIPerf refuses 0)
     tenants: list[str]
     sessions: list[str | None]  # s0, s1, … per export, by first appearance
     parents: list[int | None]  # the parent request's index in the export, when known
@@ -227,7 +227,7 @@ def _rows(table: pa.Table, salt: str | None, block_size: int) -> Rows:
         block_size=block_size,
         rel_us=(at - at.min()).tolist(),
         input_tokens=table["input_tokens"].to_pylist(),
-        output_tokens=table["output_tokens"].fill_null(0).to_pylist(),
+        output_tokens=pc.max_element_wise(table["output_tokens"].fill_null(1), 1).to_pylist(),
         tenants=table["tenant"].to_pylist(),
         sessions=_dense(table["session_id"].to_pylist()),
         parents=[index_of.get(p) for p in table["parent_chat_id"].to_pylist()],
