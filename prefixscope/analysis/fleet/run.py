@@ -336,9 +336,17 @@ def _run(  # type: ignore[no-untyped-def]
         req.done_at, rep.busy, rep.steps, rep.prefill_tok, rep.decode_tok, rep.filled_at,
         rep.now, req.src_tok, req.saved, req.xfer, req.cost_none, rep.preemptions,
         _per_busy(rep.running_s, rep.busy), weighted_p95(rep.hist, width),
-        _per_busy(rep.cached_s, rep.busy), np.stack([req.pre_n, req.pre_q, req.pre_h], 1),
-        int(halt.at[0]),
+        _per_busy(rep.cached_s, rep.busy), _preempted(req, code), int(halt.at[0]),
     )  # fmt: skip
+
+
+def _preempted(req, code: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The outcome's ``preempted`` (n × 3): the pools' counts; under ``ideal``, which never
+    preempts, zeros that take no memory (a read-only view of one row), as the SLO search keeps
+    many outcomes of millions of requests."""
+    if code == _records.IDEAL:
+        return np.broadcast_to(np.zeros((1, 3), np.int64), (len(req.pre_n), 3))
+    return np.stack([req.pre_n, req.pre_q, req.pre_h], 1)
 
 
 def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engine) -> int:
