@@ -37,7 +37,8 @@ def flow_step(name: str) -> Iterator[None]:
         _FLOW_STEP.reset(token)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs (one this user may not signal does)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -58,7 +59,7 @@ def mark_abandoned(con: duckdb.DuckDBPyConnection) -> int:
     gone = [
         run_id
         for run_id, pid, run_host, old in rows
-        if (run_host == host and pid is not None and not _alive(int(pid)))
+        if (run_host == host and pid is not None and not process_alive(int(pid)))
         or ((run_host != host or pid is None) and old)
     ]
     for run_id in gone:

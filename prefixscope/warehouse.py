@@ -185,14 +185,14 @@ def connect(
             f"{path} is not a regular file — give --warehouse a new path or a prefixscope "
             "warehouse"
         )
-    if existed and _header(path).startswith(b"SQLite format 3"):
+    header = _header(path) if existed else b""
+    if header.startswith(b"SQLite format 3"):
         # Caught here: DuckDB would first try to fetch its SQLite extension, a slow failure
         # on a machine without network.
         raise WarehouseError(
             f"{path} is not a DuckDB file (it is SQLite) — give --warehouse a new path or a "
             "prefixscope warehouse"
         )
-    header = _header(path) if existed else b""
     if header and header[8:12] != b"DUCK":
         # DuckDB itself would open a CSV, JSON or Parquet file as an empty database of views
         # over it, so an ingest would report its rows and keep none

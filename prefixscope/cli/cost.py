@@ -62,12 +62,9 @@ def roofline(args: argparse.Namespace) -> int:
     from prefixscope.analysis.cost import choice
     from prefixscope.analysis.cost.deployment import parse_deployment
     from prefixscope.analysis.cost.gpus import resolve_gpu
-    from prefixscope.analysis.cost.models import resolve_model
     from prefixscope.analysis.cost.rooflinetable import format_roofline
 
-    # a config.json takes its own name unless --model names it; never the default model's
-    shape = resolve_model(args.model or (None if args.model_config else DEFAULT_MODEL),
-                          args.model_config)  # fmt: skip
+    shape = flags.model_shape(args, DEFAULT_MODEL)
     gpu, tp = resolve_gpu(args.gpu), args.tp or 1
     if args.deployment is not None:
         deployment = parse_deployment(args.deployment)

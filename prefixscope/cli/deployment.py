@@ -59,11 +59,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from prefixscope.analysis.cost.deployment import format_splits, memory_split, parse_deployment
-    from prefixscope.analysis.cost.models import resolve_model
 
-    # a config.json takes its own name unless --model names it; never the default model's
-    shape = resolve_model(args.model or (None if args.model_config else DEFAULT_MODEL),
-                          args.model_config)  # fmt: skip
+    shape = flags.model_shape(args, DEFAULT_MODEL)
     splits = [
         memory_split(
             shape,

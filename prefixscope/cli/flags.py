@@ -302,6 +302,15 @@ def model_named(args: argparse.Namespace, default: str) -> str:
     return default
 
 
+def model_shape(args: argparse.Namespace, default: str):  # type: ignore[no-untyped-def]
+    """The shape ``--model-config`` or ``--model`` gives, else ``default``'s; a config.json is
+    named by ``--model`` or by itself, never after ``default``."""
+    from prefixscope.analysis.cost.models import resolve_model
+
+    name = args.model or (None if getattr(args, "model_config", None) else default)
+    return resolve_model(name, getattr(args, "model_config", None))
+
+
 def deployments(text: str) -> list[str]:
     """``GPU[xTP][,...]``, each parsed here (``cost/deployment.py``), each once."""
     from prefixscope.analysis.cost.deployment import parse_deployment

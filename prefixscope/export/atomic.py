@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from prefixscope.runs import process_alive
+
 
 def check_writable(out: Path, flag: str = "--out") -> None:
     """Refuse, before any work, a path whose folder is missing or not writable, or that is a
@@ -45,18 +47,8 @@ def _remove_stale(out: Path) -> None:
     """Temporary files of earlier writes to ``out`` whose process has ended (killed)."""
     for temp in out.parent.glob(f".{glob.escape(out.name)}.*.partial"):
         pid = temp.name[len(out.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             temp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write_lines(out: Path, lines: Iterable[str], *, gz: bool | None = None) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from prefixscope.analysis.fleet import _heap, _pool
 from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, VLLM, step_piece
 
-NEVER = 2**62
 EMPTY = 2**63 - 1  # an empty heap's top key
 
 
@@ -109,35 +108,33 @@ def _account(i, seconds, sched, rep, pool):  # type: ignore[no-untyped-def]
 
 
 @step_piece
-def _grow_at(q, tr, sched, req):  # type: ignore[no-untyped-def]
-    """The step at which decoding request ``q`` next needs a block (its context passes the
-    blocks it holds), or ``NEVER`` when its decode ends first."""
+def _block_steps(q, tr, sched, req):  # type: ignore[no-untyped-def]
+    """For decoding request ``q``: the step at which it next needs a block (its context passes
+    the blocks it holds), and the last step of its decode."""
     nb = tr.offsets[q + 1] - tr.offsets[q]
     inp, g = tr.input_tokens[q], req.gen[q]
     at = (nb + req.anon[q] + req.ans_own[q]) * sched.block_size - inp - g + req.dec_start[q] + 2
-    end = req.dec_start[q] + tr.output_tokens[q] - g
-    return at if at <= end else NEVER
+    return at, req.dec_start[q] + tr.output_tokens[q] - g
 
 
 @step_piece
 def _push_grow(q, i, tr, sched, req, hp):  # type: ignore[no-untyped-def]
     """The decode's next block event: the block it takes, or under ``vllm``, first, the step
-    that computes the last token of the block it holds last, when that block is the next of
-    its answer's positions (:func:`_pool.filled`)."""
-    at = _grow_at(q, tr, sched, req)
+    that computes the last token of the block it holds last (the step before the take, maybe
+    its decode's last), when that block is the next of its answer's positions
+    (:func:`_pool.filled`)."""
+    at, end = _block_steps(q, tr, sched, req)
     fill = False
     if sched.engine == VLLM:
         j = req.anon[q] + req.ans_own[q] - 1
-        a0 = tr.answer_offsets[q]
-        if j >= 0 and j == req.ans_n[q] and a0 + j < tr.answer_offsets[q + 1]:
-            # the fill comes a step before the take, and may come in the decode's last step
-            nb = tr.offsets[q + 1] - tr.offsets[q]
-            fill_at = (nb + j + 1) * sched.block_size - tr.input_tokens[q] - req.gen[q]
-            fill_at += req.dec_start[q] + 1
-            fill = fill_at <= req.dec_start[q] + tr.output_tokens[q] - req.gen[q]
-            at = fill_at if fill else at
+        placed = (
+            j >= 0 and j == req.ans_n[q] and tr.answer_offsets[q] + j < tr.answer_offsets[q + 1]
+        )
+        fill = placed and at - 1 <= end
     req.fill[q] = fill
-    if at != NEVER:
+    if fill:
+        at -= 1
+    if at <= end:
         base = i * sched.max_seqs
         key = at * SEQ_SPAN + req.seq[q]
         _heap.push(hp.grow_key, hp.grow_req, hp.grow_pos, hp.grow_n, i, base, key, q)

@@ -282,7 +282,6 @@ def _run(  # type: ignore[no-untyped-def]
     code = ENGINES[fleet.engine].code
     if code != _records.IDEAL:  # the engines cache full blocks only (``trace/full_blocks.py``)
         trace = full_blocks_only(trace)
-    if code != _records.IDEAL:
         _check_fits(trace, output, fleet)
     r, t, n = engine.routers, fleet.tiers, trace.n_requests
     arrival = trace.times / fleet.load_scale

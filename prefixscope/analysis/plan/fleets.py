@@ -19,21 +19,17 @@ from prefixscope.analysis.plan.prices import Prices
 from prefixscope.analysis.trace.measure import FLEET
 
 
-def fleet_gpu(row: dict) -> tuple[str, int]:
-    """The kind of GPU of a fleet row's replicas and how many each: its deployment's, else one
-    of the GPU that priced its steps."""
+def fleet_gpu(row: dict) -> tuple[GpuSpec | str, int]:
+    """The GPU of a fleet row's replicas and how many each: its deployment's (a spec, read
+    once: a GPU file's own price included), else the name of the GPU that priced its steps."""
     if row.get("deployment"):
         d = parse_deployment(row["deployment"])
-        return d.gpu.name, d.tp
+        return d.gpu, d.tp
     return str(row["gpu"]), 1
 
 
-def gpu_priced(row: dict) -> GpuSpec | str:
-    """What a fleet row's GPU-hour is priced from: its deployment's GPU (a GPU file's own
-    price included), else the name of the GPU that priced its steps."""
-    if row.get("deployment"):
-        return parse_deployment(row["deployment"]).gpu
-    return str(row["gpu"])
+def _name(gpu: GpuSpec | str) -> str:
+    return gpu.name if isinstance(gpu, GpuSpec) else gpu
 
 
 def configuration_rows(
@@ -85,7 +81,7 @@ def configuration_rows(
         note = (
             ""
             if reached
-            else f"the closest ({best['replicas']} × {gpu.upper()}"
+            else f"the closest ({best['replicas']} × {_name(gpu).upper()}"
             f"{f'x{gpus}' if gpus > 1 else ''}, {best['router']} routing) keeps "
             f"{best['token_hit_rate'] or 0:.4f}: simulate more replicas, GPUs per replica or "
             "tiers"
@@ -119,8 +115,8 @@ def configuration_rows(
                 "note": note,
                 "deployment": best.get("deployment"),
                 "gpus": gpus,
-                "fleet_gpu": gpu,
-                "gpu_hour": prices.gpu_price(gpu_priced(best)),
+                "fleet_gpu": _name(gpu),
+                "gpu_hour": prices.gpu_price(gpu),
             }
         )
     return out
@@ -130,8 +126,8 @@ def _cost(r: dict, prices: Prices, sizing: Sizing, working_set_blocks: int) -> f
     dram_gb = sizing.gib(r["dram_blocks"] or 0) * 2**30 / 1e9
     store = working_set_blocks if r["store_unbounded"] else (r["store_blocks"] or 0)
     store_gb = sizing.gib(store) * 2**30 / 1e9
-    _, gpus = fleet_gpu(r)
-    return prices.per_hour(r["replicas"], dram_gb, store_gb, gpus, gpu_priced(r))
+    gpu, gpus = fleet_gpu(r)
+    return prices.per_hour(r["replicas"], dram_gb, store_gb, gpus, gpu)
 
 
 def _none_fits(base: dict, rows: Sequence[dict]) -> dict:
