@@ -23,6 +23,13 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     # held, and only there (an ALTER in the .sql files would write on every open).
     for table, column in _not_null(con) - _declared().not_null:
         con.execute(f"ALTER TABLE {_quoted(table)} ALTER COLUMN {_quoted(column)} DROP NOT NULL")
+    # Rows written before GPU-seconds counted every GPU, converted where there are any.
+    for table, script in UNIT_MIGRATIONS.items():
+        found = con.execute(
+            f"SELECT count(*) FROM {_quoted(table)} WHERE gpu_seconds_unit IS NULL"
+        ).fetchone()
+        if found and found[0]:
+            con.execute(sql.load(script))
     have = dict(
         con.execute(
             "SELECT view_name, sql FROM duckdb_views() "
@@ -32,6 +39,14 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
     for view, (text, stored) in _declared().views.items():
         if have.get(view) != stored:
             con.execute(f"CREATE OR REPLACE VIEW {view} AS\n{text}")
+
+
+#: Tables whose GPU-seconds once counted one replica's time -> the ``.sql`` that converts
+#: such rows (each sets ``gpu_seconds_unit``, so it runs once per row).
+UNIT_MIGRATIONS = {
+    "savings": "catalog/gpu_seconds_savings",
+    "fleet_hit_rates": "catalog/gpu_seconds_fleet",
+}
 
 
 def _quoted(identifier: str) -> str:

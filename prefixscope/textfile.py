@@ -1,6 +1,6 @@
 """A small text file a flag names (a config.json, a GPU's or a price list's TOML), read with a
 bound: the one reader ``analysis/cost/hfconfig.py``, ``analysis/cost/gpufile.py`` and
-``analysis/plan/prices.py`` share, so each refuses what cannot be its file in the same words.
+``analysis/cost/prices.py`` share, so each refuses what cannot be its file in the same words.
 
 At most ``max_bytes + 1`` bytes are read, so a wrong path to a large file (a log, a model's
 weights) costs no more than that and stops in one line. Every failure is a ValueError of one

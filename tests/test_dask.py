@@ -221,9 +221,9 @@ def test_the_slo_search_on_the_dask_workers_equals_the_search_here(cluster) -> N
 
     from prefixscope.analysis.cost.gpus import GPUS
     from prefixscope.analysis.cost.models import resolve_model
+    from prefixscope.analysis.cost.prices import Prices
     from prefixscope.analysis.fleet.run import Traffic
     from prefixscope.analysis.fleet.stepcost import from_roofline
-    from prefixscope.analysis.plan.prices import Prices
     from prefixscope.analysis.plan.slo import parse_slo
     from prefixscope.analysis.plan.slo_tables import answers_table, fleets_table
     from prefixscope.analysis.plan.space import replica_of

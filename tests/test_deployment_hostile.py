@@ -18,7 +18,7 @@ import pytest
 from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
 from prefixscope.analysis.cost.gpufile import read_gpu_file
 from prefixscope.analysis.cost.models import resolve_model
-from prefixscope.analysis.plan.prices import load_prices
+from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.cli import main
 from prefixscope.pipelines import parameters
 from tests.conftest import LLAMA_8B_CONFIG, mooncake_line

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from prefixscope.analysis.cost.gpus import MAX_TBPS, MAX_TFLOPS, MIN_TFLOPS, resolve_gpu
 from prefixscope.analysis.cost.models import ModelShape
-from prefixscope.analysis.plan.prices import load_prices
+from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.cli import flags, main
 
 FLEET = ["fleet", "--replicas", "2", "--router", "random", "--capacity-blocks", "5"]

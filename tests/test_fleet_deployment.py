@@ -13,9 +13,9 @@ import pytest
 from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
 from prefixscope.analysis.cost.gpus import GPUS
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.plan.fleets import configuration_rows
 from prefixscope.analysis.plan.plan import Sizing
-from prefixscope.analysis.plan.prices import Prices
 from prefixscope.cli import main
 from prefixscope.dashboards.plan import sentences
 from tests.conftest import LLAMA_8B_CONFIG, mooncake_line

@@ -208,3 +208,33 @@ def test_the_table_and_titles_show_the_deployment_and_a_what_if(columns, shown, 
     title = group_title(row, {"load_scale": False, "policy": False, "model": False, "gpu": False})
     for text in (shown_row["capacity"], title):
         assert all(w in text for w in shown) and not any(w in text for w in hidden), text
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_the_page_says_whether_each_tier_pays_for_itself(
+    bundled_warehouse: Bundled, tmp_path: Path, browser: Any
+) -> None:
+    from prefixscope.analysis.fleet.tierspec import TierSpec
+    from prefixscope.dashboards.fleet import chosen_rows
+    from prefixscope.dashboards.tiers import tier_verdict
+    from prefixscope.dashboards.views import read_view
+
+    wh = bundled_warehouse.copy_to(tmp_path)
+    stores = (None, TierSpec(64.0), TierSpec(1024.0))
+    fleet.run(
+        wh,
+        FleetSettings(
+            replicas=(4,), deployments=("h100x1",), capacities=Capacities(), stores=stores
+        ),
+    )
+    page = report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
+    with duckdb.connect(str(wh), read_only=True) as con:
+        rows = chosen_rows(read_view(con, "latest_fleet_hit_rates").filter(tenant="*"))
+    says = tier_verdict(rows)
+    with opened(page, "#tiers ~ div .js-plotly-plot .main-svg", browser) as (tab, errors, _):
+        verdict = tab.locator("#tier-verdict").inner_text()
+        points = tab.locator("#tiers ~ div .js-plotly-plot .scatterlayer .points path").count()
+    assert errors == []
+    assert verdict == says and "at this load" in says
+    assert points == len(stores) - 1  # a point per store; the fleet without one is not a tier

@@ -51,7 +51,16 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
     assert re.search(r"^gap: +to belady, the offline optimum", text, re.M)
     assert re.search(rf"^tenants: +lru shared {lru}, salted ", text, re.M)
     assert re.search(r"^plan: +To keep 90% of the ceiling", text, re.M)
-    assert re.search(r"^saves: +[\d,.]+ prefill GPU-s an hour", text, re.M)
+    saves = re.search(r"^saves: +([\d,.]+) prefill GPU-s \(\$([\d,.]+)\) an hour", text, re.M)
+    assert saves, text
+    with duckdb.connect(str(wh), read_only=True) as con:
+        gpus, per_hour, usd, price = con.execute(
+            "SELECT gpus, gpu_seconds_saved_per_hour, usd_saved_per_hour, gpu_hour "
+            "FROM latest_savings WHERE tenant = '*'"
+        ).fetchone()
+    # every GPU of the deployment counted, and dollars are those GPU-hours at one GPU's price
+    assert gpus == 8 and saves.group(1) == f"{per_hour:,.1f}"
+    assert saves.group(2) == f"{usd:,.2f}" and usd == pytest.approx(per_hour / 3600 * price)
     # the savings priced on that deployment, its whole pool (the line may wrap anywhere)
     words = f"lru shared at {at}, the whole KV pool of h200x8 serving deepseek-v3".split()
     assert re.search(r"\s+".join(map(re.escape, words)), text), text

@@ -22,6 +22,7 @@ BS = 4
         ([11], 1, None, [], False),  # one token: nothing a later request can hit
         ([], 0, None, [], False),
         ([11, 12], 9, [True], [11, 12], False),  # a token source names full blocks only
+        ([11, 12], 7, [True], [11], False),  # a row naming a block its tokens never fill
         ([11, 12], 8, [True], [11, 12], True),
     ],
 )

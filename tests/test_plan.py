@@ -12,8 +12,8 @@ import pytest
 
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.prices import Prices, load_prices
 from prefixscope.analysis.cost.roofline import prefill_cost
-from prefixscope.analysis.plan.prices import Prices, load_prices
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Settings

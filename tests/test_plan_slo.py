@@ -15,12 +15,12 @@ from prefixscope import warehouse
 from prefixscope.analysis.cost.deployment import GPU_MEMORY_UTILIZATION
 from prefixscope.analysis.cost.gpus import GPUS
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.fleet.run import MAX_REPLICAS, Fleet, simulate_fleet
 from prefixscope.analysis.fleet.stepcost import from_roofline
 from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.plan.held import combine
 from prefixscope.analysis.plan.nocache import without_prefix_cache
-from prefixscope.analysis.plan.prices import Prices
 from prefixscope.analysis.plan.probe import Shared, simulate_window
 from prefixscope.analysis.plan.search import Group, Probe, Result, search
 from prefixscope.analysis.plan.slo import parse_slo

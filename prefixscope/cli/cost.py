@@ -179,6 +179,7 @@ def savings_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     flags.cost_model(p, "prefill times")
+    flags.prices(p)
     _outcomes(p)
 
 
@@ -198,6 +199,7 @@ def savings(args: argparse.Namespace) -> int:
         isolation=args.isolation,
         deployment=args.deployment,
         kv_dtype=args.kv_dtype,
+        prices=args.prices,
     )
     settings.check()  # the deployment, before the warehouse is opened
     rows = stage.run(args.warehouse, settings)

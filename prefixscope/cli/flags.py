@@ -404,9 +404,21 @@ def dask_address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def prices(p: argparse.ArgumentParser) -> None:
+    """``--prices FILE``: what a GPU-hour, a GB-hour of DRAM tier and of a shared store cost
+    (``analysis/cost/prices.py``), the one file ``plan``, ``fleet`` and ``savings`` read."""
+    p.add_argument(
+        "--prices",
+        type=prices_file,
+        metavar="FILE",
+        help="a TOML file: gpu_hour, dram_gb_hour, store_gb_hour ($ per hour; default: each "
+        "GPU's catalog price, $0.005 per GB-hour of DRAM, $0.002 of a store)",
+    )
+
+
 def prices_file(text: str) -> str:
-    """A TOML file of prices, read and checked key by key here (``analysis/plan/prices.py``);
+    """A TOML file of prices, read and checked key by key here (``analysis/cost/prices.py``);
     kept as given."""
-    from prefixscope.analysis.plan.prices import load_prices
+    from prefixscope.analysis.cost.prices import load_prices
 
     return _read_with(text, load_prices)

@@ -50,6 +50,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "(%(default)s)",
     )
     flags.cost_model(p, "step times")
+    flags.prices(p)
     p.add_argument(
         "--policy",
         default="lru",
@@ -216,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         router_settings=RouterSettings(seed=args.seed),
         workers=1,
         dask_address=args.dask_address,
+        prices=args.prices,
     )
     settings.check()  # names and numbers, then the cluster, before the warehouse is opened
     if args.dask_address:

@@ -29,12 +29,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--gpu", type=flags.gpu, default="h100", help="h100, h200, a100 or NAME:TFLOPS:TBPS (h100)"
     )
     flags.cost_model(p, "what prices a miss or a step")
-    p.add_argument(
-        "--prices",
-        type=flags.prices_file,
-        metavar="FILE",
-        help="a TOML file: gpu_hour, dram_gb_hour, store_gb_hour ($ per hour)",
-    )
+    flags.prices(p)
     p.add_argument(
         "--load-scale",
         type=flags.load_scales,

@@ -74,6 +74,9 @@ def headline_cards(con: duckdb.DuckDBPyConnection) -> list[Card]:
             if per_hour is None
             else (per_hour, "prefill GPU-seconds saved an hour")
         )
+        usd = priced.get("usd_saved_per_hour")
+        if usd is not None:
+            what += f", ${usd:,.2f} of GPU time"
         cards.append(Card(f"{saved:,.0f}", what + share, "card-saved"))
         cards.append(
             Card(

@@ -27,6 +27,7 @@ from prefixscope.dashboards.figures import (
     selectable,
 )
 from prefixscope.dashboards.slo import slo_section
+from prefixscope.dashboards.tiers import tier_chart, tier_verdict
 from prefixscope.dashboards.views import read_view
 
 #: The tiers behind each replica's HBM cache (per-replica DRAM, a shared store), where the
@@ -115,9 +116,16 @@ def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         "replica_chart": busy_chart,
         "slo": slo_section(con),
         "engines": engine_figure(rates),
+        "tiers": _tiers(rows),
         "rows": table_rows(rows),
         "columns": table_columns(rows),
     }
+
+
+def _tiers(rows: pl.DataFrame) -> dict[str, Any] | None:
+    """Whether each simulated tier pays for itself: a chart and a sentence; None without one."""
+    chart = tier_chart(rows)
+    return None if chart is None else {"chart": chart, "verdict": tier_verdict(rows)}
 
 
 def chosen_rows(fleet: pl.DataFrame) -> pl.DataFrame:

@@ -29,6 +29,20 @@ def _capacity(row: dict) -> str:
     )
 
 
+def tier_sentence(row: dict) -> str:
+    """Whether a configuration's tiers pay for themselves, as a sentence after its answer ("" for
+    a fleet without tiers, or a plan made before they were priced)."""
+    saved, own = row.get("tier_usd_saved_per_hour"), row.get("tier_usd_per_hour")
+    if saved is None or own is None:
+        return ""
+    net = saved - own
+    verdict = "they pay for themselves" if net > 0 else "they do not pay for themselves"
+    return (
+        f" Its tiers save ${saved:,.2f} of GPU time an hour and cost ${own:,.2f}: net "
+        f"{'-' if net < 0 else ''}${abs(net):,.2f} an hour, {verdict} at this load."
+    )
+
+
 def _fleet(row: dict) -> str:
     tiers = []
     if row["dram_blocks"]:
@@ -118,6 +132,7 @@ def sentences(rows: Sequence[dict]) -> list[str]:
                 f"The cheapest simulated fleet that reaches it: {_fleet(r)}, at "
                 f"${r['cost_per_hour']:,.2f} an hour (token hit rate {r['token_hit_rate']:.4f}, "
                 f"TTFT p95 {r['ttft_p95_s']:.2f} s)."
+                + tier_sentence(r)
             )
         else:
             out.append(f"No simulated fleet reaches the target: {r['note']}.")

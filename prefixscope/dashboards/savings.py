@@ -30,8 +30,9 @@ def format_savings(table: pa.Table, more: More | None = None) -> str:
     lines = [
         f"{r0['policy']} {r0['isolation']} @ {cap} blocks; {r0['model']} on {priced_on(r0)}, "
         f"{r0['cost_model']} cost model",
+        units_line(r0),
         f"{'tenant':<14}{'hit':>7}{'GPU-s no cache':>16}{'with cache':>12}{'saved/h':>10}"
-        f"{'TTFT p50 no/with (s)':>24}{'p95 no/with (s)':>20}",
+        f"{'$ saved/h':>10}{'TTFT p50 no/with (s)':>24}{'p95 no/with (s)':>20}",
     ]
     body = []
     for r in rows:
@@ -42,12 +43,29 @@ def format_savings(table: pa.Table, more: More | None = None) -> str:
             f"{r['prefill_gpu_seconds_no_cache']:>16,.1f}"
             f"{r['prefill_gpu_seconds_with_cache']:>12,.1f}"
             f"{'—' if per_hour is None else f'{per_hour:,.1f}':>10}"
+            f"{dollars(r.get('usd_saved_per_hour')):>10}"
             f"{r['ttft_p50_no_cache_s']:>12.3f} / {r['ttft_p50_with_cache_s']:<9.3f}"
             f"{r['ttft_p95_no_cache_s']:>9.3f} / {r['ttft_p95_with_cache_s']:<8.3f}"
         )
     lines += clip(body, more)
     lines.append(DECODE_NOTE)
     return "\n".join(lines)
+
+
+def units_line(r: dict[str, Any]) -> str:
+    """What a row's GPU-seconds and dollars count: every GPU a prefill runs on, at one GPU's
+    price an hour."""
+    gpus = r.get("gpus") or 1
+    price = r.get("gpu_hour")
+    each = "" if price is None else f", at ${price:,.2f} a GPU-hour"
+    return f"GPU-s: each prefill's time × {gpus} GPU{'s' if gpus > 1 else ''}{each}"
+
+
+def dollars(x: float | None) -> str:
+    """An amount of dollars as the summaries print it; — where none was priced."""
+    if x is None:
+        return "—"
+    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
 
 
 def priced_on(r: dict[str, Any]) -> str:

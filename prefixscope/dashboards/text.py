@@ -6,6 +6,8 @@ import polars as pl
 import pyarrow as pa
 
 from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.savings import dollars
+from prefixscope.dashboards.tiers import tier_verdict
 from prefixscope.terminal import More, clip
 
 #: Above this many tenants a terminal table shows the fleet rows only.
@@ -119,6 +121,8 @@ def format_fleet(table: pa.Table, more: More | None = None) -> str:
         + f"{'load':>5} {'router':<13} "
         + (f"{'engine':<7} {'preempt':>7} " if pooled else "")
         + f"{'token hit':>9} {'ceiling':>8} {'TTFT p50':>9} {'p95':>8} {'p99':>8} {'imbalance':>9}"
+        + f" {'$ saved/h':>10}"
+        + (f" {'tier saves':>10} {'tier costs':>10} {'net $/h':>9}" if tiered else "")
     ]
     lines = []
     for r in df.iter_rows(named=True):
@@ -131,8 +135,24 @@ def format_fleet(table: pa.Table, more: More | None = None) -> str:
             f"{eng}{_num(r['token_hit_rate'], 9)} {_num(r['ceiling_token_hit_rate'], 8)} "
             f"{_seconds(r['ttft_p50_s'], 9)} {_seconds(r['ttft_p95_s'], 8)} "
             f"{_seconds(r['ttft_p99_s'], 8)} {_num(r['load_imbalance'], 9)}"
+            f" {dollars(r.get('usd_saved_per_hour')):>10}"
+            + (
+                f" {dollars(r.get('tier_usd_saved_per_hour')):>10}"
+                f" {dollars(r.get('tier_usd_per_hour')):>10}"
+                f" {dollars(r.get('tier_net_usd_per_hour')):>9}"
+                if tiered
+                else ""
+            )
         )
-    return "\n".join([*header, *clip(lines, more)])
+    notes = [tier_verdict(_one_window(df))] if tiered else []
+    return "\n".join([*header, *clip(lines, more), *(n for n in notes if n)])
+
+
+def _one_window(df: pl.DataFrame) -> pl.DataFrame:
+    """The rows of one window, to judge tiers once: steady where measured, else the first."""
+    windows = df["measure_window"].unique(maintain_order=True).to_list()
+    keep = "steady" if "steady" in windows and df["token_hit_rate"].is_not_null().any() else None
+    return df.filter(pl.col("measure_window") == (keep or windows[0]))
 
 
 def _hbm(exceeds: bool | None) -> str:

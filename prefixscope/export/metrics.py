@@ -77,7 +77,10 @@ SOURCES: tuple[Source, ...] = (
     Source("savings", ("tenant", "policy", "isolation", "capacity_blocks", "model", "gpu",
                        "cost_model", "deployment"), (
         Gauge("prefixscope_gpu_seconds_saved_per_hour", "gpu_seconds_saved_per_hour",
-              "Prefill GPU-seconds the cache saves per hour of traffic"),
+              "Prefill GPU-seconds (every GPU of the deployment) the cache saves per hour of "
+              "traffic"),
+        Gauge("prefixscope_usd_saved_per_hour", "usd_saved_per_hour",
+              "US dollars of GPU time the cache saves per hour of traffic"),
         Gauge("prefixscope_prefill_saved_ratio", "saved_share",
               "Share of prefill GPU time the cache saves", "ratio"),
         Gauge("prefixscope_ttft_p95_no_cache_seconds", "ttft_p95_no_cache_s",

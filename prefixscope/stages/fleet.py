@@ -14,6 +14,7 @@ import pyarrow as pa
 from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import Fitted, check_kind, device, wants_calibration
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
+from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
@@ -103,6 +104,9 @@ class FleetSettings:
     #: A KV pool caches a finished request's answer where its next turn sends it back
     #: (``structure/answers.py``); False: generated blocks never hit.
     cache_answers: bool = True
+    #: A TOML file of prices (``cost/prices.py``; None: the defaults): what the GPU-seconds
+    #: saved are worth and what the tiers cost.
+    prices: str | None = None
 
     def check(self) -> None:
         """Names and numbers first, before any work."""
@@ -131,6 +135,7 @@ class FleetSettings:
                 store.check("shared store")
         for fleet in self.grid([1]):
             fleet.check()
+        load_prices(self.prices)
         Engine(
             StepCost(0, 0, 0, 0, 0, 1, 1, "check"),
             self.budget_tokens,
@@ -304,7 +309,18 @@ def engine_for(
         float(shape.kv_bytes_per_token(settings.kv_dtype)),
         settings.cache_answers,
     )
-    return engine, Pricing(shape.name, key, cost.source, cost.run_id)
+    prices = load_prices(settings.prices)
+    spec = device(settings.gpu)
+    return engine, Pricing(
+        shape.name,
+        key,
+        cost.source,
+        cost.run_id,
+        gpus=tp,
+        gpu_hour=None if spec is None else prices.gpu_price(spec),
+        prices=prices,
+        kv_bytes_per_token=float(shape.kv_bytes_per_token(settings.kv_dtype)),
+    )
 
 
 #: Relative cost of a configuration by router, to hand out the longest tasks first (a router

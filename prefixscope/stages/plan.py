@@ -14,13 +14,14 @@ import pyarrow as pa
 
 from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import check_kind, device, wants_calibration
+from prefixscope.analysis.cost.deployment import fitting_deployment, parse_deployment
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.prices import Prices, load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, gpu_key
 from prefixscope.analysis.fanout import fan_out
 from prefixscope.analysis.plan.capacity import Point, hit_tokens_at
 from prefixscope.analysis.plan.fleets import configuration_rows
 from prefixscope.analysis.plan.plan import PLAN_WINDOWS, Sizing, capacity_rows, plan_table
-from prefixscope.analysis.plan.prices import Prices, load_prices
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.load import load_trace
@@ -63,8 +64,15 @@ class PlanSettings:
             )
         shape = resolve_model(self.model, self.model_config)
         gpu_key(self.gpu)
-        check_kind(self.cost_model, shape, device(self.gpu))
+        check_kind(self.cost_model, shape, device(self.gpu), self.tp)
         return load_prices(self.prices)
+
+    @property
+    def tp(self) -> int:
+        """The GPUs a prefill of ``model`` runs on: the fewest of ``gpu`` that hold it (1 for
+        the CPU or a GPU without an HBM figure), so the next GiB's GPU-seconds count them all."""
+        text = fitting_deployment(self.gpu, resolve_model(self.model, self.model_config))
+        return 1 if text is None else parse_deployment(text).tp
 
 
 def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
@@ -78,7 +86,7 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             _check_load_scale(fleet_rows, settings.load_scale)
             fitted = calibrated(
                 con, resolve_model(settings.model, settings.model_config), settings.gpu
-            ) if wants_calibration(settings.cost_model) else None  # fmt: skip
+            ) if wants_calibration(settings.cost_model, settings.tp) else None  # fmt: skip
         if not ceilings:
             raise ValueError(
                 f"no simulation over the {settings.window!r} window to plan from — run "
@@ -86,7 +94,12 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
                 f"--window {settings.window}` first"
             )
         cost = cost_model(
-            settings.model, settings.gpu, settings.cost_model, fitted, settings.model_config
+            settings.model,
+            settings.gpu,
+            settings.cost_model,
+            fitted,
+            settings.model_config,
+            settings.tp,
         )
         shape = resolve_model(settings.model, settings.model_config)
         sizing = Sizing(
@@ -94,7 +107,7 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             cost.gpu,
             cost.kind,
             float(shape.kv_bytes_per_token(settings.kv_dtype) * trace.block_size),
-            cost.seconds,
+            lambda new, cached: cost.seconds(new, cached) * cost.gpus,  # GPU-seconds
         )
         recent = tail(trace, tail_start(trace, settings.max_lookups))
         rows = capacity_rows(

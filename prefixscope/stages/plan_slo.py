@@ -15,6 +15,7 @@ from prefixscope import resources, warehouse
 from prefixscope.analysis.cost.choice import Fitted, check_kind, wants_calibration
 from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
+from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
 from prefixscope.analysis.fanout import fan_out, on_every_worker
 from prefixscope.analysis.fleet._records import kept_nodes, release_kept
@@ -22,7 +23,6 @@ from prefixscope.analysis.fleet.routers import ROUTERS, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost, choose
 from prefixscope.analysis.forked import session
 from prefixscope.analysis.plan.held import Held, Task, hold
-from prefixscope.analysis.plan.prices import load_prices
 from prefixscope.analysis.plan.probe import (
     HAS_ENGINE,
     Part,

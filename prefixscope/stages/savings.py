@@ -1,6 +1,6 @@
 """Stage ``savings``: one configuration's ``request_outcomes`` priced with a prefill cost model
-on a deployment → ``savings`` (prefill GPU-seconds and TTFT with and without the cache, per
-tenant).
+on a deployment → ``savings`` (prefill GPU-seconds, their dollars, and TTFT with and without the
+cache, per tenant).
 
 The deployment (``GPU[xTP]``; default: the fewest GPUs of ``gpu`` that hold the model) bounds
 what is priced: its KV pool, in the trace's blocks, is the largest cache it can keep, so only a
@@ -18,6 +18,7 @@ from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import check_kind, device, wants_calibration
 from prefixscope.analysis.cost.deployment import fitting_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
+from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.analysis.cost.savings import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -51,6 +52,8 @@ class SavingsSettings:
     #: without an HBM figure.
     deployment: str | None = None
     kv_dtype: str = "bf16"
+    #: A TOML file of prices (``cost/prices.py``; None: the defaults): a GPU-hour's dollars.
+    prices: str | None = None
 
     @property
     def shape(self) -> ModelShape:
@@ -68,6 +71,7 @@ class SavingsSettings:
         hardware = Hardware() if text is None else of_deployment(text, self.shape, 1, self.kv_dtype)
         gpu = hardware.gpu or self.gpu
         check_kind(self.cost_model, self.shape, device(gpu), hardware.gpus or 1)
+        load_prices(self.prices)
         return hardware
 
 
@@ -90,7 +94,9 @@ def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
             fitted = calibrated(con, s.shape, gpu) if asked else None
             outcomes, traffic = load_outcomes(con, config)
         cost = cost_model(s.model, gpu, s.cost_model, fitted, s.model_config, tp)
-        table = savings_table(config, outcomes, traffic, cost, hardware.columns(0))
+        spec = device(gpu)
+        gpu_hour = None if spec is None else load_prices(s.prices).gpu_price(spec)
+        table = savings_table(config, outcomes, traffic, cost, hardware.columns(0), gpu_hour)
         with run.publishing() as con:
             warehouse.append(con, "savings", table, run.run_id)
     return table

@@ -24,6 +24,7 @@ from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 from prefixscope.analysis.cost.measured import many
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.prices import GPU_SECONDS
 from prefixscope.analysis.cost.roofline import prefill_cost
 from prefixscope.analysis.cost.shipped import kind_of
 from prefixscope.analysis.trace.measure import named_groups
@@ -61,6 +62,11 @@ SAVINGS_SCHEMA = pa.schema(
         ("deployment", pa.string()),
         ("gpus", pa.int32()),
         ("kv_pool_blocks", pa.int64()),
+        # what the GPU-seconds count (``GPU_SECONDS``), one GPU's $ an hour and what the
+        # saving is worth an hour in dollars (NULL where no GPU is priced: the CPU)
+        ("gpu_seconds_unit", pa.string()),
+        ("gpu_hour", pa.float64()),
+        ("usd_saved_per_hour", pa.float64()),
     ]
 )
 #: The deployment columns of ``SAVINGS_SCHEMA``.
@@ -84,12 +90,20 @@ class MissCost:
     kind: str  # 'calibrated', 'shipped:FILE', 'measured' or 'roofline'
     model: str
     gpu: str
-    seconds: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    seconds: Callable[[np.ndarray, np.ndarray], np.ndarray]  # one prefill's wall time
     run_id: str | None = None  # the replay or calibrate run that fitted it
+    gpus: int = 1  # the GPUs one prefill busies for its ``seconds`` (the deployment's TP)
 
 
-def savings_rows(outcomes: pl.DataFrame, traffic_s: float | None, cost: MissCost) -> list[dict]:
-    """Rows of SAVINGS_SCHEMA (without the configuration) for the fleet and each tenant.
+def savings_rows(
+    outcomes: pl.DataFrame,
+    traffic_s: float | None,
+    cost: MissCost,
+    gpu_hour: float | None = None,
+) -> list[dict]:
+    """Rows of SAVINGS_SCHEMA (without the configuration) for the fleet and each tenant:
+    GPU-seconds are each prefill's time times ``cost.gpus``, the TTFTs its time alone, and
+    dollars GPU-hours times ``gpu_hour`` (None: not priced).
 
     ``outcomes``: one row per request with ``tenant``, ``input_tokens``, ``hit_tokens``.
     """
@@ -102,8 +116,10 @@ def savings_rows(outcomes: pl.DataFrame, traffic_s: float | None, cost: MissCost
     for tenant, sel in named_groups(outcomes["tenant"].to_numpy()):
         if not sel.any():
             continue
-        no, yes = float(without[sel].sum()), float(with_cache[sel].sum())
+        no = float(without[sel].sum()) * cost.gpus
+        yes = float(with_cache[sel].sum()) * cost.gpus
         saved = no - yes
+        per_hour = saved * 3600 / traffic_s if traffic_s else None
         rows.append(
             {
                 "tenant": tenant,
@@ -119,7 +135,12 @@ def savings_rows(outcomes: pl.DataFrame, traffic_s: float | None, cost: MissCost
                 "prefill_gpu_seconds_with_cache": yes,
                 "gpu_seconds_saved": saved,
                 "saved_share": saved / no if no > 0 else None,
-                "gpu_seconds_saved_per_hour": saved * 3600 / traffic_s if traffic_s else None,
+                "gpu_seconds_saved_per_hour": per_hour,
+                "gpu_seconds_unit": GPU_SECONDS,
+                "gpu_hour": gpu_hour,
+                "usd_saved_per_hour": None
+                if per_hour is None or gpu_hour is None
+                else per_hour / 3600 * gpu_hour,
                 "ttft_p50_no_cache_s": float(np.percentile(without[sel], 50)),
                 "ttft_p95_no_cache_s": float(np.percentile(without[sel], 95)),
                 "ttft_p50_with_cache_s": float(np.percentile(with_cache[sel], 50)),
@@ -148,16 +169,17 @@ def cost_model(
         source, coefficients, knees = calibrated
         fitted = CostModel(tuple(float(c) for c in coefficients), knees)
         cost_kind, run_id = kind_of(source)
-        return MissCost(cost_kind, shape.name, key, fitted.seconds, run_id)
+        return MissCost(cost_kind, shape.name, key, fitted.seconds, run_id, tp)
     assert spec is not None  # chosen: only a calibration prices the CPU
     if which == "measured":
         measured = measured_for(shape, spec, tp)
-        return MissCost("measured", shape.name, spec.name, many(measured))
+        return MissCost("measured", shape.name, spec.name, many(measured), gpus=tp)
     return MissCost(
         "roofline",
         shape.name,
         spec.name,
         lambda new, cached: np.asarray(prefill_cost(shape, spec, new, cached, tp=tp).seconds),
+        gpus=tp,
     )
 
 
@@ -175,9 +197,10 @@ def savings_table(
     traffic_s: float | None,
     cost: MissCost,
     deployment: dict | None = None,
+    gpu_hour: float | None = None,
 ) -> pa.Table:
     """The ``savings`` rows of one configuration's outcomes; ``deployment``: the values of
-    ``DEPLOYMENT_COLUMNS`` (None: all NULL)."""
+    ``DEPLOYMENT_COLUMNS`` (None: all NULL); ``gpu_hour``: $ per GPU-hour (None: no dollars)."""
     hardware = {k: (deployment or {}).get(k) for k in DEPLOYMENT_COLUMNS}
     rows = [
         {
@@ -188,6 +211,6 @@ def savings_table(
             **row,
             **hardware,
         }
-        for row in savings_rows(outcomes, traffic_s, cost)
+        for row in savings_rows(outcomes, traffic_s, cost, gpu_hour)
     ]
     return pa.Table.from_pylist(rows, schema=SAVINGS_SCHEMA)

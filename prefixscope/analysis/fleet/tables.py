@@ -9,10 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from prefixscope.analysis.cost.models import GIB
+from prefixscope.analysis.cost.prices import GPU_SECONDS, Prices
 from prefixscope.analysis.fleet.hardware import Hardware
-from prefixscope.analysis.fleet.run import UNBOUNDED, FleetOutcome
+from prefixscope.analysis.fleet.run import UNBOUNDED, FleetOutcome, Tiers
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.measure import trace_index_groups
+from prefixscope.analysis.trace.measure import FLEET, trace_index_groups
 from prefixscope.analysis.trace.steady import WarmUp, warm_up
 from prefixscope.analysis.trace.windows import STEADY, WINDOWS
 
@@ -44,6 +46,21 @@ PREEMPTED_FIELDS = [
     ("preempted_lookups", pa.int64()),
     ("preempted_query_tokens", pa.int64()),
     ("preempted_hit_tokens", pa.int64()),
+]
+
+GB = 1e9  # tiers are priced per GB (``prices.py``), sized in GiB
+
+#: What the GPU-seconds count and what they are worth (``Pricing``): the cache's saving in
+#: dollars, the part the DRAM tier and the store served, and on the fleet's rows the tiers' own
+#: price and the net.
+DOLLAR_FIELDS = [
+    ("gpu_seconds_unit", pa.string()),
+    ("gpu_hour", pa.float64()),
+    ("usd_saved_per_hour", pa.float64()),
+    ("tier_usd_saved_per_hour", pa.float64()),
+    ("tier_gib", pa.float64()),
+    ("tier_usd_per_hour", pa.float64()),
+    ("tier_net_usd_per_hour", pa.float64()),
 ]
 
 FLEET_HIT_RATES_SCHEMA = pa.schema(
@@ -96,6 +113,7 @@ FLEET_HIT_RATES_SCHEMA = pa.schema(
         *DEPLOYMENT_FIELDS,
         *ENGINE_FIELDS,
         *PREEMPTED_FIELDS,
+        *DOLLAR_FIELDS,
     ]
 )
 
@@ -129,12 +147,50 @@ FLEET_REPLICAS_SCHEMA = pa.schema(
 @dataclass(frozen=True)
 class Pricing:
     """What the rows say about the step cost: the model, the GPU, and where the cost came
-    from (``calibrated`` with its replay run, or ``roofline``)."""
+    from (``calibrated`` with its replay run, or ``roofline``); and what a second of it is
+    worth: ``gpus`` per replica, each busy for the replica's time (GPU-seconds are replica
+    seconds × ``gpus``), at ``gpu_hour`` dollars an hour (None: no dollars), the tiers at
+    ``prices``' GB-hour rates, a block of the replica's KV ``kv_bytes_per_token`` × block size
+    (None: an unbounded store is not priced)."""
 
     model: str
     gpu: str
     cost_model: str
     cost_model_run_id: str | None = None
+    gpus: int = 1
+    gpu_hour: float | None = None
+    prices: Prices = Prices()
+    kv_bytes_per_token: float | None = None
+
+    def tier_gb(
+        self, tiers: Tiers, replicas: int, block_size: int, distinct: int
+    ) -> tuple[float, float] | None:
+        """GB of the fleet's DRAM tiers (all ``replicas``) and of its store (an unbounded one
+        at the ``distinct`` blocks of the trace, the most it holds); None where a tier's size
+        in bytes is unknown."""
+        block = None if self.kv_bytes_per_token is None else self.kv_bytes_per_token * block_size
+        dram = _gb(tiers.dram_gib, tiers.dram_blocks, block) if tiers.dram_blocks else 0.0
+        store: float | None = 0.0
+        if tiers.store_blocks == UNBOUNDED:
+            store = None if block is None else distinct * block / GB
+        elif tiers.store_blocks is not None:
+            store = _gb(tiers.store_gib, tiers.store_blocks, block)
+        if dram is None or store is None:
+            return None
+        return replicas * dram, store
+
+    def tier_usd_per_hour(self, gb: tuple[float, float] | None) -> float | None:
+        """$ an hour of ``tier_gb``'s DRAM and store."""
+        if gb is None:
+            return None
+        return gb[0] * self.prices.dram_gb_hour + gb[1] * self.prices.store_gb_hour
+
+
+def _gb(gib: float | None, blocks: int, block_bytes: float | None) -> float | None:
+    """GB of a tier given in GiB, else of ``blocks`` blocks of ``block_bytes``."""
+    if gib is not None:
+        return gib * GIB / GB
+    return None if block_bytes is None else blocks * block_bytes / GB
 
 
 def own_warm_up(trace: Trace, o: FleetOutcome) -> WarmUp:
@@ -215,7 +271,12 @@ def hit_rate_rows(
         "prefill_imbalance": _imbalance(o.prefill_tokens.astype(np.float64)),
         **(hardware or Hardware()).columns(f.capacity_blocks),
         **engine_columns(o),
+        "gpu_seconds_unit": GPU_SECONDS,
+        "gpu_hour": pricing.gpu_hour,
     }
+    per_gpu = pricing.gpus  # a replica's second busies every GPU of its deployment
+    tier_gb = pricing.tier_gb(t, f.replicas, trace.block_size, trace.n_unique)
+    tier_price = pricing.tier_usd_per_hour(tier_gb)
     rows = []
     filled = own_warm_up(trace, o).filled
     for window in windows:
@@ -227,9 +288,15 @@ def hit_rate_rows(
             ttft = o.ttft[mask]
             some = len(ttft) > 0
             by_source = o.source_tokens[mask].sum(axis=0)
-            saved = o.source_saved_s[mask].sum(axis=0)
+            saved = o.source_saved_s[mask].sum(axis=0) * per_gpu
             span = float(o.arrival[mask].max() - o.arrival[mask].min()) if some else 0.0
-            no_cache = float(o.no_cache_s[mask].sum())
+            no_cache = float(o.no_cache_s[mask].sum()) * per_gpu
+            usd = _usd_per_hour(float(saved.sum()), span, pricing.gpu_hour)
+            tier_usd = _usd_per_hour(float(saved[1] + saved[2]), span, pricing.gpu_hour)
+            whole = name == FLEET  # the tiers are bought for the fleet, not for a tenant
+            net = None if tier_usd is None or tier_price is None or not whole else (
+                tier_usd - tier_price
+            )  # fmt: skip
             p50, p95, p99 = np.percentile(ttft, [50, 95, 99]) if some else (None,) * 3
             rows.append(
                 {
@@ -267,9 +334,21 @@ def hit_rate_rows(
                             strict=True,
                         )
                     ),
+                    "usd_saved_per_hour": usd,
+                    "tier_usd_saved_per_hour": tier_usd,
+                    "tier_gib": None if tier_gb is None else sum(tier_gb) * GB / GIB,
+                    "tier_usd_per_hour": tier_price if whole else None,
+                    "tier_net_usd_per_hour": net,
                 }
             )
     return rows
+
+
+def _usd_per_hour(gpu_seconds: float, span: float, gpu_hour: float | None) -> float | None:
+    """Dollars an hour of ``gpu_seconds`` over ``span`` seconds of traffic."""
+    if gpu_hour is None or span <= 0:
+        return None
+    return gpu_seconds / span * gpu_hour
 
 
 def replica_rows(trace: Trace, o: FleetOutcome, hardware: Hardware | None = None) -> list[dict]:

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.gpus import GpuSpec
+from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.plan.plan import PLAN_SCHEMA, Sizing
-from prefixscope.analysis.plan.prices import Prices
 from prefixscope.analysis.trace.measure import FLEET
 
 
@@ -88,6 +88,9 @@ def configuration_rows(
         )
         if best.get("filled") is False:
             note = "; ".join(x for x in (note, "its caches never filled: no steady state") if x)
+        tier_saved, tier_cost = tier_dollars(best, cost, prices) if tenant == FLEET else (
+            None, None
+        )  # fmt: skip
         skipped = len(mine) - len(fits)
         if skipped:
             note = "; ".join(x for x in (note, f"{skipped} simulated configurations hold more "
@@ -117,9 +120,26 @@ def configuration_rows(
                 "gpus": gpus,
                 "fleet_gpu": _name(gpu),
                 "gpu_hour": prices.gpu_price(gpu),
+                "tier_usd_saved_per_hour": tier_saved,
+                "tier_usd_per_hour": tier_cost,
             }
         )
     return out
+
+
+def tier_dollars(r: dict, cost: float, prices: Prices) -> tuple[float | None, float | None]:
+    """What the fleet ``r``'s tiers are worth at ``prices``: the GPU dollars their hits save an
+    hour, and their own price an hour (``cost`` less the GPUs'); (None, None) without a tier,
+    or without a saving to price (a row written before the split by tier, no traffic span)."""
+    if not (r.get("dram_blocks") or r.get("store_blocks") or r.get("store_unbounded")):
+        return None, None
+    span = r.get("traffic_seconds")
+    parts = (r.get("gpu_seconds_saved_dram"), r.get("gpu_seconds_saved_store"))
+    if not span or parts[0] is None or parts[1] is None:
+        return None, None
+    gpu, gpus = fleet_gpu(r)
+    saved = (parts[0] + parts[1]) / span * prices.gpu_price(gpu)
+    return saved, cost - prices.per_hour(r["replicas"], 0.0, 0.0, gpus, gpu)
 
 
 def _cost(r: dict, prices: Prices, sizing: Sizing, working_set_blocks: int) -> float:

@@ -74,6 +74,8 @@ PLAN_SCHEMA = pa.schema(
         ("gpus", pa.int32()),
         ("fleet_gpu", pa.string()),
         ("gpu_hour", pa.float64()),
+        ("tier_usd_saved_per_hour", pa.float64()),
+        ("tier_usd_per_hour", pa.float64()),
     ]
 )
 
@@ -81,7 +83,8 @@ PLAN_SCHEMA = pa.schema(
 @dataclass(frozen=True)
 class Sizing:
     """How blocks become GiB and bytes: the model's KV bytes per block, and the blocks in one
-    GiB (at least 1)."""
+    GiB (at least 1); ``seconds(new, cached)``: the GPU-seconds of one prefill (its time × the
+    GPUs it runs on)."""
 
     model: str
     gpu: str

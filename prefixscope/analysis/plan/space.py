@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from prefixscope.analysis.cost.deployment import Deployment, memory_split, parse_deployment
 from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import GIB, ModelShape
+from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.fleet.run import STORE_GBPS, Engine, Tiers
 from prefixscope.analysis.fleet.stepcost import StepCost
-from prefixscope.analysis.plan.prices import Prices
 
 #: Host DRAM kept out of the DRAM tier: a quarter (an assumption; the catalog's figure is the
 #: whole host's memory divided by its GPUs).

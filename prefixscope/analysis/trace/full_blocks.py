@@ -25,11 +25,12 @@ def full_blocks_only(trace: Trace) -> Trace:
     for every request, with its own dense ids (numbered by first lookup); the trace itself
     where it follows both rules already."""
     n = trace.blocks_per_request
-    if trace.last_token_rule is not None and trace.last_token_rule.all():
-        return trace
+    # a token source's rows name full blocks only; a row that names more blocks than its
+    # tokens fill (a trace put together by hand) has its partial one dropped all the same,
+    # so that no engine caches a block its prompt never fills
     partial = (n > 0) & (n * trace.block_size > trace.input_tokens)
-    if trace.last_token_rule is not None:  # a token source's rows name full blocks only
-        partial &= ~trace.last_token_rule
+    if trace.last_token_rule is not None and trace.last_token_rule.all() and not partial.any():
+        return trace
     keep = np.ones(trace.n_lookups, bool)
     keep[trace.offsets[1:][partial] - 1] = False
     kept = trace.blocks[keep]

@@ -8,6 +8,7 @@ SELECT tenant,
        cost_model,
        coalesce(deployment, '')                         AS deployment,
        gpu_seconds_saved_per_hour,
+       usd_saved_per_hour,
        saved_share,
        ttft_p95_no_cache_s,
        ttft_p95_with_cache_s

@@ -38,3 +38,13 @@ CREATE TABLE IF NOT EXISTS savings (
 ALTER TABLE savings ADD COLUMN IF NOT EXISTS deployment VARCHAR;
 ALTER TABLE savings ADD COLUMN IF NOT EXISTS gpus INTEGER;
 ALTER TABLE savings ADD COLUMN IF NOT EXISTS kv_pool_blocks BIGINT;
+-- Units (added after the table first shipped): every *gpu_seconds* column counts GPUs ×
+-- seconds, a prefill's time times the gpus it runs on (gpu_seconds_unit 'gpu-seconds'; the
+-- TTFT columns stay one prefill's wall time). gpu_hour is one GPU's $ an hour (the prices file
+-- of --prices, else the GPU's catalog price) and usd_saved_per_hour = gpu_seconds_saved_per_hour
+-- / 3600 × gpu_hour; both NULL for a CPU calibration. Rows written before the unit counted one
+-- tensor-parallel group's time; opening the warehouse converts them (× gpus, NULL: 1) once
+-- (catalog/gpu_seconds_savings.sql).
+ALTER TABLE savings ADD COLUMN IF NOT EXISTS gpu_seconds_unit VARCHAR;
+ALTER TABLE savings ADD COLUMN IF NOT EXISTS gpu_hour DOUBLE;
+ALTER TABLE savings ADD COLUMN IF NOT EXISTS usd_saved_per_hour DOUBLE;

@@ -92,3 +92,23 @@ ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS prefix_cache_blocks_mean DO
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS preempted_lookups BIGINT;
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS preempted_query_tokens BIGINT;
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS preempted_hit_tokens BIGINT;
+-- Units and dollars (added after the table first shipped). Every *gpu_seconds* column counts
+-- GPUs × seconds: a replica's busy time times the gpus of its deployment (NULL: 1);
+-- gpu_seconds_unit 'gpu-seconds'. Rows written before it counted one replica's time; opening
+-- the warehouse converts them once (catalog/gpu_seconds_fleet.sql). gpu_hour: one GPU's $ an
+-- hour (--prices, else the GPU's catalog price); usd_saved_per_hour: what the whole cache
+-- saves, gpu_seconds_saved_per_hour / 3600 × gpu_hour; tier_usd_saved_per_hour: the part the
+-- DRAM tier and the store served (gpu_seconds_saved_dram + _store). tier_gib: what the fleet
+-- buys, replicas × its DRAM tier + the store (an unbounded store at the trace's distinct
+-- blocks, the most it holds; 0: no tier). On the fleet's rows (tenant '*'), tier_usd_per_hour
+-- is the tiers' own price (each GB × its $ per GB-hour, the prices file of --prices)
+-- and tier_net_usd_per_hour = tier_usd_saved_per_hour - tier_usd_per_hour: positive where the
+-- tiers pay for themselves. Both are NULL on a tenant's rows (a tenant does not buy a tier)
+-- and 0 where there is no tier.
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS gpu_seconds_unit VARCHAR;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS gpu_hour DOUBLE;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS usd_saved_per_hour DOUBLE;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_usd_saved_per_hour DOUBLE;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_gib DOUBLE;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_usd_per_hour DOUBLE;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_net_usd_per_hour DOUBLE;

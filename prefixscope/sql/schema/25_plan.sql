@@ -49,3 +49,9 @@ ALTER TABLE plan ADD COLUMN IF NOT EXISTS deployment VARCHAR;
 ALTER TABLE plan ADD COLUMN IF NOT EXISTS gpus INTEGER;
 ALTER TABLE plan ADD COLUMN IF NOT EXISTS fleet_gpu VARCHAR;
 ALTER TABLE plan ADD COLUMN IF NOT EXISTS gpu_hour DOUBLE;
+-- A configuration with a DRAM tier or a shared store: the GPU dollars its tiers' hits save an
+-- hour (the fleet row's gpu_seconds_saved_dram + _store over its traffic, at gpu_hour) and the
+-- tiers' own dollars an hour (cost_per_hour less its GPUs'), at the prices the plan used; NULL
+-- without a tier, on a tenant's rows, or where the fleet row has no split by tier.
+ALTER TABLE plan ADD COLUMN IF NOT EXISTS tier_usd_saved_per_hour DOUBLE;
+ALTER TABLE plan ADD COLUMN IF NOT EXISTS tier_usd_per_hour DOUBLE;

@@ -32,6 +32,12 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
 }
 
 
+#: The unit of every GPU-seconds column this version writes: a replica's busy time times the
+#: GPUs it runs on (a prefill at TP 4 busies 4 GPUs), so that dollars are GPU-hours × one GPU's
+#: price. Rows written before it counted one tensor-parallel group's time; ``schema.py``
+#: converts them on open (× their ``gpus``).
+GPU_SECONDS = "gpu-seconds"
+
 #: $ per GPU-hour of a GPU the catalog does not price (a ``NAME:TFLOPS:TBPS`` spec).
 DEFAULT_GPU_HOUR = 2.50
 
