@@ -1,5 +1,6 @@
 """Shared fixtures. Prefect settings are set here, before anything imports Prefect, so tests
-run offline, quietly, and against a throw-away home."""
+run offline, quietly, and against a throw-away home; the user's config folder (where the
+default hash key is made) is a throw-away one too."""
 
 from __future__ import annotations
 
@@ -30,9 +31,14 @@ os.environ.update(
         "PREFECT_LOGGING_TO_API_ENABLED": "false",
         "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
         "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED": "false",
+        "PREFIXSCOPE_CONFIG_DIR": tempfile.mkdtemp(prefix="prefixscope-config-"),
     }
 )
 os.environ.pop("PREFECT_API_URL", None)
+# the session's own default hash key, made before any command would make it and say so
+_KEY = Path(os.environ["PREFIXSCOPE_CONFIG_DIR"]) / "hash.key"
+_KEY.write_bytes(os.urandom(32))
+_KEY.chmod(0o600)
 
 import duckdb  # noqa: E402
 

@@ -15,6 +15,7 @@ from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
 from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.ingest.hashkey import resolve_key
 from prefixscope.ingest.loader import FormatMismatch
 
 
@@ -196,13 +197,24 @@ def test_hashes_are_the_same_run_to_run(tmp_path) -> None:
         runs.append(con.execute("SELECT block_hashes FROM requests ORDER BY arrival_ts").fetchall())
         con.close()
     assert runs[0] == runs[1]
-    # and the documented value: xxh64(parent 0 ‖ 16 little-endian uint32 token ids)
+    # and the documented value: xxh64(parent 0 ‖ 16 little-endian uint32 token ids), stored
+    # as it is with --hash-key-file none, else keyed: BLAKE2b-64(the user's key, it)
+    import hashlib
+
     import xxhash
 
     first = xxhash.xxh64_intdigest(
         (0).to_bytes(8, "little") + b"".join(t.to_bytes(4, "little") for t in SYSTEM[:16])
     )
-    assert runs[0][0][0][0] == first
+    key = resolve_key(None)
+    assert key is not None
+    digest = hashlib.blake2b(first.to_bytes(8, "little"), key=key.key, digest_size=8).digest()
+    assert runs[0][0][0][0] == int.from_bytes(digest, "little")
+    con = warehouse.connect(tmp_path / "plain.duckdb")
+    ingest(con, [tmp_path / "t.jsonl"], "tokens", fields=MAPPED, hash_key=None)
+    plain = con.execute("SELECT block_hashes FROM requests ORDER BY arrival_ts").fetchall()
+    con.close()
+    assert plain[0][0][0] == first
 
 
 # --- gateway logs --------------------------------------------------------------------------

@@ -9,10 +9,12 @@ import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from prefixscope import warehouse
 from prefixscope.ingest import IngestOptions, ingest_files
+from prefixscope.ingest.hashkey import resolve_key
 from tests.conftest import Bundled, mooncake_line
 
 
@@ -39,7 +41,10 @@ def test_bundled_trace_is_accepted_whole(bundled_warehouse: Bundled) -> None:
     assert span.total_seconds() == pytest.approx(3_536.999)
     # The file id is the SHA-256 of the decompressed bytes, as published beside the trace.
     assert result.files[0].file_id.startswith("b8cbb061a85206d729d91cdc2981f43c")
-    assert first == (list(range(14)), 6758, 500, 1)
+    # the line's ids, keyed by the session's key as every stored hash is
+    key = resolve_key(None)
+    assert key is not None
+    assert first == (key.hashes(np.arange(14, dtype=np.uint64)).tolist(), 6758, 500, 1)
     assert runs == [(result.run_id, "ingest", "succeeded")]
 
 
@@ -117,7 +122,7 @@ def test_broken_lines_mixed_into_good_ones_all_add_up(wh, write_lines) -> None:
         lines.append(g)
         lines.append(BROKEN[i % len(BROKEN)][1])
     path = write_lines(lines, gz=True)
-    result = ingest(con, [path])
+    result = ingest(con, [path], hash_key=None)  # plain: the ids as the lines give them
     assert result.lines == len(lines) == result.accepted + result.rejected
     assert result.accepted == len(good)
     stored = con.execute("SELECT block_hashes[2] FROM requests ORDER BY source.line").fetchall()

@@ -28,6 +28,7 @@ from prefixscope import synthetic_events as se
 from prefixscope.analysis.validate.pool import EVICTED, POOL_MODELS, PoolRequests, ServiceModel
 from prefixscope.cli import main
 from prefixscope.ingest.hashing import hash_token_blocks
+from prefixscope.ingest.hashkey import resolve_key
 from prefixscope.ingest.kvevents import structs
 from prefixscope.ingest.kvevents.capture import capture_events
 from prefixscope.ingest.kvevents.framing import MAGIC, encode_frame
@@ -74,10 +75,13 @@ def fixture_batches(encoding: str) -> list[tuple[int, bytes]]:
     ]  # fmt: skip
 
 
-def expected_ids() -> dict[str, list[int]]:
-    """prefixscope's ids of the prompts' full blocks, as ingest of their tokens gives them."""
+def expected_ids(keyed: bool = True) -> dict[str, list[int]]:
+    """prefixscope's ids of the prompts' full blocks, as ingest of their tokens gives them:
+    keyed by the user's key, as every stored hash is (``keyed``), else as parsed."""
     offsets = np.array([0, len(PROMPT_A), len(PROMPT_A) + len(PROMPT_B)])
     hash_offsets, hashes = hash_token_blocks(offsets, np.array(PROMPT_A + PROMPT_B), BLOCK)
+    key = resolve_key(None) if keyed else None
+    hashes = hashes if key is None else key.hashes(hashes)
     a = hashes[hash_offsets[0] : hash_offsets[1]].tolist()
     b = hashes[hash_offsets[1] : hash_offsets[2]].tolist()
     return {"A": a, "B": b}
@@ -369,14 +373,14 @@ def test_array_batch_of_map_events(tmp_path: Path) -> None:
     out = tmp_path / "events.bin"
     write_capture(out, [(0, payload)])
     parsed = parse_capture(out, {BLOCK})
-    assert parsed.rows["block_id"].to_pylist() == expected_ids()["A"][:2]
+    assert parsed.rows["block_id"].to_pylist() == expected_ids(keyed=False)["A"][:2]
     assert parsed.rows["rank"].to_pylist() == [3, 3]
 
 
 def test_chained_ids_match_hashing_from_any_parent() -> None:
     """Chaining from a parent id continues the same chain hash_token_blocks computes."""
     whole = chained_ids(0, tuple(PROMPT_A), BLOCK)
-    assert whole == expected_ids()["A"]
+    assert whole == expected_ids(keyed=False)["A"]
     assert chained_ids(whole[0], tuple(PROMPT_A[BLOCK:]), BLOCK) == whole[1:]
 
 

@@ -404,6 +404,32 @@ def dask_address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def hash_key_file(p: argparse.ArgumentParser) -> None:
+    """``--hash-key-file FILE|none``: the key every stored block hash is keyed with
+    (``ingest/hashkey.py``); without it the user's own, made on first use."""
+    p.add_argument(
+        "--hash-key-file",
+        type=_key_file,
+        metavar="FILE|none",
+        help="the key (16-64 bytes, or their hex) every stored block hash is keyed with, so that "
+        "no guessed prompt can be confirmed against the warehouse (default: your key in "
+        "~/.config/prefixscope/hash.key, made on first use); none: plain hashes",
+    )
+
+
+def _key_file(text: str) -> str:
+    """``none``, or a key file read and checked here (its key is read again when used)."""
+    from prefixscope.ingest.hashkey import PLAIN, read_key
+
+    if text.strip().lower() == PLAIN:
+        return PLAIN
+    try:
+        read_key(Path(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def prices(p: argparse.ArgumentParser) -> None:
     """``--prices FILE``: what a GPU-hour, a GB-hour of DRAM tier and of a shared store cost
     (``analysis/cost/prices.py``), the one file ``plan``, ``fleet`` and ``savings`` read."""

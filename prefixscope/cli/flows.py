@@ -80,6 +80,7 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_FLOW_GPU,
         help="GPU the report prices on (%(default)s: the fewest that hold the model)",
     )
+    flags.hash_key_file(p)
     p.add_argument(
         "--fresh",
         action="store_true",
@@ -119,6 +120,7 @@ def parameters(args: argparse.Namespace) -> dict[str, object]:
         "replay_samples": args.replay_samples,
         "fleet_replicas": args.fleet_replicas or None,
         "workers": args.workers,
+        "hash_key_file": args.hash_key_file,
     }
 
 

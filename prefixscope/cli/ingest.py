@@ -71,6 +71,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="store a keyed hash of each tenant name instead of the name",
     )
+    flags.hash_key_file(p)
     p.add_argument("--chat-template", metavar="FILE", help="openai: Jinja chat template")
     p.add_argument("--tokenizer", metavar="FILE", help="openai: the model's tokenizer.json")
     p.add_argument(
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == EVENTS_FORMAT:
         return run_events(args)
     from prefixscope.ingest import IngestOptions
+    from prefixscope.ingest.hashkey import resolve_key
     from prefixscope.ingest.staging import check_inputs
     from prefixscope.stages import ingest
 
@@ -161,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         pseudonymize_key=args.pseudonymize_tenants,
         replace=args.replace,
         full_blocks=args.full_blocks,
+        hash_key=resolve_key(args.hash_key_file),
     )
     settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)
     result = ingest.run(args.warehouse, settings)
@@ -189,9 +192,12 @@ def run(args: argparse.Namespace) -> int:
 
 def run_events(args: argparse.Namespace) -> int:
     """``--format vllm-events``: capture files into ``kv_events`` (docs/ingest.md)."""
+    from prefixscope.ingest.hashkey import resolve_key
     from prefixscope.stages import kv_events
 
-    settings = kv_events.EventIngestSettings(tuple(args.input), args.block_size)
+    settings = kv_events.EventIngestSettings(
+        tuple(args.input), args.block_size, hash_key=resolve_key(args.hash_key_file)
+    )
     results = kv_events.run(args.warehouse, settings)
     for r in results:
         cut = "" if r.complete else " — the file ends early (its whole frames were kept)"

@@ -42,6 +42,7 @@ from prefixscope.dashboards.structure import structure_section
 from prefixscope.dashboards.tables import datatable, datatables_script
 from prefixscope.dashboards.validation import validation_section
 from prefixscope.dashboards.views import read_view, trace_summary
+from prefixscope.ingest.hashkey import PLAIN
 
 TEMPLATES = Environment(
     loader=PackageLoader("prefixscope.dashboards"),
@@ -357,8 +358,23 @@ def summary_items(row: dict[str, Any]) -> list[dict[str, str]]:
         ("Distinct blocks", f"{row['unique_blocks']:,}"),
         ("Block size (tokens)", str(row["block_sizes"] or "—")),
         ("First arrival, span", span),
+        ("Block hashes", hash_words(row.get("hash_keys"))),
     ]
     return [{"what": what, "value": value} for what, value in pairs]
+
+
+def hash_words(keys: str | None) -> str:
+    """What the stored block hashes let a reader of the warehouse learn (``sources.hash_key``)."""
+    if not keys:
+        return "—"
+    if keys == PLAIN:
+        return (
+            "plain (--hash-key-file none): anyone holding the warehouse can confirm a guessed "
+            "prompt block by block"
+        )
+    if PLAIN in keys.split(", "):
+        return f"mixed, some plain: {keys}"
+    return f"keyed (key {keys}): no stored hash can be recomputed from a guess without the key"
 
 
 def rate_rows(rates: pl.DataFrame) -> list[dict[str, Any]]:

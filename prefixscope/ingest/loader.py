@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from prefixscope import sql
 from prefixscope.ingest.formats import IngestOptions
+from prefixscope.ingest.hashkey import fingerprint_of, refuse_other_key
 from prefixscope.ingest.staging import (
     SNIFF_LINES,
     FormatMismatch,
@@ -119,6 +120,7 @@ def publish(
     try:
         matched = [_matching_sources(con, f) for f in staged.files]
         gone = sorted({fid for m in matched for fid in m} | {f.file_id for f in staged.files})
+        refuse_other_key(con, staged.options.hash_key, gone)
         con.register("gone", pa.table({"file_id": pa.array(gone, pa.string())}))
         command_ids: list[pa.Array] = []
         stages = []
@@ -135,7 +137,12 @@ def publish(
         for table in ("requests", "rejects", "sources"):
             con.execute(f"DELETE FROM {table} WHERE file_id IN (SELECT file_id FROM gone)")
         for f, m, stage in zip(staged.files, matched, stages, strict=True):
-            results.append(_insert(con, f, stage, format_name, run_id, replaced=bool(m)))
+            results.append(
+                _insert(
+                    con, f, stage, format_name, run_id, replaced=bool(m),
+                    hash_key=fingerprint_of(staged.options.hash_key),
+                )
+            )  # fmt: skip
         _verify(con, results)
         con.commit()
     except BaseException:
@@ -195,6 +202,7 @@ def _insert(
     run_id: str,
     *,
     replaced: bool,
+    hash_key: str,
 ) -> FileResult:
     state = f.state
     rejected = stage.num_rows - stage["reason"].null_count
@@ -218,8 +226,8 @@ def _insert(
     con.execute(
         """INSERT INTO sources (file_id, path, format, bytes, lines, accepted, rejected,
                                 complete, out_of_order, ingest_run_id, ingested_at,
-                                resolved_path)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?)""",
+                                resolved_path, hash_key)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)""",
         [
             f.file_id,
             str(f.path),
@@ -232,6 +240,7 @@ def _insert(
             out_of_order,
             run_id,
             f.resolved,
+            hash_key,
         ],
     )
     return FileResult(

@@ -16,6 +16,7 @@ is written.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -44,6 +45,8 @@ from prefixscope.ingest.formats.base import (
 from prefixscope.ingest.formats.mooncake import own_settings
 from prefixscope.ingest.formats.openai import check_chat_template
 from prefixscope.ingest.formats.paths import parse_path, show_path
+from prefixscope.ingest.hashkey import keyed_lists
+from prefixscope.ingest.hashkey import resolved as resolved_key
 from prefixscope.ingest.lines import FileReadState, prefetch
 from prefixscope.ingest.parallel import ordered_map
 from prefixscope.ingest.refusals import (
@@ -169,6 +172,7 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
     twice -- the same resolved path, or the same content under another path -- is read once.
     Raises before anything is written (and then leaves no staging file)."""
     check_inputs(paths, format_name)
+    options = dataclasses.replace(options, hash_key=resolved_key(options.hash_key))
     if format_name == "openai":
         check_chat_template(options)
     if format_name == "mooncake" and paths:  # a line may say its block size: the first one's
@@ -248,7 +252,12 @@ def _stage_one(
     staged: list[pa.Table] = []
 
     def parse(con: duckdb.DuckDBPyConnection, batch: pa.Table) -> tuple[int, pa.Table]:
-        return batch.num_rows, fmt.parse(con, batch, options)
+        rows = fmt.parse(con, batch, options)
+        if options.hash_key is not None:  # keyed here, on the parsing threads (nogil)
+            at = rows.schema.get_field_index("block_hashes")
+            keyed = keyed_lists(rows["block_hashes"], options.hash_key)
+            rows = rows.set_column(at, rows.schema.field(at), keyed)
+        return batch.num_rows, rows
 
     # Closed on the way out, even on an error: no parse is left running on a cursor.
     with contextlib.closing(ordered_map(parse, prefetch(fmt.batches(path, state)), cursors)) as rs:

@@ -39,6 +39,7 @@ from prefixscope.dashboards.summary import summarize
 from prefixscope.dashboards.text import format_hit_rates
 from prefixscope.export.metrics import write_metrics
 from prefixscope.ingest import FORMATS, IngestOptions, IngestResult
+from prefixscope.ingest.hashkey import resolve_key
 from prefixscope.pipelines import parameters, resume
 from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaults, re-exported)
     DEFAULT_CAPACITIES,
@@ -284,6 +285,7 @@ def fleet_report(
     metrics_path: str | None = None,
     slo: str = parameters.DEFAULT_SLO,
     fresh: bool = False,
+    hash_key_file: str | None = None,
 ) -> FleetReportOutcome:
     """``tenant_from``: bailian, the tenant of each request is its type; ``tenant_field``: the
     field of each line that names its tenant (else ``tenant``);
@@ -295,35 +297,12 @@ def fleet_report(
     figures there as OpenMetrics text (node_exporter's textfile collector), after the page;
     ``slo``: the latency target of the SLO plan (``parameters.DEFAULT_SLO``: DeepSeek-V3 on
     8 × H200); ``fresh``: run every stage, where a run of the same flow on the same inputs
-    and settings would otherwise reuse the stages it finished (``resume.py``)."""
+    and settings would otherwise reuse the stages it finished (``resume.py``);
+    ``hash_key_file``: the key every stored block hash is keyed with (``ingest/hashkey.py``;
+    None: the user's own, made on first use; ``none``: plain hashes)."""
     flow_parameters = dict(locals())
     # every parameter before any work (the command line has checked them too)
-    checked = parameters.check(
-        inputs,
-        warehouse_path=warehouse_path,
-        report_path=report_path,
-        format_name=format_name,
-        tenant=tenant,
-        tenant_from=tenant_from,
-        tenant_field=tenant_field,
-        synthetic_tenants=synthetic_tenants,
-        policies=policies,
-        capacities_blocks=capacities_blocks,
-        windows=windows,
-        isolations=isolations,
-        savings_policy=savings_policy,
-        savings_capacity_blocks=savings_capacity_blocks,
-        savings_model=savings_model,
-        savings_model_config=savings_model_config,
-        savings_gpu=savings_gpu,
-        replay_samples=replay_samples,
-        fleet_replicas=fleet_replicas,
-        plan_target=plan_target,
-        workers=workers,
-        dask_address=dask_address,
-        metrics_path=metrics_path,
-        slo=slo,
-    )
+    checked = parameters.check_flow(flow_parameters)
     capacities_blocks = list(checked.capacities_blocks)
     simulated_blocks = list(checked.simulated_blocks or capacities_blocks)
     windows = list(checked.windows)
@@ -346,7 +325,10 @@ def fleet_report(
     with steps(names) as step:
         step("ingest")
         fields = (("tenant", tenant_field),) if tenant_field else ()
-        options = IngestOptions(tenant=tenant, tenant_from=tenant_from, fields=fields)
+        hash_key = resolve_key(hash_key_file)
+        options = IngestOptions(
+            tenant=tenant, tenant_from=tenant_from, fields=fields, hash_key=hash_key
+        )
         sources = [ingest_stage.IngestSettings(checked.paths, format_name, options)]
         ingested = [steps_run("ingest", lambda: ingest(wh, sources[0]), read_counts(wh))]
         if synthetic_tenants:
@@ -354,7 +336,7 @@ def fleet_report(
             block_size = FORMATS[format_name].default_block_size
             log = synthesize(wh, list(synthetic_tenants), block_size)
             step("ingest")
-            options = IngestOptions(tenant_from="type", block_size=block_size)
+            options = IngestOptions(tenant_from="type", block_size=block_size, hash_key=hash_key)
             settings = ingest_stage.IngestSettings((log,), "bailian", options)
             ingested.append(steps_run("ingest", lambda: ingest(wh, settings), read_counts(wh)))
         step("simulate")

@@ -10,6 +10,7 @@ deployment.
 from __future__ import annotations
 
 import glob
+import inspect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from prefixscope.analysis.structure.tables import StructureSettings
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.export.atomic import check_writable
 from prefixscope.ingest import FORMATS, IngestOptions
+from prefixscope.ingest.hashkey import PLAIN, read_key
 from prefixscope.ingest.lines import holds_text
 from prefixscope.pipelines.served import FLOW_GPU, FLOW_MODEL
 from prefixscope.stages import fleet as fleet_stage
@@ -80,6 +82,13 @@ class Checked:
     simulated_blocks: tuple[int, ...] = ()
 
 
+def check_flow(values: dict[str, object]) -> Checked:
+    """The flow's parameters (``values``: the flow's arguments by name) through :func:`check`,
+    each it takes by its own name: one list of names, the flow's signature."""
+    names = inspect.signature(check).parameters
+    return check(**{k: v for k, v in values.items() if k in names})  # type: ignore[arg-type]
+
+
 def check(
     inputs: Sequence[str],
     *,
@@ -107,6 +116,7 @@ def check(
     dask_address: str | None = None,
     serving: bool = False,
     slo: str | None = DEFAULT_SLO,
+    hash_key_file: str | None = None,
 ) -> Checked:
     """Every parameter, before any work: ValueError (or OSError, for an input that cannot be
     read) with one line that names it. Lists take each value once: a value given twice would
@@ -120,6 +130,8 @@ def check(
         check_writable(Path(metrics_path), "--metrics-out")
     if format_name not in FORMATS:
         raise ValueError(f"unknown format {format_name!r}; known: {', '.join(sorted(FORMATS))}")
+    if hash_key_file is not None and hash_key_file.strip().lower() != PLAIN:
+        read_key(Path(hash_key_file))  # the default key is made by the run, on first use
     check_tenant(tenant, "--tenant")
     fields = (("tenant", tenant_field),) if tenant_field else ()
     IngestOptions(tenant=tenant, tenant_from=tenant_from, fields=fields)  # its own checks

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from prefixscope import warehouse
 from prefixscope.ingest import IngestOptions, IngestResult
+from prefixscope.ingest.hashkey import fingerprint_of
 from prefixscope.ingest.loader import publish, stage_files
 
 
@@ -17,8 +18,13 @@ class IngestSettings:
     options: IngestOptions = field(default_factory=IngestOptions)
 
     def recorded(self) -> dict[str, object]:
-        """What ``runs`` keeps: never the pseudonymisation key itself."""
-        options = {**self.options.__dict__, "pseudonymize_key": bool(self.options.pseudonymize_key)}
+        """What ``runs`` keeps: never the pseudonymisation key itself, nor the hash key (its
+        fingerprint, or 'none' for plain hashes)."""
+        options = {
+            **self.options.__dict__,
+            "pseudonymize_key": bool(self.options.pseudonymize_key),
+            "hash_key": fingerprint_of(self.options.hash_key),
+        }
         return {"inputs": list(self.inputs), "format": self.format, "options": options}
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prefixscope import warehouse
+from prefixscope.ingest.hashkey import USER_KEY, HashKey, fingerprint_of, resolved
 from prefixscope.ingest.kvevents.publish import (
     CaptureFile,
     CaptureResult,
@@ -29,6 +30,18 @@ class EventIngestSettings:
     inputs: tuple[str, ...]
     block_size: int | None = None
     format: str = FORMAT
+    #: Every stored hash keyed by it (``ingest/hashkey.py``); None: plain hashes; default: the
+    #: user's own key.
+    hash_key: HashKey | str | None = USER_KEY
+
+    def recorded(self) -> dict[str, object]:
+        """What ``runs`` keeps: the key's fingerprint, never the key."""
+        return {
+            "inputs": list(self.inputs),
+            "block_size": self.block_size,
+            "format": self.format,
+            "hash_key": fingerprint_of(self.hash_key),
+        }
 
 
 def check_files(paths: tuple[str, ...]) -> None:
@@ -94,6 +107,7 @@ def run(wh: str | Path, settings: EventIngestSettings) -> list[CaptureResult]:
         if f.file_id not in seen and f.resolved not in seen:  # given twice: read once
             seen.update((f.file_id, f.resolved))
             files.append(f)
-    run = warehouse.StageRun(wh, "ingest", settings, create=True)
+    settings = replace(settings, hash_key=resolved(settings.hash_key))
+    run = warehouse.StageRun(wh, "ingest", settings.recorded(), create=True)
     with run, run.writing() as con:
-        return publish_captures(con, files, run.run_id)
+        return publish_captures(con, files, run.run_id, resolved(settings.hash_key))

@@ -28,14 +28,17 @@ def session_keys(
     trace: Trace, sessions: Sequence[str | None] | None, settings: RouterSettings
 ) -> np.ndarray:
     """Per request, the key ``session`` hashes (uint64): its session id when it has one, else
-    the chained hash of its first k blocks, which stands for the whole k-block prefix."""
+    its first k blocks' prefix, named by where the trace first looked up its k-th block (a
+    chained block stands for the whole prefix before it). Where, not the stored hash: the
+    hashes are keyed (``ingest/hashkey.py``), and no route may depend on the key."""
     k = settings.session_blocks
     n_blocks = trace.blocks_per_request
     last = trace.offsets[:-1] + np.minimum(n_blocks, k) - 1
     if trace.n_lookups == 0:  # no request holds a whole block: only session ids key them
         prefix = np.zeros(trace.n_requests, np.uint64)
     else:
-        prefix = np.where(n_blocks > 0, trace.hashes[trace.blocks[np.maximum(last, 0)]], 0)
+        first = first_of_hash(trace, np.maximum(last, 0)).astype(np.uint64)
+        prefix = np.where(n_blocks > 0, first + np.uint64(1), np.uint64(0))
     keys = prefix.astype(np.uint64)
     if sessions is not None:
         ids = np.asarray(sessions, dtype=object)
@@ -51,6 +54,19 @@ def session_keys(
             )
             keys[present] = hashed[inverse.ravel()]
     return mix(keys)
+
+
+def first_of_hash(trace: Trace, lookups: np.ndarray) -> np.ndarray:
+    """Per lookup position, the first position whose block has the same hash. Where ids
+    repeat, an id names one hash (``csr.dense_ids``), so that is the id's first lookup;
+    where every lookup has an id of its own (prefix caching off, ``plan/nocache.py``, whose
+    ids keep their blocks' hashes) the hashes themselves are matched, so a prompt is named
+    as it is with caching on."""
+    if trace.n_unique < trace.n_lookups:
+        return trace.first_lookup[trace.blocks[lookups]]
+    values = trace.hashes[trace.blocks]
+    distinct, first = np.unique(values, return_index=True)
+    return first[np.searchsorted(distinct, values[lookups])]
 
 
 def mix(keys: np.ndarray) -> np.ndarray:

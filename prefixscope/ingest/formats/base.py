@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import duckdb
 import numpy as np
@@ -14,8 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope.ingest.formats.paths import parse_path
+from prefixscope.ingest.hashkey import USER_KEY
 from prefixscope.ingest.lines import FileReadState, read_line_batches
 from prefixscope.tenants import check_tenant, tenant_problem
+
+if TYPE_CHECKING:
+    from prefixscope.ingest.hashkey import HashKey
 
 #: Relative timestamps are placed after this instant unless ``--start`` says otherwise. The Unix
 #: epoch means a log whose timestamps are already absolute epoch times keeps its real times.
@@ -86,6 +90,9 @@ class IngestOptions:
     # mooncake: the ids name full blocks only and the last prompt token is always computed (a
     # token source's rules: what `prefixscope export` writes of a gateway-log warehouse).
     full_blocks: bool = False
+    # Every stored block hash keyed by it (``ingest/hashkey.py``); None: plain hashes; the
+    # default, ``USER_KEY``: the user's own key, made on first use (resolved when staging).
+    hash_key: HashKey | str | None = USER_KEY
 
     def field(self, name: str, default: str | None = None) -> str | None:
         """The field mapped to canonical ``name`` (``--NAME-field``), else ``default``."""

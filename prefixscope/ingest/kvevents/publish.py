@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
+from prefixscope.ingest.hashkey import HashKey, fingerprint_of, refuse_other_key
 from prefixscope.ingest.kvevents.rows import FORMAT, ParsedCapture
 
 
@@ -56,12 +58,26 @@ def warehouse_block_sizes(con: duckdb.DuckDBPyConnection) -> set[int]:
 
 
 def publish_captures(
-    con: duckdb.DuckDBPyConnection, files: list[CaptureFile], run_id: str
+    con: duckdb.DuckDBPyConnection,
+    files: list[CaptureFile],
+    run_id: str,
+    key: HashKey | None = None,
 ) -> list[CaptureResult]:
-    """Replace each file's earlier rows and insert its new ones, all in one transaction."""
+    """Replace each file's earlier rows and insert its new ones, all in one transaction, every
+    hash keyed by ``key`` (None: plain), the warehouse's one key (``refuse_other_key``)."""
     results = []
     con.begin()
     try:
+        replaced = [
+            fid
+            for f in files
+            for (fid,) in con.execute(
+                "SELECT file_id FROM sources WHERE file_id = ? "
+                "OR coalesce(resolved_path, path) IN (?, ?)",
+                [f.file_id, f.resolved, str(f.path)],
+            ).fetchall()
+        ]
+        refuse_other_key(con, key, sorted({*replaced, *(f.file_id for f in files)}))
         for f in files:
             matched = [
                 fid
@@ -74,7 +90,7 @@ def publish_captures(
             gone = sorted({*matched, f.file_id})
             for table in ("kv_events", "requests", "rejects", "sources"):
                 con.execute(f"DELETE FROM {table} WHERE list_contains(?, file_id)", [gone])
-            results.append(_insert(con, f, run_id, replaced=bool(matched)))
+            results.append(_insert(con, f, run_id, key, replaced=bool(matched)))
         con.commit()
     except BaseException:
         con.rollback()
@@ -82,12 +98,32 @@ def publish_captures(
     return results
 
 
+def keyed_events(rows: pa.Table, key: HashKey) -> pa.Table:
+    """The event rows with the engine's hash bytes and prefixscope's block ids keyed: an
+    engine hash becomes ``BLAKE2b-64(key, its bytes)``, a block id as ``requests.block_hashes``
+    are keyed, so events still match each other and the requests."""
+    for name in ("engine_block_hash", "engine_parent_hash"):
+        at = rows.schema.get_field_index(name)
+        values = [None if b is None else key.blob(b) for b in rows[name].to_pylist()]
+        rows = rows.set_column(at, rows.schema.field(at), pa.array(values, pa.binary()))
+    at = rows.schema.get_field_index("block_id")
+    ids = rows["block_id"].combine_chunks()
+    keyed = key.hashes(ids.fill_null(0).to_numpy(zero_copy_only=False))
+    column = pa.array(keyed, pa.uint64(), mask=ids.is_null().to_numpy(zero_copy_only=False))
+    return rows.set_column(at, rows.schema.field(at), column)
+
+
 def _insert(
-    con: duckdb.DuckDBPyConnection, f: CaptureFile, run_id: str, *, replaced: bool
+    con: duckdb.DuckDBPyConnection,
+    f: CaptureFile,
+    run_id: str,
+    key: HashKey | None,
+    *,
+    replaced: bool,
 ) -> CaptureResult:
     p = f.parsed
     params = [f.file_id, run_id]
-    con.register("new_events", p.rows)
+    con.register("new_events", p.rows if key is None else keyed_events(p.rows, key))
     con.register("new_rejects", p.rejects)
     try:
         con.execute(
@@ -107,8 +143,8 @@ def _insert(
     con.execute(
         """INSERT INTO sources (file_id, path, format, bytes, lines, accepted, rejected,
                                 complete, out_of_order, ingest_run_id, ingested_at,
-                                resolved_path)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, now(), ?)""",
+                                resolved_path, hash_key)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, now(), ?, ?)""",
         [
             f.file_id,
             str(f.path),
@@ -120,6 +156,7 @@ def _insert(
             p.tail is None,
             run_id,
             f.resolved,
+            fingerprint_of(key),
         ],
     )
     reasons = tuple(sorted(p.reasons.items(), key=lambda rc: (-rc[1], rc[0])))

@@ -19,3 +19,8 @@ CREATE TABLE IF NOT EXISTS sources (
 -- Added after the first release (existing warehouses gain it; NULL on their older rows, which
 -- then match by `path`): the absolute, symlink-resolved path the file was read from.
 ALTER TABLE sources ADD COLUMN IF NOT EXISTS resolved_path VARCHAR;
+-- The key its block hashes were stored under (ingest/hashkey.py): the key's fingerprint, 16 hex
+-- digits that tell keys apart and reveal nothing of them; 'none': plain, unkeyed hashes. NULL on
+-- rows written before keys existed, whose hashes are plain. Every source of a warehouse has one
+-- fingerprint: an ingest under another is refused.
+ALTER TABLE sources ADD COLUMN IF NOT EXISTS hash_key VARCHAR;

@@ -11,4 +11,7 @@ SELECT
     (SELECT string_agg(DISTINCT block_size::VARCHAR, ', ') FROM requests) AS block_sizes,
     (SELECT max(block_size) FROM requests)                       AS max_block_size,
     (SELECT min(arrival_ts) FROM requests)                       AS first_arrival,
-    (SELECT max(arrival_ts) FROM requests)                       AS last_arrival
+    (SELECT max(arrival_ts) FROM requests)                       AS last_arrival,
+    -- the keys its block hashes were stored under: fingerprints, 'none' for plain hashes
+    (SELECT string_agg(DISTINCT coalesce(hash_key, 'none'), ', ' ORDER BY coalesce(hash_key, 'none'))
+     FROM sources)                                               AS hash_keys

@@ -1,0 +1,305 @@
+"""Keyed block hashes: what the warehouse stores of a prompt cannot be recomputed from a guess.
+
+A block hash is an unkeyed chain of xxHash64 over token ids (``hashing.py``), so anyone holding
+the warehouse could hash a guessed prompt and confirm it block by block. Every hash the
+warehouse stores is therefore passed through a keyed pseudo-random function first:
+
+    stored = BLAKE2b-64(key, h)        (RFC 7693, keyed, 8-byte digest; h as 8 bytes LE)
+
+and an engine's own hash bytes (vLLM's KV events) through ``BLAKE2b-64(key, bytes)``. Equal
+blocks still get equal stored hashes, chains stay chains, and events still match requests (all
+go through one key); without the key no stored value can be produced from a guess.
+
+The key is 16 to 64 bytes (BLAKE2b's key) read from a file, never written anywhere: the
+warehouse records its *fingerprint* only, ``BLAKE2b-64(key, "prefixscope key fingerprint")``,
+which says whether two ingests used one key and reveals nothing of it. Without
+``--hash-key-file`` a key is made on first use in the user's config folder (mode 0600);
+``--hash-key-file none`` stores plain hashes (fingerprint ``none``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+from prefixscope import sql
+
+#: The fingerprint of plain (unkeyed) hashes: rows written with ``--hash-key-file none``, and
+#: every row written before keys existed.
+PLAIN = "none"
+#: A settings value that stands for the user's own key (``resolve_key(None)``), resolved where
+#: it is used: the default of every ingest, so that plain hashes are only ever asked for.
+USER_KEY = "user"
+#: BLAKE2b's key length bounds, in bytes; a key file made here holds KEY_BYTES random bytes.
+MIN_KEY, MAX_KEY, KEY_BYTES = 16, 64, 32
+#: The digest size of every keyed hash: 64 bits, the width of a stored block hash.
+DIGEST = 8
+_FINGERPRINT_MESSAGE = b"prefixscope key fingerprint"
+
+_IV = np.array(
+    [
+        0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,
+        0x510E527FADE682D1, 0x9B05688C2B3E6C1F, 0x1F83D9ABFB41BD6B, 0x5BE0CD19137E2179,
+    ],
+    dtype=np.uint64,
+)  # fmt: skip
+_SIGMA = np.array(
+    [
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+        [14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3],
+        [11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4],
+        [7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8],
+        [9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13],
+        [2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9],
+        [12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11],
+        [13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10],
+        [6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5],
+        [10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0],
+    ],
+    dtype=np.int64,
+)
+
+
+@numba.njit(inline="always")
+def _rotr(x, n):  # type: ignore[no-untyped-def]
+    return (x >> np.uint64(n)) | (x << np.uint64(64 - n))
+
+
+@numba.njit(inline="always")
+def _g(v, a, b, c, d, x, y):  # type: ignore[no-untyped-def]
+    v[a] = v[a] + v[b] + x
+    v[d] = _rotr(v[d] ^ v[a], 32)
+    v[c] = v[c] + v[d]
+    v[b] = _rotr(v[b] ^ v[c], 24)
+    v[a] = v[a] + v[b] + y
+    v[d] = _rotr(v[d] ^ v[a], 16)
+    v[c] = v[c] + v[d]
+    v[b] = _rotr(v[b] ^ v[c], 63)
+
+
+@numba.njit(cache=True)
+def _compress(h, m, t, last, iv, sigma):  # type: ignore[no-untyped-def]
+    """RFC 7693's F: ``h`` (8 words) updated in place by the 128-byte block ``m`` (16 words),
+    ``t`` bytes counted so far (under 2**64 here), ``last`` for the final block."""
+    v = np.empty(16, np.uint64)
+    for i in range(8):
+        v[i] = h[i]
+        v[i + 8] = iv[i]
+    v[12] ^= np.uint64(t)
+    if last:
+        v[14] = ~v[14]
+    for r in range(12):
+        s = sigma[r % 10]
+        _g(v, 0, 4, 8, 12, m[s[0]], m[s[1]])
+        _g(v, 1, 5, 9, 13, m[s[2]], m[s[3]])
+        _g(v, 2, 6, 10, 14, m[s[4]], m[s[5]])
+        _g(v, 3, 7, 11, 15, m[s[6]], m[s[7]])
+        _g(v, 0, 5, 10, 15, m[s[8]], m[s[9]])
+        _g(v, 1, 6, 11, 12, m[s[10]], m[s[11]])
+        _g(v, 2, 7, 8, 13, m[s[12]], m[s[13]])
+        _g(v, 3, 4, 9, 14, m[s[14]], m[s[15]])
+    for i in range(8):
+        h[i] ^= v[i] ^ v[i + 8]
+
+
+@numba.njit(cache=True, nogil=True)
+def _keyed64(values, keyed_state, iv, sigma):  # type: ignore[no-untyped-def]
+    """BLAKE2b-64 of each value's 8 little-endian bytes, from the state after the key block
+    (the same for every message, so computed once per key)."""
+    out = np.empty(values.size, np.uint64)
+    h = np.empty(8, np.uint64)
+    m = np.zeros(16, np.uint64)
+    for k in range(values.size):
+        for i in range(8):
+            h[i] = keyed_state[i]
+        m[0] = values[k]
+        _compress(h, m, 128 + 8, True, iv, sigma)
+        out[k] = h[0]  # the digest's first 8 bytes, little-endian
+    return out
+
+
+@numba.njit(cache=True)
+def _after_key(key_words, key_len, iv, sigma):  # type: ignore[no-untyped-def]
+    """The state after the key block: RFC 7693's parameter word, then the key padded to 128
+    bytes, compressed as a first, not last, block."""
+    h = iv.copy()
+    h[0] ^= np.uint64(0x01010000) ^ (np.uint64(key_len) << np.uint64(8)) ^ np.uint64(DIGEST)
+    _compress(h, key_words, 128, False, iv, sigma)
+    return h
+
+
+@dataclass(frozen=True)
+class HashKey:
+    """A key for the stored hashes; ``source`` says where it came from (a path), for messages.
+    Its bytes are never printed: ``repr`` shows the fingerprint."""
+
+    key: bytes = field(repr=False)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not MIN_KEY <= len(self.key) <= MAX_KEY:
+            raise ValueError(
+                f"a hash key is {MIN_KEY} to {MAX_KEY} bytes, not {len(self.key)} — give a file "
+                f"of {KEY_BYTES} random bytes (head -c {KEY_BYTES} /dev/urandom > FILE)"
+            )
+
+    def __repr__(self) -> str:
+        return f"HashKey(fingerprint={self.fingerprint!r})"
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """16 hex digits that tell keys apart and reveal nothing of them."""
+        return hashlib.blake2b(_FINGERPRINT_MESSAGE, key=self.key, digest_size=DIGEST).hexdigest()
+
+    @cached_property
+    def _state(self) -> np.ndarray:
+        block = np.zeros(128, np.uint8)
+        block[: len(self.key)] = np.frombuffer(self.key, np.uint8)
+        return _after_key(block.view("<u8").astype(np.uint64), len(self.key), _IV, _SIGMA)
+
+    def hashes(self, values: np.ndarray) -> np.ndarray:
+        """Each uint64 hash keyed: ``BLAKE2b-64(key, value as 8 bytes LE)`` as a uint64 LE."""
+        flat = np.ascontiguousarray(values, dtype=np.uint64).ravel()
+        return _keyed64(flat, self._state, _IV, _SIGMA).reshape(np.shape(values))
+
+    def blob(self, data: bytes) -> bytes:
+        """An engine's hash bytes keyed: ``BLAKE2b-64(key, data)``, 8 bytes."""
+        return hashlib.blake2b(data, key=self.key, digest_size=DIGEST).digest()
+
+
+def keyed_lists(column: pa.Array | pa.ChunkedArray, key: HashKey) -> pa.Array:
+    """A ``list<uint64>`` column with every hash keyed, its lists (and nulls) as they were."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if arr.offset:  # a slice: its own copy, offsets from 0
+        arr = pa.concat_arrays([arr])
+    keyed = key.hashes(arr.values.to_numpy(zero_copy_only=False))
+    return pa.ListArray.from_arrays(
+        arr.offsets, pa.array(keyed, pa.uint64()), type=arr.type, mask=arr.is_null()
+    )
+
+
+def fingerprint_of(key: HashKey | str | None) -> str:
+    """What the warehouse records of a key: its fingerprint, or :data:`PLAIN`
+    (:data:`USER_KEY`: the user's key, resolved)."""
+    key = resolved(key)
+    return PLAIN if key is None else key.fingerprint
+
+
+def resolved(key: HashKey | str | None) -> HashKey | None:
+    """A settings value as a key: :data:`USER_KEY` is the user's own (made on first use)."""
+    if key == USER_KEY:
+        return resolve_key(None)
+    assert key is None or isinstance(key, HashKey), key
+    return key
+
+
+def refuse_other_key(con: Any, key: HashKey | str | None, replaced: list[str]) -> None:
+    """Refuse, in one line, to add rows keyed otherwise than the warehouse's (``con``, in the
+    ingest's transaction; ``replaced``: the file ids this ingest replaces, whose key no longer
+    counts): one warehouse, one key, or no equal blocks would match across its rows."""
+    mine = fingerprint_of(key)
+    found = [
+        fp
+        for (fp,) in con.execute(sql.load("ingest/hash_keys"), {"replaced": replaced}).fetchall()
+        if fp != mine
+    ]
+    if not found:
+        return
+    theirs = "plain (unkeyed)" if found[0] == PLAIN else f"keyed with key {found[0]}"
+    ours = "plain (--hash-key-file none)" if mine == PLAIN else f"keyed with key {mine}"
+    give = "none" if found[0] == PLAIN else f"the file of key {found[0]}"
+    raise ValueError(
+        f"this warehouse's block hashes are {theirs}, and this ingest's would be {ours}: they "
+        f"would never match — give --hash-key-file {give}, or a new warehouse. Nothing was "
+        "written"
+    )
+
+
+def config_dir() -> Path:
+    """The user's prefixscope config folder: ``$PREFIXSCOPE_CONFIG_DIR``, else
+    ``$XDG_CONFIG_HOME/prefixscope``, else ``~/.config/prefixscope``."""
+    own = os.environ.get("PREFIXSCOPE_CONFIG_DIR")
+    if own:
+        return Path(own)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "prefixscope"
+
+
+def default_key_path() -> Path:
+    return config_dir() / "hash.key"
+
+
+def resolve_key(spec: str | None) -> HashKey | None:
+    """The key ``--hash-key-file`` names: ``none`` (plain hashes: None), a file, or (None given)
+    the user's default key, made on first use with its path printed once to stderr."""
+    if spec is not None and spec.strip().lower() == PLAIN:
+        return None
+    if spec is not None:
+        return read_key(Path(spec))
+    path = default_key_path()
+    if not path.exists():
+        _make_key(path)
+    return read_key(path)
+
+
+def read_key(path: Path) -> HashKey:
+    """A key file's key: its bytes (16 to 64), or the bytes its hex text spells (32 to 128 hex
+    digits, as ``openssl rand -hex 32`` writes). ValueError in one line otherwise."""
+    what = f"the hash key file {path}"
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ValueError(
+            f"{what} cannot be read ({exc.strerror}) — give a key file, or none"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(
+            f"{what} is not a regular file — give a file of {KEY_BYTES} random bytes"
+        )
+    if info.st_size > 4 * MAX_KEY:
+        raise ValueError(f"{what} is {info.st_size:,} bytes: a key is at most {MAX_KEY}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{what} cannot be read ({exc.strerror})") from None
+    text = data.strip()
+    if 2 * MIN_KEY <= len(text) <= 2 * MAX_KEY and len(text) % 2 == 0:
+        with contextlib.suppress(UnicodeDecodeError, ValueError):  # not hex: the bytes are the key
+            data = bytes.fromhex(text.decode("ascii"))
+    try:
+        return HashKey(data, str(path))
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def _make_key(path: Path) -> None:
+    """A new random key at ``path``, readable by its owner only; a key another process made
+    meanwhile is kept."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise ValueError(
+            f"cannot make a hash key at {path} ({exc.strerror}) — give --hash-key-file FILE, or "
+            "none for plain hashes"
+        ) from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(KEY_BYTES))
+    print(
+        f"made a key for block hashes at {path} (mode 0600): keep it; every later ingest into "
+        "the same warehouse needs it",
+        file=sys.stderr,
+    )
