@@ -51,6 +51,7 @@ test-fast: setup
 bench: setup peers-vllm
 	$(BIN)/python benchmarks/simulate_bundled.py
 	$(BIN)/python benchmarks/ingest_scale.py
+	$(BIN)/python benchmarks/keyed_ingest.py
 	$(BIN)/python benchmarks/hashing.py
 	$(BIN)/python benchmarks/simulator_core.py
 	$(BIN)/python benchmarks/mrc.py

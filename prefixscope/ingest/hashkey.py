@@ -29,11 +29,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 
 from prefixscope import sql
+from prefixscope.ingest.blake2b64 import DIGEST, keyed_words, state_after_key
 
 #: The fingerprint of plain (unkeyed) hashes: rows written with ``--hash-key-file none``, and
 #: every row written before keys existed.
@@ -43,101 +43,7 @@ PLAIN = "none"
 USER_KEY = "user"
 #: BLAKE2b's key length bounds, in bytes; a key file made here holds KEY_BYTES random bytes.
 MIN_KEY, MAX_KEY, KEY_BYTES = 16, 64, 32
-#: The digest size of every keyed hash: 64 bits, the width of a stored block hash.
-DIGEST = 8
 _FINGERPRINT_MESSAGE = b"prefixscope key fingerprint"
-
-_IV = np.array(
-    [
-        0x6A09E667F3BCC908, 0xBB67AE8584CAA73B, 0x3C6EF372FE94F82B, 0xA54FF53A5F1D36F1,
-        0x510E527FADE682D1, 0x9B05688C2B3E6C1F, 0x1F83D9ABFB41BD6B, 0x5BE0CD19137E2179,
-    ],
-    dtype=np.uint64,
-)  # fmt: skip
-_SIGMA = np.array(
-    [
-        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
-        [14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3],
-        [11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4],
-        [7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8],
-        [9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13],
-        [2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9],
-        [12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11],
-        [13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10],
-        [6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5],
-        [10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0],
-    ],
-    dtype=np.int64,
-)
-
-
-@numba.njit(inline="always")
-def _rotr(x, n):  # type: ignore[no-untyped-def]
-    return (x >> np.uint64(n)) | (x << np.uint64(64 - n))
-
-
-@numba.njit(inline="always")
-def _g(v, a, b, c, d, x, y):  # type: ignore[no-untyped-def]
-    v[a] = v[a] + v[b] + x
-    v[d] = _rotr(v[d] ^ v[a], 32)
-    v[c] = v[c] + v[d]
-    v[b] = _rotr(v[b] ^ v[c], 24)
-    v[a] = v[a] + v[b] + y
-    v[d] = _rotr(v[d] ^ v[a], 16)
-    v[c] = v[c] + v[d]
-    v[b] = _rotr(v[b] ^ v[c], 63)
-
-
-@numba.njit(cache=True)
-def _compress(h, m, t, last, iv, sigma):  # type: ignore[no-untyped-def]
-    """RFC 7693's F: ``h`` (8 words) updated in place by the 128-byte block ``m`` (16 words),
-    ``t`` bytes counted so far (under 2**64 here), ``last`` for the final block."""
-    v = np.empty(16, np.uint64)
-    for i in range(8):
-        v[i] = h[i]
-        v[i + 8] = iv[i]
-    v[12] ^= np.uint64(t)
-    if last:
-        v[14] = ~v[14]
-    for r in range(12):
-        s = sigma[r % 10]
-        _g(v, 0, 4, 8, 12, m[s[0]], m[s[1]])
-        _g(v, 1, 5, 9, 13, m[s[2]], m[s[3]])
-        _g(v, 2, 6, 10, 14, m[s[4]], m[s[5]])
-        _g(v, 3, 7, 11, 15, m[s[6]], m[s[7]])
-        _g(v, 0, 5, 10, 15, m[s[8]], m[s[9]])
-        _g(v, 1, 6, 11, 12, m[s[10]], m[s[11]])
-        _g(v, 2, 7, 8, 13, m[s[12]], m[s[13]])
-        _g(v, 3, 4, 9, 14, m[s[14]], m[s[15]])
-    for i in range(8):
-        h[i] ^= v[i] ^ v[i + 8]
-
-
-@numba.njit(cache=True, nogil=True)
-def _keyed64(values, keyed_state, iv, sigma):  # type: ignore[no-untyped-def]
-    """BLAKE2b-64 of each value's 8 little-endian bytes, from the state after the key block
-    (the same for every message, so computed once per key)."""
-    out = np.empty(values.size, np.uint64)
-    h = np.empty(8, np.uint64)
-    m = np.zeros(16, np.uint64)
-    for k in range(values.size):
-        for i in range(8):
-            h[i] = keyed_state[i]
-        m[0] = values[k]
-        _compress(h, m, 128 + 8, True, iv, sigma)
-        out[k] = h[0]  # the digest's first 8 bytes, little-endian
-    return out
-
-
-@numba.njit(cache=True)
-def _after_key(key_words, key_len, iv, sigma):  # type: ignore[no-untyped-def]
-    """The state after the key block: RFC 7693's parameter word, then the key padded to 128
-    bytes, compressed as a first, not last, block."""
-    h = iv.copy()
-    h[0] ^= np.uint64(0x01010000) ^ (np.uint64(key_len) << np.uint64(8)) ^ np.uint64(DIGEST)
-    _compress(h, key_words, 128, False, iv, sigma)
-    return h
-
 
 @dataclass(frozen=True)
 class HashKey:
@@ -164,14 +70,12 @@ class HashKey:
 
     @cached_property
     def _state(self) -> np.ndarray:
-        block = np.zeros(128, np.uint8)
-        block[: len(self.key)] = np.frombuffer(self.key, np.uint8)
-        return _after_key(block.view("<u8").astype(np.uint64), len(self.key), _IV, _SIGMA)
+        return state_after_key(self.key)
 
     def hashes(self, values: np.ndarray) -> np.ndarray:
         """Each uint64 hash keyed: ``BLAKE2b-64(key, value as 8 bytes LE)`` as a uint64 LE."""
         flat = np.ascontiguousarray(values, dtype=np.uint64).ravel()
-        return _keyed64(flat, self._state, _IV, _SIGMA).reshape(np.shape(values))
+        return keyed_words(flat, self._state).reshape(np.shape(values))
 
     def blob(self, data: bytes) -> bytes:
         """An engine's hash bytes keyed: ``BLAKE2b-64(key, data)``, 8 bytes."""
