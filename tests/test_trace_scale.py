@@ -18,13 +18,24 @@ from prefixscope.analysis.trace.tail import tail, tail_start
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=300))
-def test_dense_ids_are_numpys_unique_and_inverse(values: list[int]) -> None:
+def test_dense_ids_name_each_distinct_value_once(values: list[int]) -> None:
     array = np.array(values, dtype=np.uint64)
     unique, dense = dense_ids(array)
-    expected_unique, expected_dense = np.unique(array, return_inverse=True)
-    assert np.array_equal(unique, expected_unique)
-    assert np.array_equal(dense, expected_dense.ravel())
-    assert dense.dtype == np.int32
+    _check_dense(array, unique, dense)
+
+
+def _check_dense(array: np.ndarray, unique: np.ndarray, dense: np.ndarray) -> None:
+    """One id per distinct value, ``unique[id]`` its value; ids numbered by value where the
+    values are small integers (counted), else by first lookup (ranked: hashes, keyed or not)."""
+    assert dense.dtype == np.int32 and unique.dtype == np.uint64
+    assert np.array_equal(unique[dense], array)
+    assert len(unique) == len(np.unique(array))
+    if len(array) == 0:
+        return
+    first = np.unique(dense, return_index=True)[1]
+    by_lookup = np.array_equal(dense[np.sort(first)], np.arange(len(unique)))
+    by_value = np.array_equal(unique, np.sort(unique))
+    assert by_lookup or by_value
 
 
 @settings(max_examples=60, deadline=None)
@@ -100,15 +111,16 @@ def test_the_trace_is_loaded_once_while_the_requests_stay_the_same(
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 400), max_size=300), st.integers(0, 2**40))
-def test_small_integer_ids_are_ranked_by_counting_as_numpy_would(values, shift) -> None:
-    """Ids within a few times their count of 0 (remapped hash-id logs) take the counting path;
-    shifted far away, the same ids take polars' rank: both are numpy's unique and inverse."""
+def test_small_integer_ids_are_counted_and_others_ranked_by_first_lookup(values, shift) -> None:
+    """Ids within a few times their count of 0 (remapped hash-id logs) take the counting path,
+    numbered by value as numpy's unique would; shifted far away, the same ids take polars'
+    rank, numbered by first lookup. Either way each distinct value has one id."""
     for array in (np.array(values, np.uint64), np.array(values, np.uint64) + np.uint64(shift)):
         unique, dense = dense_ids(array)
-        expected_unique, expected_dense = np.unique(array, return_inverse=True)
-        assert np.array_equal(unique, expected_unique)
-        assert np.array_equal(dense, expected_dense.ravel())
-        assert dense.dtype == np.int32 and unique.dtype == np.uint64
+        _check_dense(array, unique, dense)
+    many = np.arange(300, dtype=np.uint64)[::-1]  # 300 ids below 300: counted, by value
+    unique, dense = dense_ids(many)
+    assert np.array_equal(unique, np.arange(300)) and np.array_equal(dense, many)
 
 
 def test_a_trace_from_chunks_is_the_trace_from_one_array() -> None:

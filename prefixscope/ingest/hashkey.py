@@ -188,20 +188,29 @@ def read_key(path: Path) -> HashKey:
 
 
 def _make_key(path: Path) -> None:
-    """A new random key at ``path``, readable by its owner only; a key another process made
-    meanwhile is kept."""
+    """A new random key at ``path``, readable by its owner only, written whole before it
+    appears (a temporary file linked into place), so a process that reads it meanwhile never
+    sees half a key; a key another process made first is kept."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(KEY_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return
     except OSError as exc:
         raise ValueError(
             f"cannot make a hash key at {path} ({exc.strerror}) — give --hash-key-file FILE, or "
             "none for plain hashes"
         ) from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(os.urandom(KEY_BYTES))
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     print(
         f"made a key for block hashes at {path} (mode 0600): keep it; every later ingest into "
         "the same warehouse needs it",

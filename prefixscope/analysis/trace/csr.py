@@ -133,11 +133,12 @@ def block_tokens(input_tokens: np.ndarray, position: np.ndarray, block_size: int
 
 
 def dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)``, as (sorted distinct values, int32 dense id
-    of each). Ids that are already small integers (hash-id logs such as Mooncake's, remapped
-    to integers from 0) are ranked by counting, in two passes over them and a table of the
-    values' range; any others by polars' dense rank (multi-threaded, 4 bytes an index), which
-    at 250 M lookups takes a fraction of the time and memory of numpy's argsort."""
+    """(distinct values, int32 dense id of each value). Ids that are already small integers
+    (plain hash-id logs such as Mooncake's, remapped to integers from 0) are ranked by
+    counting, in two passes over them and a table of the values' range, sorted; any others
+    (hashes, and every keyed one) by polars' dense rank (multi-threaded, 4 bytes an index),
+    which at 250 M lookups takes a fraction of the time and memory of numpy's argsort, then
+    numbered in the order of their first lookup."""
     if len(values) == 0:
         return values.copy(), np.zeros(0, np.int32)
     top = int(values.max())
@@ -151,9 +152,29 @@ def dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return unique, rank[values]
     dense = pl.Series(values).rank("dense").to_numpy().astype(np.int32)
     dense -= 1
-    unique = np.empty(int(dense.max()) + 1, np.uint64)
+    # Numbered by first lookup, not by value: stored hashes are keyed (ingest/hashkey.py), so
+    # their order is the key's, and a cache's per-block arrays are then read at random; in
+    # lookup order, the blocks in use sit together and no id depends on the key.
+    n = int(dense.max()) + 1
+    _by_first_lookup(dense, np.full(n, -1, np.int32))
+    unique = np.empty(n, np.uint64)
     unique[dense] = values  # every write of an id writes its one value
     return unique, dense
+
+
+@numba.njit(cache=True, nogil=True)
+def _by_first_lookup(dense, slot):  # type: ignore[no-untyped-def]
+    """``dense`` renumbered in place, ids in the order of their first lookup (``slot``: one
+    entry per id, every one -1)."""
+    n = 0
+    for i in range(dense.size):
+        b = dense[i]
+        s = slot[b]
+        if s < 0:
+            s = n
+            slot[b] = n
+            n += 1
+        dense[i] = s
 
 
 #: Values below this many times their count are ranked by counting (a table of 5 bytes per
