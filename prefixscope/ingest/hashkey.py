@@ -45,6 +45,7 @@ USER_KEY = "user"
 MIN_KEY, MAX_KEY, KEY_BYTES = 16, 64, 32
 _FINGERPRINT_MESSAGE = b"prefixscope key fingerprint"
 
+
 @dataclass(frozen=True)
 class HashKey:
     """A key for the stored hashes; ``source`` says where it came from (a path), for messages.
