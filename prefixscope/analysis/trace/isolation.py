@@ -36,10 +36,9 @@ def subset(trace: Trace, requests: np.ndarray) -> Trace:
     """The requests at positions ``requests`` (sorted), with their own dense ids."""
     sizes = trace.blocks_per_request[requests]
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    lookups = (
-        np.concatenate([np.arange(trace.offsets[r], trace.offsets[r + 1]) for r in requests])
-        if len(requests)
-        else np.zeros(0, np.int64)
+    # each kept request's lookups in order: its first lookup, stepped by the position within
+    lookups = np.repeat(trace.offsets[:-1][requests] - offsets[:-1], sizes) + np.arange(
+        offsets[-1], dtype=np.int64
     )
     unique, dense = np.unique(trace.blocks[lookups], return_inverse=True)
     return replace(
