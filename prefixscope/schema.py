@@ -25,10 +25,10 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"ALTER TABLE {_quoted(table)} ALTER COLUMN {_quoted(column)} DROP NOT NULL")
     # Rows written before GPU-seconds counted every GPU, converted where there are any.
     for table, script in UNIT_MIGRATIONS.items():
-        found = con.execute(
-            f"SELECT count(*) FROM {_quoted(table)} WHERE gpu_seconds_unit IS NULL"
+        found = con.execute(  # the first such row, not a count: this runs on every open
+            f"SELECT 1 FROM {_quoted(table)} WHERE gpu_seconds_unit IS NULL LIMIT 1"
         ).fetchone()
-        if found and found[0]:
+        if found:
             con.execute(sql.load(script))
     have = dict(
         con.execute(

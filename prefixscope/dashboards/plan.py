@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Sequence
 
 from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.savings import dollars
 from prefixscope.terminal import More, clip
 
 #: The policy the paragraph leads with when the plan has it.
@@ -39,7 +40,7 @@ def tier_sentence(row: dict) -> str:
     verdict = "they pay for themselves" if net > 0 else "they do not pay for themselves"
     return (
         f" Its tiers save ${saved:,.2f} of GPU time an hour and cost ${own:,.2f}: net "
-        f"{'-' if net < 0 else ''}${abs(net):,.2f} an hour, {verdict} at this load."
+        f"{dollars(net)} an hour, {verdict} at this load."
     )
 
 

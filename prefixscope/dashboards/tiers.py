@@ -16,6 +16,7 @@ import polars as pl
 from markupsafe import Markup
 
 from prefixscope.dashboards.figures import PALETTE, base_layout, figure_markup, plotly_text
+from prefixscope.dashboards.savings import dollars
 
 #: What a tier is compared within: the fleet as it would be without the tier.
 BASE = ("router", "replicas", "capacity_blocks", "deployment", "load_scale", "engine", "policy")
@@ -44,10 +45,6 @@ def tier_name(r: dict[str, Any]) -> str:
     return " and ".join(parts) or "no tier"
 
 
-def _usd(x: float) -> str:
-    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
-
-
 def tier_verdict(rows: pl.DataFrame) -> str:
     """Per load scale, one sentence: which tiers simulated pay for themselves at that load and
     the best net, or that none does and the closest; "" when no row prices a tier."""
@@ -71,14 +68,15 @@ def _verdict(t: pl.DataFrame) -> str:
     if paying.is_empty():
         return (
             f"No tier simulated pays for itself at this load: the closest, {tier_name(best)}, "
-            f"saves {_usd(saves)} of GPU time an hour and costs {_usd(costs)} (net {_usd(net)})."
+            f"saves {dollars(saves)} of GPU time an hour and costs {dollars(costs)} "
+            f"(net {dollars(net)})."
         )
     smallest = paying.sort("tier_gib", maintain_order=True).row(0, named=True)
     return (
         f"{paying.height} of {t.height} tiers simulated pay for themselves at this load, the "
-        f"smallest {tier_name(smallest)} (net {_usd(smallest['tier_net_usd_per_hour'])} an "
-        f"hour); the best, {tier_name(best)}, saves {_usd(saves)} of GPU time an hour for "
-        f"{_usd(costs)}: net {_usd(net)}."
+        f"smallest {tier_name(smallest)} (net {dollars(smallest['tier_net_usd_per_hour'])} an "
+        f"hour); the best, {tier_name(best)}, saves {dollars(saves)} of GPU time an hour for "
+        f"{dollars(costs)}: net {dollars(net)}."
     )
 
 

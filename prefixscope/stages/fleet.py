@@ -14,7 +14,7 @@ import pyarrow as pa
 from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import Fitted, check_kind, device, wants_calibration
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
-from prefixscope.analysis.cost.prices import load_prices
+from prefixscope.analysis.cost.prices import Prices, load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
@@ -206,8 +206,10 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
             traffic = traffic.take(np.arange(first, first + trace.n_requests))
         if settings.vllm_blocks:  # every engine; ``vllm`` always counts so
             trace = full_blocks_only(trace)
+        prices = load_prices(settings.prices)
         priced = {
-            (g, tp): engine_for(replace(settings, gpu=g), fitted[(g, tp)], tp) for g, tp in gpus
+            (g, tp): engine_for(replace(settings, gpu=g), fitted[(g, tp)], tp, prices)
+            for g, tp in gpus
         }
         options = _options(settings, trace.block_size)
         # a deployment's DRAM tier runs on its own GPU's host link
@@ -294,32 +296,32 @@ def engine_for(
     settings: FleetSettings,
     fitted: Fitted | None,
     tp: int = 1,
+    prices: Prices | None = None,
 ) -> tuple[Engine, Pricing]:
     """The step cost of ``model`` on one GPU of ``tp`` of ``gpu`` (``stepcost.choose``): the
     calibrated model ``fitted`` where it is chosen, else the measured model, else the
-    roofline."""
-    shape = settings.shape
-    key = gpu_key(settings.gpu)
-    cost = choose(shape, device(settings.gpu), tp, fitted, settings.cost_model)
+    roofline; priced at ``prices`` (default: ``settings.prices`` read)."""
+    shape, spec = settings.shape, device(settings.gpu)
+    prices = prices or load_prices(settings.prices)
+    cost = choose(shape, spec, tp, fitted, settings.cost_model)
+    kv_bytes = float(shape.kv_bytes_per_token(settings.kv_dtype))
     engine = Engine(
         cost,
         settings.budget_tokens,
         settings.max_seqs,
         settings.router_settings,
-        float(shape.kv_bytes_per_token(settings.kv_dtype)),
+        kv_bytes,
         settings.cache_answers,
     )
-    prices = load_prices(settings.prices)
-    spec = device(settings.gpu)
     return engine, Pricing(
         shape.name,
-        key,
+        gpu_key(settings.gpu),
         cost.source,
         cost.run_id,
         gpus=tp,
         gpu_hour=None if spec is None else prices.gpu_price(spec),
         prices=prices,
-        kv_bytes_per_token=float(shape.kv_bytes_per_token(settings.kv_dtype)),
+        kv_bytes_per_token=kv_bytes,
     )
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prefixscope import warehouse
 from prefixscope.ingest import IngestOptions, IngestResult
-from prefixscope.ingest.hashkey import fingerprint_of
+from prefixscope.ingest.hashkey import fingerprint_of, resolved
 from prefixscope.ingest.loader import publish, stage_files
 
 
@@ -32,6 +32,9 @@ def run(wh: str | Path, settings: IngestSettings) -> IngestResult:
     """The only stage that may create the warehouse. Every file is read and parsed first, with
     the warehouse closed; the write lock is held only while the staged rows are published, in
     one transaction (docs/ingest.md)."""
+    # the user's key read once, for the record and the rows
+    options = replace(settings.options, hash_key=resolved(settings.options.hash_key))
+    settings = replace(settings, options=options)
     run = warehouse.StageRun(wh, "ingest", settings.recorded(), create=True)
     with (
         run,

@@ -107,7 +107,7 @@ def run(wh: str | Path, settings: EventIngestSettings) -> list[CaptureResult]:
         if f.file_id not in seen and f.resolved not in seen:  # given twice: read once
             seen.update((f.file_id, f.resolved))
             files.append(f)
-    settings = replace(settings, hash_key=resolved(settings.hash_key))
-    run = warehouse.StageRun(wh, "ingest", settings.recorded(), create=True)
+    key = resolved(settings.hash_key)  # the user's key read once, for the record and the rows
+    run = warehouse.StageRun(wh, "ingest", replace(settings, hash_key=key).recorded(), create=True)
     with run, run.writing() as con:
-        return publish_captures(con, files, run.run_id, resolved(settings.hash_key))
+        return publish_captures(con, files, run.run_id, key)

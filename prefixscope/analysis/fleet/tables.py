@@ -183,7 +183,7 @@ class Pricing:
         """$ an hour of ``tier_gb``'s DRAM and store."""
         if gb is None:
             return None
-        return gb[0] * self.prices.dram_gb_hour + gb[1] * self.prices.store_gb_hour
+        return self.prices.per_hour(1, gb[0], gb[1], gpus=0)  # the tiers alone, no GPU
 
 
 def _gb(gib: float | None, blocks: int, block_bytes: float | None) -> float | None:

@@ -68,18 +68,10 @@ def publish_captures(
     results = []
     con.begin()
     try:
-        replaced = [
-            fid
-            for f in files
-            for (fid,) in con.execute(
-                "SELECT file_id FROM sources WHERE file_id = ? "
-                "OR coalesce(resolved_path, path) IN (?, ?)",
-                [f.file_id, f.resolved, str(f.path)],
-            ).fetchall()
-        ]
-        refuse_other_key(con, key, sorted({*replaced, *(f.file_id for f in files)}))
-        for f in files:
-            matched = [
+        # the earlier sources each file replaces (files given twice were read once: no two
+        # files of a command match each other)
+        matches = [
+            [
                 fid
                 for (fid,) in con.execute(
                     "SELECT file_id FROM sources WHERE file_id = ? "
@@ -87,6 +79,11 @@ def publish_captures(
                     [f.file_id, f.resolved, str(f.path)],
                 ).fetchall()
             ]
+            for f in files
+        ]
+        replaced = {fid for m in matches for fid in m} | {f.file_id for f in files}
+        refuse_other_key(con, key, sorted(replaced))
+        for f, matched in zip(files, matches, strict=True):
             gone = sorted({*matched, f.file_id})
             for table in ("kv_events", "requests", "rejects", "sources"):
                 con.execute(f"DELETE FROM {table} WHERE list_contains(?, file_id)", [gone])
