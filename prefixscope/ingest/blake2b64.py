@@ -6,9 +6,9 @@ The key block is the same for every word, so its compression is done once per ke
 the word and whose 15 others are zero. That compression is written out round by round from
 RFC 7693's SIGMA (the table below, in ``# round r`` order), each G given the word where its
 message index is 0 and zero elsewhere (``m`` and ``Z``), so the compiler folds the zeros away
-and keeps the state in registers: about 45 ns a word here, against 265 ns for the same
-compression as a loop over SIGMA (``benchmarks/keyed_ingest.py``). ``tests/test_hash_keys.py``
-checks every word against ``hashlib``.
+and keeps the state in registers: about 45 ns a word here (``benchmarks/keyed_ingest.py``;
+the history in ``benchmarks/RESULTS.md``). ``tests/test_hash_keys.py`` checks every word
+against ``hashlib``.
 """
 
 from __future__ import annotations

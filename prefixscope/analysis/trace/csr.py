@@ -151,7 +151,8 @@ def dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # their order is the key's, and a cache's per-block arrays are then read at random; in
     # lookup order, the blocks in use sit together and no id depends on the key. One pass
     # over an open-addressed table of first positions (4 bytes a slot, at most twice the
-    # lookups), not a sort: a third of the memory of polars' rank at 250 M lookups.
+    # lookups), not a sort: with polars' rank the week's simulate peaked at 13.60 GB, with
+    # this at 10.59 (`make bench-week`, benchmarks/RESULTS.md).
     bits = int(len(values)).bit_length()
     table = np.full(1 << bits, -1, np.int32)
     dense, n = _first_lookup_ids(values, table, bits)
