@@ -173,10 +173,19 @@ def main() -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--cluster", action="store_true", help="(default)")
     mode.add_argument("--week", action="store_true")
-    p.add_argument("--dir", type=Path, help="where traces and warehouses are kept")
+    p.add_argument(
+        "--dir", type=Path, help="where traces and warehouses are kept (default: removed at exit)"
+    )
     args = p.parse_args()
-    directory = args.dir or Path(tempfile.mkdtemp(prefix="prefixscope-flow-"))
-    directory.mkdir(parents=True, exist_ok=True)
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        return run(args.dir, args.week)
+    # A week's trace and warehouse take about 5 GB: a run that keeps nothing leaves nothing.
+    with tempfile.TemporaryDirectory(prefix="prefixscope-flow-") as tmp:
+        return run(Path(tmp), args.week)
+
+
+def run(directory: Path, is_week: bool) -> int:
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     from prefixscope.pipelines import settings
 
@@ -189,7 +198,7 @@ def main() -> int:
     server.start(timeout=120)
     env = {**os.environ, "PREFECT_API_URL": server.api_url}
     try:
-        return week(directory, env) if args.week else cluster(directory, env)
+        return week(directory, env) if is_week else cluster(directory, env)
     finally:
         server.stop()
 

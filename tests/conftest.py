@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import atexit
 import os
 import shutil
 import subprocess
@@ -35,6 +36,8 @@ os.environ.update(
     }
 )
 os.environ.pop("PREFECT_API_URL", None)
+for _folder in (_PREFECT_HOME, os.environ["PREFIXSCOPE_CONFIG_DIR"]):
+    atexit.register(shutil.rmtree, _folder, ignore_errors=True)
 # the session's own default hash key, made before any command would make it and say so; fixed,
 # so that what samples blocks by their (keyed) hash draws the same sample every run
 _KEY = Path(os.environ["PREFIXSCOPE_CONFIG_DIR"]) / "hash.key"
