@@ -4,9 +4,9 @@ default hash key is made) is a throw-away one too."""
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import json
-import atexit
 import os
 import shutil
 import subprocess
