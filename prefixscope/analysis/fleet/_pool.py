@@ -23,6 +23,15 @@ block goes (:func:`release`):
   extends) released longest ago; its parent may become such a leaf. The cache stays
   prefix-closed, since a request locks its whole chain.
 
+Second copies (``vllm``): vLLM never de-duplicates its cache (``BlockHashToBlockMap`` in
+``block_pool.py``: "we don't de-duplicate the blocks in the cache"). Where a decode fills an
+answer block under an id the replica holds already (the next turn, sent early, computed it
+first), that block is a second copy of the id: a node past the replicas' own
+(``Pool.dup_*``), held by that request alone, queued like any cached block once freed. No
+lookup finds it while the first copy is cached (vLLM's lookup returns the first inserted);
+when the first is evicted, the copy takes its place: node ``v`` moves to the copy's place in
+the queue and its request now holds ``v``. One copy per id at most; a third stays hashless.
+
 Invariant: ``free_n[i] + (blocks locked on replica i) == capacity``; ``cached_free[i]`` of the
 free blocks keep a hash.
 """
@@ -71,7 +80,58 @@ def take(i, r, stride, sched, parent, sets, pool, rep):  # type: ignore[no-untyp
         pool.anon_before[v] -= 1
         return
     _unlink(sets.nxt, sets.prv, v)
+    first = rep.now.size * stride  # the copies' nodes
+    if pool.dup_owner.size > 1 and (v >= first or pool.dup_of[v] != NONE):
+        _drop_copy(i, v, first, sets, pool)
+        pool.cached_free[i] -= 1
+        if rep.filled_at[i] == NONE:
+            rep.filled_at[i] = r
+        return
     _evict(i, v, base, bit, sets, pool, rep, r)
+
+
+@piece
+def _drop_copy(i, v, first, sets, pool):  # type: ignore[no-untyped-def]
+    """Node ``v``, just taken from the queue's head, is a second copy (dropped) or a first
+    copy whose second takes its place, in the queue or in the hands of its request."""
+    if v >= first:
+        w, v = v, pool.dup_owner[v - first]
+    else:
+        w = pool.dup_of[v]
+        pool.refcnt[v] = pool.refcnt[w]
+        if pool.refcnt[w] == 0:  # queued: v takes its place there
+            p, nx = sets.prv[w], sets.nxt[w]
+            sets.nxt[p] = v
+            sets.prv[v] = p
+            sets.nxt[v] = nx
+            sets.prv[nx] = v
+            pool.anon_before[v] = pool.anon_before[w]
+        else:
+            pool.ans_copy[pool.dup_pos[w - first]] = NONE
+    pool.dup_of[v] = NONE
+    pool.dup_owner[w - first] = NONE
+    pool.dup_pos[w - first] = NONE
+    slots = (pool.dup_owner.size - 1) // pool.dup_top.size
+    pool.dup_stack[i * slots + pool.dup_top[i]] = w - first - i * slots
+    pool.dup_top[i] += 1
+
+
+@piece
+def _copy(i, v, pos, stride, pool):  # type: ignore[no-untyped-def]
+    """A second copy of node ``v`` for the request at answer position ``pos``; False where
+    ``v`` has one already (or no slot is left: never, as each copy is a block)."""
+    if pool.dup_owner.size <= 1 or pool.dup_of[v] != NONE or pool.dup_top[i] == 0:
+        return False
+    slots = (pool.dup_owner.size - 1) // pool.dup_top.size
+    pool.dup_top[i] -= 1
+    k = i * slots + pool.dup_stack[i * slots + pool.dup_top[i]]
+    w = pool.free_n.size * stride + k
+    pool.dup_of[v] = w
+    pool.dup_owner[k] = v
+    pool.dup_pos[k] = pos
+    pool.refcnt[w] = 1
+    pool.ans_copy[pos] = w
+    return True
 
 
 @piece
@@ -118,8 +178,8 @@ def filled(i, q, tr, stride, sched, sets, pool, req):  # type: ignore[no-untyped
     this step, and vLLM caches it (``vllm/v1/request.py`` hashes blocks as tokens are
     appended; ``allocate_slots`` in ``kv_cache_manager.py`` caches the full ones up to the
     step's tokens): if it is the next of its answer's positions, it takes that id, visible to
-    the requests scheduled after it; an id this replica already holds, or whose parent it does
-    not, stays hashless here."""
+    the requests scheduled after it; an id whose parent this replica does not hold stays
+    hashless here, and one it holds already is a second copy (the module docstring)."""
     j = req.anon[q] + req.ans_own[q] - 1
     a0 = tr.answer_offsets[q]
     if j < 0 or j != req.ans_n[q] or a0 + j >= tr.answer_offsets[q + 1]:
@@ -128,9 +188,13 @@ def filled(i, q, tr, stride, sched, sets, pool, req):  # type: ignore[no-untyped
     b = tr.answer_blocks[a0 + j]
     par = tr.parent[b]
     bit = _bit(i)
-    if sets.held[b] & bit or (par >= 0 and not sets.held[par] & bit):
+    if par >= 0 and not sets.held[par] & bit:
         return
-    register(i, b, stride, sched, tr.parent, sets, pool)
+    if sets.held[b] & bit:
+        if not _copy(i, i * stride + b, a0 + j, stride, pool):
+            return
+    else:
+        register(i, b, stride, sched, tr.parent, sets, pool)
     pool.ans_mine[a0 + j] = True
     req.anon[q] -= 1
     req.ans_own[q] += 1
@@ -168,6 +232,7 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
     a0, a1 = tr.answer_offsets[q], tr.answer_offsets[q + 1]
     reached = req.ans_n[q]
     tail = req.anon[q] + req.ans_own[q]
+    copies = pool.dup_owner.size > 1
     # the answer's ids not reached yet that this replica does not hold, parents first (each
     # one's parent is the block before it, or the prompt's last, which the request still
     # holds): marked -1 until they are freed below
@@ -190,7 +255,16 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
     hashless = 0
     for j in range(tail - 1, -1, -1):
         v = base + tr.answer_blocks[a0 + j] if a0 + j < a1 else -1
-        if j < reached and pool.ans_mine[a0 + j]:
+        if j < reached and pool.ans_mine[a0 + j] and copies and pool.ans_copy[a0 + j] != NONE:
+            w = pool.ans_copy[a0 + j]
+            pool.ans_copy[a0 + j] = NONE
+            pool.ans_mine[a0 + j] = False
+            pool.dup_pos[w - pool.free_n.size * stride] = NONE
+            pool.refcnt[w] = 0
+            pool.free_n[i] += 1
+            pool.cached_free[i] += 1
+            _cache_free(i, w, s, sets, pool, sg, n_rep)
+        elif j < reached and pool.ans_mine[a0 + j]:
             pool.ans_mine[a0 + j] = False
             pool.refcnt[v] -= 1
             if pool.refcnt[v] == 0:  # else another running request holds it too

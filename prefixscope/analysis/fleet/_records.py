@@ -224,6 +224,16 @@ class Pool(NamedTuple):
     rprev: np.ndarray
     stamp_ctr: np.ndarray  # [releases so far] (sglang's stamps)
     ans_mine: np.ndarray  # per answer position: its request holds the block under that id
+    # vllm's second copies of an id (``_pool.py``, "Second copies"): ``dup_of[v]`` the copy
+    # of node ``v`` (NONE: none); per copy slot (``dup_slots`` per replica) the node it
+    # copies and the answer position of the request holding it (NONE: free); a stack of
+    # free slots per replica; per answer position, the copy its request holds (NONE: none)
+    dup_of: np.ndarray
+    dup_owner: np.ndarray
+    dup_pos: np.ndarray
+    dup_stack: np.ndarray
+    dup_top: np.ndarray
+    ans_copy: np.ndarray
 
 
 class Stop(NamedTuple):
@@ -328,19 +338,21 @@ def _nodes(name: str, size: int) -> np.ndarray:
     return kept[:size]
 
 
-def sets(n_unique: int, n_rep: int, tree: bool, dram: bool, store: bool) -> Sets:
+def sets(n_unique: int, n_rep: int, tree: bool, dram: bool, store: bool, copies: int = 0) -> Sets:
+    """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
+    :func:`dup_slots` per replica)."""
     nodes = n_rep * (n_unique + 1)
 
-    def lists(on: bool, name: str) -> tuple[np.ndarray, ...]:
+    def lists(on: bool, name: str, extra: int = 0) -> tuple[np.ndarray, ...]:
         return (
             np.zeros(n_unique if on else 1, np.uint64),
-            _nodes(f"{name}nxt", nodes if on else 1),
-            _nodes(f"{name}prv", nodes if on else 1),
+            _nodes(f"{name}nxt", nodes + extra if on else 1),
+            _nodes(f"{name}prv", nodes + extra if on else 1),
         )
 
     s = n_unique + 1 if store else 1
     return Sets(
-        *lists(True, ""),
+        *lists(True, "", n_rep * copies),
         *lists(tree, "t"),
         *lists(dram, "d"),
         np.zeros(n_unique if store else 1, np.bool_),
@@ -349,14 +361,22 @@ def sets(n_unique: int, n_rep: int, tree: bool, dram: bool, store: bool) -> Sets
     )
 
 
+def dup_slots(engine: int, capacity: int, answers: int) -> int:
+    """Second copies a vllm replica can hold at once: each is a block of its pool, and each
+    copies an id of some answer."""
+    return min(capacity, answers) if engine == VLLM else 0
+
+
 def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int, answers: int = 0) -> Pool:
     on = engine != IDEAL
     nodes = n_rep * (n_unique + 1) if on else 1
     sg = engine == SGLANG
     leaves = min(capacity, n_unique) + 1
+    slots = dup_slots(engine, capacity, answers)
+    copies = n_rep * slots
     return Pool(
-        np.zeros(nodes, np.int32),
-        np.zeros(nodes if engine == VLLM else 1, np.int64),
+        np.zeros(nodes + copies, np.int32),
+        np.zeros(nodes + copies if engine == VLLM else 1, np.int64),
         np.full(n_rep, capacity, np.int64),
         np.zeros(n_rep, np.int64),
         np.zeros(nodes if sg else 1, np.int32),
@@ -370,4 +390,11 @@ def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int, answers:
         np.empty(n + n_rep if on else 1, np.int64),
         np.zeros(1, np.int64),
         np.zeros(max(answers, 1), np.bool_),
+        # one entry past the last, so that an array of one entry means "no copies"
+        np.full(nodes + 1 if slots else 1, NONE, np.int32),
+        np.full(copies + 1, NONE, np.int32),
+        np.full(copies + 1, NONE, np.int64),
+        np.append(np.tile(np.arange(slots, dtype=np.int32), n_rep), np.int32(0)),
+        np.full(n_rep, slots, np.int64),
+        np.full(answers + 1 if slots else 1, NONE, np.int32),
     )

@@ -7,7 +7,10 @@ Written for obviousness, not speed. Each replica's pool is a dict of the hashes 
 - ``vllm``: the free queue is an ``OrderedDict`` in eviction order, hashless blocks as
   entries of their own; a release appends the request's hashless blocks, then its prompt's
   from the deepest; an allocation pops the first entry (evicting its hash); a hit takes its
-  entry out;
+  entry out. An answer block a decode fills under an id the replica holds already is a
+  second copy of that id (``dups``: vLLM caches it too, never de-duplicating), which no
+  lookup finds while the first is cached; when the first is evicted, the copy takes its
+  place;
 - ``sglang``: hashless free blocks are counted; an allocation evicts, among the free hashed
   blocks no cached block extends, the one released longest ago (ties: the smaller id).
 
@@ -47,6 +50,11 @@ class _PoolReplica:
     capacity: int
     sglang: bool
     cache: dict[int, int] = field(default_factory=dict)  # hash -> running holders
+    # vllm: hash -> running holders of its second copy (0 or 1: only its decode holds it),
+    # and that holder (request, answer position)
+    dups: dict[int, int] = field(default_factory=dict)
+    dup_holder: dict[int, tuple[int, int]] = field(default_factory=dict)
+    dup_held: dict[int, set[int]] = field(default_factory=dict)  # request -> positions
     free_queue: OrderedDict[tuple[str, int], None] = field(default_factory=OrderedDict)
     anon_free: int = 0  # sglang's hashless free blocks
     stamp: dict[int, int] = field(default_factory=dict)
@@ -79,7 +87,7 @@ class _PoolReplica:
         return len(self.free_queue)
 
     def cached_free(self) -> int:
-        return sum(1 for n in self.cache.values() if n == 0)
+        return sum(1 for n in [*self.cache.values(), *self.dups.values()] if n == 0)
 
     def take(self, r: int, parent: np.ndarray) -> None:
         """One free block for request ``r``."""
@@ -92,8 +100,27 @@ class _PoolReplica:
             self._evict(min(leaves, key=lambda b: (self.stamp[b], b)), r)
             return
         (kind, b), _ = self.free_queue.popitem(last=False)
-        if kind == "hash":
+        if kind == "dup":
+            del self.dups[b]
+            self.filled_at = r if self.filled_at == -1 else self.filled_at
+        elif kind == "hash" and b in self.dups:
+            self._promote(b, r)
+        elif kind == "hash":
             self._evict(b, r)
+
+    def _promote(self, b: int, r: int) -> None:
+        """The first copy of ``b`` is evicted; its second copy becomes the one lookups find,
+        where it is in the queue, held by whoever holds it."""
+        self.cache[b] = self.dups.pop(b)
+        if self.cache[b] == 0:
+            self.free_queue = OrderedDict(
+                (("hash", b) if key == ("dup", b) else key, None) for key in self.free_queue
+            )
+        else:
+            q, j = self.dup_holder.pop(b)
+            self.dup_held[q].discard(j)
+        if self.filled_at == -1:
+            self.filled_at = r
 
     def _evict(self, b: int, r: int) -> None:
         del self.cache[b]
@@ -113,6 +140,7 @@ class _PoolReplica:
         answer: list[int] | None = None,
         parent: np.ndarray | None = None,
         reached: int = 0,
+        dup_held: set[int] | None = None,
     ) -> None:
         """A request's blocks past its prompt's (``tail``: the answer id it holds each under,
         None for a hashless one), the first ``full`` of them cached: where it holds an id,
@@ -121,6 +149,7 @@ class _PoolReplica:
         else never hit. vllm puts the cached ones at the
         queue's tail deepest first, the others at its head. Then ``blocks``, deepest first."""
         self.releases += 1
+        dup_held = dup_held or set()
         new: dict[int, int] = {}
         for j in range(reached, min(full, len(answer or []))):
             b = answer[j]
@@ -129,6 +158,11 @@ class _PoolReplica:
                 new[j] = b
         for j in range(len(tail) - 1, -1, -1):
             b = tail[j] if tail[j] is not None else new.get(j)
+            if b is not None and j in dup_held:
+                self.dups[b] -= 1
+                del self.dup_holder[b]
+                self.free_queue[("dup", b)] = None
+                continue
             if b is not None:
                 if tail[j] is not None:
                     self.cache[b] -= 1
@@ -250,6 +284,7 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
         rep.take(q, c.trace.parent)
     rep.held[q] = [*answer[:m], *([None] * anon)]
     rep.reached[q] = m
+    rep.dup_held[q] = set()
     inp = req.input_tokens
     if c.gen[q] == 0:
         served = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
@@ -291,7 +326,9 @@ def _release(r: int, rep: _PoolReplica, c: _Context, computed: int, done: bool) 
     req, tail = c.requests[r], rep.held.pop(r)
     full = min(max(computed // c.trace.block_size - len(req.blocks), 0), len(tail))
     answer = c.answers[r] if done else None
-    rep.release(req.blocks, tail, full, answer, c.trace.parent, rep.reached.pop(r))
+    rep.release(
+        req.blocks, tail, full, answer, c.trace.parent, rep.reached.pop(r), rep.dup_held.pop(r)
+    )
 
 
 def _grow(rep: _PoolReplica, c: _Context) -> None:
@@ -314,14 +351,22 @@ def _grow(rep: _PoolReplica, c: _Context) -> None:
 
 def _filled(q: int, rep: _PoolReplica, c: _Context) -> None:
     """vllm: the request's last block fills in this step; if it is the next answer position, it
-    takes that id unless the replica holds that id or lacks its parent."""
+    takes that id unless the replica lacks its parent; where the replica holds that id
+    already, the block is its second copy (one at most: a third stays hashless)."""
     tail, answer, j = rep.held[q], c.answers[q], len(rep.held[q]) - 1
     if j < 0 or j != rep.reached[q] or j >= len(answer):
         return
     rep.reached[q] += 1
     b, parent = answer[j], int(c.trace.parent[answer[j]])
-    if b not in rep.cache and (parent < 0 or parent in rep.cache):
+    if parent >= 0 and parent not in rep.cache:
+        return
+    if b not in rep.cache:
         rep.cache[b] = 1
+        tail[j] = b
+    elif b not in rep.dups:
+        rep.dups[b] = 1
+        rep.dup_holder[b] = (q, j)
+        rep.dup_held[q].add(j)
         tail[j] = b
 
 

@@ -315,7 +315,8 @@ def _run(  # type: ignore[no-untyped-def]
     req = _records.requests(n)
     rep = _records.replicas(n_rep, float(arrival[0]) if n else 0.0)
     tree = kind == _records.CACHE_AWARE
-    sets = _records.sets(trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0)
+    copies = _records.dup_slots(code, fleet.capacity_blocks, len(answers[1]))
+    sets = _records.sets(trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies)
     hp = _records.heaps(n, n_rep, engine.max_seqs)
     pool = _records.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))
     longest = int(trace.blocks_per_request.max()) if n else 0
