@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
 BUILD := build
 
-.PHONY: setup demo test test-fast browser bench bench-week peers peers-vllm peers-replay lint clean
+.PHONY: setup demo test test-fast browser bench bench-week peers peers-vllm peers-sglang \
+	peers-replay lint clean
 
 setup: $(STAMP)
 
@@ -48,7 +49,7 @@ test: setup browser
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not flow and not browser" -q
 
-bench: setup peers-vllm
+bench: setup peers-vllm peers-sglang
 	$(BIN)/python benchmarks/simulate_bundled.py
 	$(BIN)/python benchmarks/ingest_scale.py
 	$(BIN)/python benchmarks/keyed_ingest.py
@@ -72,7 +73,7 @@ bench: setup peers-vllm
 	$(BIN)/python benchmarks/flow_speed.py --cluster
 	$(BIN)/python benchmarks/export_roundtrip.py
 	$(BIN)/python benchmarks/engine_conformance.py --vllm-python $(PEERS_VLLM)/bin/python \
-		--out $(BUILD)/engine_conformance.json
+		--sglang-python $(PEERS_SGLANG)/bin/python --out $(BUILD)/engine_conformance.json
 	if test -x $(PEERS)/bin/python; then PEER_PYTHON=$(PEERS)/bin/python \
 		$(BIN)/python benchmarks/export_peer.py; else echo "export_peer: make peers first"; fi
 	$(BIN)/python benchmarks/replay_tools.py --tools-python $(PEERS_REPLAY)/bin/python
@@ -88,7 +89,7 @@ bench-week: setup
 # The KVCache.AI simulator, to time beside ours in `make bench`: a scratch environment outside
 # the repository, never a dependency of the project.
 PEERS ?= $(or $(TMPDIR),/tmp)/prefixscope-peers
-peers: peers-vllm peers-replay
+peers: peers-vllm peers-sglang peers-replay
 	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install --quiet kvcache-simulator==0.1.3
 
@@ -112,6 +113,27 @@ peers-vllm:
 		$(PEERS_VLLM)/bin/python -m pip install --quiet torch==2.13.0 \
 			'transformers>=5.16.1,<5.23.0' && \
 		$(PEERS_VLLM)/bin/python -m pip install --quiet --no-deps $(VLLM_PURE); }
+
+# SGLang's own RadixCache, the referee of `fleet --engine sglang` one request at a time
+# (benchmarks/sglang_driver.py): SGLang without its dependencies (its kernels need a GPU),
+# torch and the pure-Python modules its cache imports, listed here.
+PEERS_SGLANG = $(PEERS)/sglang
+SGLANG_PURE = aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated-types==0.8.0 \
+	anyio==4.16.0 apache-tvm-ffi==0.1.15.post2 attrs==26.1.0 certifi==2026.10.19.post1 \
+	compressed-tensors==0.20.1 frozenlist==1.8.0 gguf==0.19.0 h11==0.16.0 httpcore2==2.17.0 \
+	httpx2==2.17.0 huggingface_hub==2.4.0 idna==3.20 ipython==9.18.1 loguru==0.7.3 \
+	msgspec==0.23.0 multidict==7.2.1 numpy==2.4.6 orjson==3.13.0 packaging==26.4 \
+	pillow==13.0.0 propcache==0.5.4 psutil==7.2.2 pybase64==1.5.1 pydantic==2.14.4 \
+	pydantic_core==2.50.5 Pygments==2.21.0 PyYAML==6.0.4 pyzmq==27.3.0 regex==2026.12.2 \
+	requests==2.34.2 safetensors==0.8.0 sentencepiece==0.2.3 starlette==1.10.0 \
+	tokenizers==0.23.3 tqdm==4.70.1 traitlets==5.16.1 transformers==5.25.0 triton==3.9.0 \
+	truststore==0.10.5 typing-inspection==0.4.5 urllib3==2.8.0 yarl==1.25.1
+peers-sglang:
+	@test -x $(PEERS_SGLANG)/bin/python || $(PYTHON) -m venv $(PEERS_SGLANG)
+	@$(PEERS_SGLANG)/bin/python -c "import sglang" 2>/dev/null || { \
+		$(PEERS_SGLANG)/bin/python -m pip install --quiet --no-deps sglang==0.5.23 && \
+		$(PEERS_SGLANG)/bin/python -m pip install --quiet torch==2.13.0 && \
+		$(PEERS_SGLANG)/bin/python -m pip install --quiet --no-deps $(SGLANG_PURE); }
 
 # The replay tools an export is checked against (benchmarks/replay_tools.py): AIPerf and
 # GuideLLM, replaying against a tiny local server; never dependencies of the project.

@@ -12,10 +12,14 @@ bundled hour) is ingested here, and the same requests go to both sides:
   --replicas 1`` with every request alone (arrivals far apart, no output) and against
   ``simulate --vllm-blocks`` (LRU), at each capacity;
 - **under load**, vLLM's scheduler against ``fleet --engine vllm --replicas 1`` at each load
-  (the first ``--requests`` requests, at the middle capacity), every step of both priced by the
+  and capacity (the first ``--requests`` requests), every step of both priced by the
   same step form (llama-3-8b on an H100, the roofline's, ``fleet/stepcost.py``), so both see
   the same clock: cached tokens at each request's first admission, preemptions, TTFT, and the
   hit rate as vLLM's own metric counts it.
+
+SGLang's ``RadixCache`` (``benchmarks/sglang_driver.py``, in its own scratch environment,
+``make peers-sglang``), where it is installed, against ``fleet --engine sglang --replicas 1``
+one request at a time too, at each capacity.
 
 vLLM's pool of ``N`` blocks holds one null block, so it is given ``N + 1``. Prints a table per
 part and writes every figure to ``--out``.
@@ -51,6 +55,7 @@ from prefixscope.stages import ingest as ingest_stage
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl.gz"
 PEERS = Path(os.environ.get("TMPDIR", "/tmp")) / "prefixscope-peers" / "vllm"
+SGLANG = PEERS.parent / "sglang"
 COST = from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100"))
 ENGINE = Engine(COST)  # budget 8,192 tokens a step and 256 sequences: vLLM's defaults
 
@@ -126,13 +131,13 @@ def driver_lines(trace, traffic, load_scale: float, n: int, answers: bool = Fals
     return out
 
 
-def run_driver(python: str, lines: list[str], work: Path, *args: str) -> dict:
-    src, out = work / "requests.jsonl", work / "vllm.json"
+def run_driver(python: str, lines: list[str], work: Path, *args: str, engine: str = "vllm") -> dict:
+    src, out = work / "requests.jsonl", work / f"{engine}.json"
     src.write_text("\n".join(lines) + "\n")
-    cmd = [python, str(ROOT / "benchmarks" / "vllm_driver.py"), "--trace", str(src)]
+    cmd = [python, str(ROOT / "benchmarks" / f"{engine}_driver.py"), "--trace", str(src)]
     done = subprocess.run([*cmd, *args, "--out", str(out)], capture_output=True, text=True)
     if done.returncode:
-        sys.exit(f"vLLM's driver failed:\n{done.stderr[-3000:]}")
+        sys.exit(f"{engine}'s driver failed:\n{done.stderr[-3000:]}")
     return json.loads(out.read_text())
 
 
@@ -149,7 +154,15 @@ def agreement(ours: np.ndarray, theirs: np.ndarray, inputs: np.ndarray) -> dict:
     }
 
 
-def one_at_a_time(python: str, trace, traffic, capacities, work: Path) -> list[dict]:  # type: ignore[no-untyped-def]
+def one_at_a_time(
+    python: str,
+    trace,
+    traffic,
+    capacities,
+    work: Path,
+    sglang: str | None = None,
+    sglang_evict: str = "nodes",
+) -> list[dict]:  # type: ignore[no-untyped-def]
     n = trace.n_requests
     lines = driver_lines(trace, Traffic(np.zeros(n, np.int64)), 1.0, n)
     view = full_blocks_only(trace)
@@ -165,6 +178,17 @@ def one_at_a_time(python: str, trace, traffic, capacities, work: Path) -> list[d
         for side, ours in (("fleet --engine vllm", fleet), ("simulate --vllm-blocks", cache)):
             row = {"capacity": c, "side": side, **agreement(ours, theirs, trace.input_tokens)}
             rows.append(row)
+        if sglang:  # SGLang's pool has no null page: it is given N
+            radix = run_driver(
+                sglang, lines, work, "--blocks", str(c), "--evict", sglang_evict, engine="sglang"
+            )
+            theirs = np.array([r["cached_tokens"] for r in radix["requests"]], np.int64)
+            radix_fleet = Fleet("round-robin", 1, c, load_scale=1e-6, engine="sglang")
+            ours = simulate_fleet(trace, alone, radix_fleet, ENGINE).hit_tokens
+            side = "fleet --engine sglang, against SGLang's RadixCache"
+            rows.append(
+                {"capacity": c, "side": side, **agreement(ours, theirs, trace.input_tokens)}
+            )
         print(f"  {c:,} blocks: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return rows
 
@@ -195,6 +219,8 @@ def under_load(python, trace, traffic, capacity, loads, n, work: Path) -> list[d
             "vllm_ttft_p95_s": float(np.percentile(ttft, 95)),
             "running_blocks_mean": float(out.running_blocks_mean.mean()),
             "vllm_blocks_used_mean": float(vllm["time_weighted_mean_blocks_used"]),
+            "second_copies": int(vllm["second_copies"]["made"]),
+            "hits_on_second_copies": int(vllm["second_copies"]["hits_on_them"]),
         }  # fmt: skip
         rows.append(row)
     return rows
@@ -214,9 +240,18 @@ def main() -> int:
     p.add_argument("--trace", type=Path, default=BUNDLED, help="a Mooncake trace (.jsonl[.gz])")
     p.add_argument("--generated", type=int, metavar="N", help="instead: N generated conversations")
     p.add_argument("--vllm-python", default=str(PEERS / "bin" / "python"))
+    p.add_argument(
+        "--sglang-python", default=str(SGLANG / "bin" / "python"),
+        help="SGLang's environment (skipped where it is not installed)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sglang-evict", choices=["nodes", "pages"], default="nodes",
+        help="pages: SGLang's evict frees only the pages it needs (a what-if, sglang_driver.py)",
+    )  # fmt: skip
     p.add_argument("--capacities", type=ints, default=[1000, 4000, 16000])
     p.add_argument("--loads", type=floats, default=[1.0, 2.0, 4.0])
     p.add_argument("--requests", type=int, default=3000, help="under load: the first N")
+    p.add_argument("--one-at-a-time", action="store_true", help="skip the part under load")
     p.add_argument("--out", type=Path, default=Path("engine_conformance.json"))
     args = p.parse_args()
     if not Path(args.vllm_python).exists():
@@ -232,21 +267,30 @@ def main() -> int:
             args.trace = generated(work / "generated.jsonl", args.generated)
         trace, traffic = load(args.trace, work)
         print(f"{args.trace.name}: {trace.n_requests:,} requests; vLLM {version}")
-        alone = one_at_a_time(args.vllm_python, trace, traffic, args.capacities, work)
-        print("\none request at a time (vLLM's KVCacheManager):")
+        sglang = args.sglang_python if Path(args.sglang_python).exists() else None
+        if sglang is None:
+            print(f"no SGLang environment at {args.sglang_python}: its RadixCache is skipped")
+        alone = one_at_a_time(
+            args.vllm_python, trace, traffic, args.capacities, work, sglang, args.sglang_evict
+        )
+        print("\none request at a time (vLLM's KVCacheManager; SGLang's RadixCache):")
         keys = ["capacity", "side", "requests", "equal_share", "hit_rate", "vllm_hit_rate",
                 "relative_error"]  # fmt: skip
         print(table(alone, keys))
-        mid = args.capacities[len(args.capacities) // 2]
         n = min(args.requests, trace.n_requests)
-        loaded = under_load(args.vllm_python, trace, traffic, mid, args.loads, n, work)
-        print(f"\nunder load (vLLM's Scheduler), the first {n:,} requests:")
-        keys = ["capacity", "load", "equal_share", "hit_rate", "vllm_metric_hit_rate",
-                "relative_error", "preemptions", "vllm_preemptions", "ttft_p95_s",
-                "vllm_ttft_p95_s"]  # fmt: skip
-        print(table(loaded, keys))
-    figures = {"vllm": version, "trace": str(args.trace), "one_at_a_time": alone,
-               "under_load": loaded}  # fmt: skip
+        loaded = [
+            row
+            for capacity in ([] if args.one_at_a_time else args.capacities)
+            for row in under_load(args.vllm_python, trace, traffic, capacity, args.loads, n, work)
+        ]
+        if loaded:
+            print(f"\nunder load (vLLM's Scheduler), the first {n:,} requests:")
+            keys = ["capacity", "load", "equal_share", "hit_rate", "vllm_metric_hit_rate",
+                    "relative_error", "preemptions", "vllm_preemptions", "ttft_p95_s",
+                    "vllm_ttft_p95_s", "second_copies"]  # fmt: skip
+            print(table(loaded, keys))
+    figures = {"vllm": version, "trace": str(args.trace), "sglang_evict": args.sglang_evict,
+               "one_at_a_time": alone, "under_load": loaded}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=1))
     print(f"\nresults: {args.out}")

@@ -34,6 +34,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 
 import torch  # noqa: E402
+from trace_tokens import PROMPT_VOCAB, TokenMaker, load_jsonl  # noqa: E402
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
@@ -63,51 +64,65 @@ FAKE_MODEL_DIR = os.path.join(
     os.environ.get("TMPDIR", "/tmp"), f"prefixscope-vllm-model-{os.getuid()}"
 )  # a config.json alone: the model is never loaded
 VOCAB = 65536
-PROMPT_VOCAB = 30000  # prompt tokens in [1, 30000]; generated in (30000, 60000]
+
+
+# --------------------------------------------------------------------------
+# second copies: vLLM never de-duplicates its cache; counted, not changed
+# --------------------------------------------------------------------------
+COPIES = {"made": 0, "of_prompt_blocks": 0, "hits_on_them": 0}
+_COPY_IDS = set()  # block ids cached as a second (or later) copy of their hash
+
+
+def _count_copies():
+    """Wrap vLLM's ``BlockHashToBlockMap`` and ``BlockPool.cache_full_blocks`` to count the
+    blocks cached under a hash already cached (whose, prompt or output) and the lookups that
+    find one: what ``fleet --engine vllm``'s second copies stand for (docs/fleet.md)."""
+    from vllm.v1.core import block_pool
+
+    cls = block_pool.BlockHashToBlockMap
+    insert, get, pop = cls.insert, cls.get_one_block, cls.pop
+
+    def counted_insert(self, key, block):
+        first = self._cache.get(key)
+        insert(self, key, block)
+        if first is not None and first != block.block_id:
+            COPIES["made"] += 1
+            _COPY_IDS.add(block.block_id)
+
+    def counted_get(self, key):
+        block = get(self, key)
+        if block is not None and block.block_id in _COPY_IDS:
+            COPIES["hits_on_them"] += 1
+        return block
+
+    def counted_pop(self, key, block_id):
+        block = pop(self, key, block_id)
+        if block is not None:
+            _COPY_IDS.discard(block_id)
+        return block
+
+    cls.insert, cls.get_one_block, cls.pop = counted_insert, counted_get, counted_pop
+    pool_cls = block_pool.BlockPool
+    cache_full = pool_cls.cache_full_blocks
+
+    def counted_cache_full(self, request, blocks, num_cached_blocks, num_full_blocks, **kwargs):
+        before = set(_COPY_IDS)
+        cache_full(self, request, blocks, num_cached_blocks, num_full_blocks, **kwargs)
+        size = kwargs["block_size"]
+        for i in range(num_cached_blocks, num_full_blocks):
+            made = blocks[i].block_id in _COPY_IDS and blocks[i].block_id not in before
+            if made and (i + 1) * size <= request.num_prompt_tokens:
+                COPIES["of_prompt_blocks"] += 1
+
+    pool_cls.cache_full_blocks = counted_cache_full
+
+
+_count_copies()
 
 
 # --------------------------------------------------------------------------
 # trace -> tokens
 # --------------------------------------------------------------------------
-def load_jsonl(path):
-    reqs = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                reqs.append(json.loads(line))
-    reqs.sort(key=lambda r: r["arrival_s"])  # stable: file order on ties
-    return reqs
-
-
-class TokenMaker:
-    """Block with hash id h -> BLOCK tokens that depend on h only."""
-
-    def __init__(self, block):
-        self.block = block
-        self._cache = {}
-
-    def block_tokens(self, h):
-        t = self._cache.get(h)
-        if t is None:
-            t = [h // PROMPT_VOCAB + 1, h % PROMPT_VOCAB + 1] + [
-                (h * 7 + i) % PROMPT_VOCAB + 1 for i in range(2, self.block)
-            ]
-            self._cache[h] = t
-        return t
-
-    def prompt(self, r):
-        n = r["input_tokens"]
-        if len(r["blocks"]) * self.block < n:
-            raise ValueError(f"request {r['id']}: {len(r['blocks'])} blocks < {n} tokens")
-        toks = []
-        for h in r["blocks"]:
-            toks.extend(self.block_tokens(h))
-            if len(toks) >= n:
-                break
-        return toks[:n]
-
-
 def gen_token(req_id, pos):
     """Deterministic, request-specific generated token (never EOS-relevant:
     the requests use ignore_eos=True)."""
@@ -460,6 +475,7 @@ def run_scheduler(args, reqs, tm):
         "total_preemptions": sum(x["num_preemptions"] for x in per_req),
         "time_weighted_mean_blocks_used": used_time_integral / t if t > 0 else 0.0,
         "max_blocks_used": max_used,
+        "second_copies": dict(COPIES),
         "requests": per_req,
     }
 

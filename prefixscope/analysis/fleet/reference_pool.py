@@ -102,13 +102,14 @@ class _PoolReplica:
         (kind, b), _ = self.free_queue.popitem(last=False)
         if kind == "dup":
             del self.dups[b]
-            self.filled_at = r if self.filled_at == -1 else self.filled_at
         elif kind == "hash" and b in self.dups:
-            self._promote(b, r)
+            self._promote(b)
         elif kind == "hash":
-            self._evict(b, r)
+            del self.cache[b]
+        if kind != "anon" and self.filled_at == -1:
+            self.filled_at = r
 
-    def _promote(self, b: int, r: int) -> None:
+    def _promote(self, b: int) -> None:
         """The first copy of ``b`` is evicted; its second copy becomes the one lookups find,
         where it is in the queue, held by whoever holds it."""
         self.cache[b] = self.dups.pop(b)
@@ -119,8 +120,6 @@ class _PoolReplica:
         else:
             q, j = self.dup_holder.pop(b)
             self.dup_held[q].discard(j)
-        if self.filled_at == -1:
-            self.filled_at = r
 
     def _evict(self, b: int, r: int) -> None:
         del self.cache[b]
@@ -325,10 +324,8 @@ def _preempt(v: int, rep: _PoolReplica, c: _Context) -> None:
 def _release(r: int, rep: _PoolReplica, c: _Context, computed: int, done: bool) -> None:
     req, tail = c.requests[r], rep.held.pop(r)
     full = min(max(computed // c.trace.block_size - len(req.blocks), 0), len(tail))
-    answer = c.answers[r] if done else None
-    rep.release(
-        req.blocks, tail, full, answer, c.trace.parent, rep.reached.pop(r), rep.dup_held.pop(r)
-    )
+    answer, copies = (c.answers[r] if done else None), rep.dup_held.pop(r)
+    rep.release(req.blocks, tail, full, answer, c.trace.parent, rep.reached.pop(r), copies)
 
 
 def _grow(rep: _PoolReplica, c: _Context) -> None:
