@@ -8,9 +8,12 @@ page size, LRU. Each request, alone, goes the way SGLang's scheduler takes it:
 
 - its prompt but the last token (``Req.adjust_max_prefix_ids``: at least one token is computed)
   is matched (``match_prefix``: whole pages), and the matched node locked (``inc_lock_ref``);
-- the pages the rest needs are allocated, evicting (``evict``) what the pool lacks;
+- the rest is computed a chunk (``--chunk`` tokens, SGLang's ``chunked_prefill_size``) at a
+  time, each chunk's pages allocated as it is scheduled, evicting (``evict``) what the pool
+  lacks; after each chunk but the last, what is computed is inserted and the lock moved to
+  its node (``checkpoint``);
 - once computed, its prompt is inserted (``insert``: whole pages; the pages the tree already
-  held are freed, as ``cache_finished_req`` frees them), its partial page freed, and the node
+  held are freed, as ``_insert_cache`` frees them), its partial page freed, and the node
   unlocked (``dec_lock_ref``).
 
 ``--evict pages`` changes SGLang's ``evict`` to free only the pages it needs: where a leaf node
@@ -120,29 +123,52 @@ def evict_pages(self, params):
     return EvictResult(num_tokens_evicted=evicted)
 
 
+def _insert(cache, pool, tokens, upto, slots, protected):
+    """Insert the first ``upto`` tokens' whole pages; free this row's copies of the pages the
+    tree held already (SGLang's ``_insert_cache``); the tree's prefix length."""
+    whole = upto // pool.size * pool.size
+    done = cache.insert(InsertParams(key=RadixKey(array("q", tokens[:whole])), value=slots[:whole]))
+    if done.prefix_len > protected:
+        pool.free(slots[protected : done.prefix_len])
+    return whole
+
+
 def run_cache(args, reqs, tm):
     pool = Pages(args.blocks, args.block_size)
     cache = RadixCache.create_simulated(mock_allocator=pool, page_size=args.block_size)
+    size = args.block_size
     per_req, failed = [], 0
     for r in reqs:
         tokens = tm.prompt(r)
         found = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens[:-1]))))
         cached, node = found.device_prefix_len, found.last_device_node
         cache.inc_lock_ref(node)
-        need = -(-len(tokens) // args.block_size) - cached // args.block_size
-        short = need * args.block_size - pool.available_size()
-        if short > 0:
-            cache.evict(EvictParams(num_tokens=short))
-        if need * args.block_size > pool.available_size():
-            failed += 1  # a prompt larger than what the pool can free: a miss
+        slots, protected, computed = cache.path_device_indices(node), cached, cached
+        while computed < len(tokens):  # one chunk a step, allocated as it is scheduled
+            computed = min(computed + args.chunk, len(tokens))
+            need = -(-computed // size) - len(slots) // size
+            short = need * size - pool.available_size()
+            if short > 0:
+                cache.evict(EvictParams(num_tokens=short))
+            if need * size > pool.available_size():
+                break
+            slots = torch.cat([slots, pool.alloc(need)])
+            if computed < len(tokens):  # SGLang's checkpoint: what is computed joins the tree
+                whole = _insert(cache, pool, tokens, computed, slots, protected)
+                key = RadixKey(array("q", tokens[:whole]))
+                last = cache.match_prefix(MatchPrefixParams(key=key)).last_device_node
+                owned = cache.path_device_indices(last)
+                slots = torch.cat([owned, slots[len(owned) :]])
+                cache.inc_lock_ref(last)
+                cache.dec_lock_ref(node)
+                node, protected = last, len(owned)
+        if len(slots) < len(tokens):  # the pool could not hold the prompt: a miss
+            failed += 1
+            pool.free(slots[protected:])
             cache.dec_lock_ref(node)
             per_req.append({"id": r["id"], "input_tokens": len(tokens), "cached_tokens": 0})
             continue
-        slots = torch.cat([cache.path_device_indices(node), pool.alloc(need)])[: len(tokens)]
-        whole = len(tokens) // args.block_size * args.block_size
-        done = cache.insert(InsertParams(key=RadixKey(array("q", tokens)), value=slots[:whole]))
-        if done.prefix_len > cached:  # pages the tree held already: this copy is freed
-            pool.free(slots[cached : done.prefix_len])
+        whole = _insert(cache, pool, tokens, len(tokens), slots, protected)
         pool.free(slots[whole:])
         cache.dec_lock_ref(node)
         per_req.append({"id": r["id"], "input_tokens": len(tokens), "cached_tokens": cached})
@@ -160,6 +186,10 @@ def main():
     p.add_argument("--blocks", type=int, required=True, help="pages in the KV pool")
     p.add_argument("--block-size", type=int, default=512)
     p.add_argument("--evict", choices=["nodes", "pages"], default="nodes")
+    p.add_argument(
+        "--chunk", type=int, default=8192,
+        help="tokens a prefill step computes (SGLang's chunked_prefill_size on 60-160 GiB GPUs)",
+    )  # fmt: skip
     p.add_argument("--out", required=True)
     args = p.parse_args()
     if args.evict == "pages":

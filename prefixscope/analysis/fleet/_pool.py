@@ -20,17 +20,20 @@ block goes (:func:`release`):
   node), so a hashless block costs no node.
 - ``sglang`` (``python/sglang/srt/mem_cache/radix_cache.py``): hashless free blocks are used
   first; then the radix cache evicts the unlocked leaf (a cached block no cached block
-  extends) released longest ago; its parent may become such a leaf. The cache stays
-  prefix-closed, since a request locks its whole chain.
+  extends) released longest ago, with the rest of its radix node; the node's parent may
+  become such a leaf. The cache stays prefix-closed, since a request locks its whole chain.
 
-Second copies (``vllm``): vLLM never de-duplicates its cache (``BlockHashToBlockMap`` in
-``block_pool.py``: "we don't de-duplicate the blocks in the cache"). Where a decode fills an
-answer block under an id the replica holds already (the next turn, sent early, computed it
-first), that block is a second copy of the id: a node past the replicas' own
-(``Pool.dup_*``), held by that request alone, queued like any cached block once freed. No
-lookup finds it while the first copy is cached (vLLM's lookup returns the first inserted);
-when the first is evicted, the copy takes its place: node ``v`` moves to the copy's place in
-the queue and its request now holds ``v``. One copy per id at most; a third stays hashless.
+Radix nodes (``sglang``): SGLang's tree keeps runs of pages as one node and ``evict`` frees a
+leaf node whole, even where one page would do (0.5.23). A node is the blocks one insert
+added under one parent: a request's new prompt blocks at admission, each chunk of a prompt
+computed part-way (SGLang's ``checkpoint`` inserts what is computed after each chunk), the
+answer a finished request adds. A lookup that ends inside a node splits it there
+(``_match_prefix_helper``), and so does the end of a prompt whose request finishes with an
+answer (``split_prompt``) or a chunk. ``nstart[v]``: node ``v`` begins its radix node;
+``ncont[v]``: the next block of its node (NONE: ``v`` ends it). Blocks inside a node have
+one cached child each and are locked alike.
+
+Second copies (``vllm``): an id cached twice, as vLLM caches it (``_copies.py``).
 
 Invariant: ``free_n[i] + (blocks locked on replica i) == capacity``; ``cached_free[i]`` of the
 free blocks keep a hash.
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 from prefixscope.analysis.fleet import _heap
 from prefixscope.analysis.fleet._cache import prefill_alone, served
+from prefixscope.analysis.fleet._copies import _copy, _drop_copy
 from prefixscope.analysis.fleet._records import NONE, SGLANG, piece
 from prefixscope.analysis.fleet._sets import _bit, _push_back, _unlink
 
@@ -68,9 +72,19 @@ def take(i, r, stride, sched, parent, sets, pool, rep):  # type: ignore[no-untyp
         _heap.remove(pool.heap_key, pool.heap_node, pool.heap_pos, pool.heap_n, i, hb, v)
         _evict(i, v, base, bit, sets, pool, rep, r)
         p = parent[v - base]
+        # the rest of v's radix node goes too: its blocks are free, hashless
+        while pool.nstart[v] == 0 and p >= 0 and sets.held[p] & bit and pool.refcnt[base + p] == 0:
+            v = base + p
+            pool.nchild[v] -= 1
+            pool.ncont[v] = NONE
+            _evict(i, v, base, bit, sets, pool, rep, r)
+            pool.anon_free[i] += 1
+            p = parent[p]
         if p >= 0 and sets.held[p] & bit:
             pv = base + p
             pool.nchild[pv] -= 1
+            if pool.ncont[pv] == v:
+                pool.ncont[pv] = NONE
             if pool.nchild[pv] == 0 and pool.refcnt[pv] == 0:
                 _leaf(i, pv, hb, pool)
         return
@@ -91,47 +105,33 @@ def take(i, r, stride, sched, parent, sets, pool, rep):  # type: ignore[no-untyp
 
 
 @piece
-def _drop_copy(i, v, first, sets, pool):  # type: ignore[no-untyped-def]
-    """Node ``v``, just taken from the queue's head, is a second copy (dropped) or a first
-    copy whose second takes its place, in the queue or in the hands of its request."""
-    if v >= first:
-        w, v = v, pool.dup_owner[v - first]
-    else:
-        w = pool.dup_of[v]
-        pool.refcnt[v] = pool.refcnt[w]
-        if pool.refcnt[w] == 0:  # queued: v takes its place there
-            p, nx = sets.prv[w], sets.nxt[w]
-            sets.nxt[p] = v
-            sets.prv[v] = p
-            sets.nxt[v] = nx
-            sets.prv[nx] = v
-            pool.anon_before[v] = pool.anon_before[w]
-        else:
-            pool.ans_copy[pool.dup_pos[w - first]] = NONE
-    pool.dup_of[v] = NONE
-    pool.dup_owner[w - first] = NONE
-    pool.dup_pos[w - first] = NONE
-    slots = (pool.dup_owner.size - 1) // pool.dup_top.size
-    pool.dup_stack[i * slots + pool.dup_top[i]] = w - first - i * slots
-    pool.dup_top[i] += 1
+def _split(u, pool):  # type: ignore[no-untyped-def]
+    """sglang: a lookup or an insert ends at node ``u``: the radix node holding it is split
+    just after it, so the block after ``u`` in its node begins a node of its own."""
+    c = pool.ncont[u]
+    if c != NONE:
+        pool.nstart[c] = 1
+        pool.ncont[u] = NONE
 
 
 @piece
-def _copy(i, v, pos, stride, pool):  # type: ignore[no-untyped-def]
-    """A second copy of node ``v`` for the request at answer position ``pos``; False where
-    ``v`` has one already (or no slot is left: never, as each copy is a block)."""
-    if pool.dup_owner.size <= 1 or pool.dup_of[v] != NONE or pool.dup_top[i] == 0:
-        return False
-    slots = (pool.dup_owner.size - 1) // pool.dup_top.size
-    pool.dup_top[i] -= 1
-    k = i * slots + pool.dup_stack[i * slots + pool.dup_top[i]]
-    w = pool.free_n.size * stride + k
-    pool.dup_of[v] = w
-    pool.dup_owner[k] = v
-    pool.dup_pos[k] = pos
-    pool.refcnt[w] = 1
-    pool.ans_copy[pos] = w
-    return True
+def _joins(v, prev, pool):  # type: ignore[no-untyped-def]
+    """sglang: node ``v``, just cached, continues the radix node of ``prev`` (the block before
+    it, cached by the same insert) or, with ``prev`` NONE, begins one."""
+    pool.nstart[v] = prev == NONE
+    pool.ncont[v] = NONE
+    if prev != NONE:
+        pool.ncont[prev] = v
+
+
+@piece
+def checkpoint(i, q, tr, stride, sched, req, pool):  # type: ignore[no-untyped-def]
+    """sglang: a prompt computed part-way is inserted up to its last whole block after each
+    chunk (SGLang's ``checkpoint``): a radix node ends there."""
+    start, end = tr.offsets[q], tr.offsets[q + 1]
+    j = req.ctx[q] // sched.block_size
+    if 0 < j < end - start:
+        _split(i * stride + tr.blocks[start + j - 1], pool)
 
 
 @piece
@@ -237,11 +237,15 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
     # one's parent is the block before it, or the prompt's last, which the request still
     # holds): marked -1 until they are freed below
     n_new = 0
+    if sg and done and full > 0 and tr.offsets[q + 1] > tr.offsets[q]:
+        _split(base + tr.blocks[tr.offsets[q + 1] - 1], pool)  # SGLang's split_prompt
     if done:
+        prev = NONE
         for j in range(reached, min(full, a1 - a0)):
             b = tr.answer_blocks[a0 + j]
             par = tr.parent[b]
             if sets.held[b] & bit or (par >= 0 and not sets.held[par] & bit):
+                prev = NONE
                 continue
             sets.held[b] |= bit
             pool.refcnt[base + b] = -1
@@ -250,6 +254,8 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
                 pool.nchild[base + b] = 0
                 if par >= 0:
                     pool.nchild[base + par] += 1
+                _joins(base + b, prev if prev != NONE and base + par == prev else NONE, pool)
+                prev = base + b
     pool.cached_free[i] += n_new
     pool.stamp_ctr[0] += 1
     hashless = 0
@@ -323,6 +329,8 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     k = 0
     while start + k < end and sets.held[tr.blocks[start + k]] & bit:
         k += 1
+    if sched.engine == SGLANG and served(k, nb, tr.recompute_last[q]) > 0:
+        _split(base + tr.blocks[start + served(k, nb, tr.recompute_last[q]) - 1], pool)
     k_ans = 0  # the lookup goes on into the answer (to the last token but one)
     if k == nb:
         while (
@@ -351,11 +359,18 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
         if sets.held[b] & bit:
             lock(i, base + b, stride, sched, sets, pool, rep.now.size)
             pool.ans_mine[p] = True
+    prev = NONE  # the previous position's node, where this admission cached it
     for p in range(start, end):  # parents before children
         b = tr.blocks[p]
-        if not sets.held[b] & bit:
-            take(i, q, stride, sched, tr.parent, sets, pool, rep)
-            register(i, b, stride, sched, tr.parent, sets, pool)
+        if sets.held[b] & bit:
+            prev = NONE
+            continue
+        take(i, q, stride, sched, tr.parent, sets, pool, rep)
+        register(i, b, stride, sched, tr.parent, sets, pool)
+        if sched.engine == SGLANG:
+            chained = prev != NONE and tr.parent[b] == tr.blocks[p - 1]
+            _joins(base + b, prev if chained else NONE, pool)
+        prev = base + b
     for p in range(a0, a0 + m):
         b = tr.answer_blocks[p]
         if not pool.ans_mine[p]:

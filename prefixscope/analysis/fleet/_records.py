@@ -207,6 +207,8 @@ class Pool(NamedTuple):
       blocks just before node ``v`` (at the sentinel: after the last node);
     - sglang: ``nchild`` cached children per block, ``stamp`` the release that last unlocked it,
       a heap of evictable leaves by stamp (``heap_*``), ``anon_free`` hashless free blocks;
+      SGLang's radix nodes (``_pool.py``, "Radix nodes"): ``nstart`` whether a block begins
+      its node, ``ncont`` the next block of its node (NONE: it ends it);
     - the running requests in schedule order (``rnext``/``rprev``, sentinel ``n + i``)."""
 
     refcnt: np.ndarray
@@ -234,6 +236,8 @@ class Pool(NamedTuple):
     dup_stack: np.ndarray
     dup_top: np.ndarray
     ans_copy: np.ndarray
+    nstart: np.ndarray
+    ncont: np.ndarray
 
 
 class Stop(NamedTuple):
@@ -397,4 +401,6 @@ def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int, answers:
         np.append(np.tile(np.arange(slots, dtype=np.int32), n_rep), np.int32(0)),
         np.full(n_rep, slots, np.int64),
         np.full(answers + 1 if slots else 1, NONE, np.int32),
+        np.ones(nodes if sg else 1, np.int8),
+        np.full(nodes if sg else 1, NONE, np.int32),
     )

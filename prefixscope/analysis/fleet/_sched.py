@@ -19,7 +19,7 @@ are not taken from the cache), so the engines report running blocks alike.
 from __future__ import annotations
 
 from prefixscope.analysis.fleet import _heap, _pool
-from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, VLLM, step_piece
+from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, SGLANG, VLLM, step_piece
 
 EMPTY = 2**63 - 1  # an empty heap's top key
 
@@ -52,6 +52,8 @@ def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
         req.ctx[q] += take
         rep.outstanding[i] -= take
         if req.rem[q] > 0:
+            if sched.engine == SGLANG:
+                _pool.checkpoint(i, q, tr, stride, sched, req, pool)
             break
         q = req.qnext[q]
     seconds += cost.b * max(tokens, cost.k1)

@@ -21,8 +21,7 @@ each, oldest schedule first, preempting the newest running request while none is
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from prefixscope.analysis.fleet.reference_parts import (
     blocks_for,
     outcome_of,
 )
+from prefixscope.analysis.fleet.reference_replica import _PoolReplica
 from prefixscope.analysis.fleet.run import (
     Engine,
     Fleet,
@@ -43,146 +43,6 @@ from prefixscope.analysis.fleet.run import (
 from prefixscope.analysis.structure.answers import routed_answer_blocks
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
-
-
-@dataclass
-class _PoolReplica:
-    capacity: int
-    sglang: bool
-    cache: dict[int, int] = field(default_factory=dict)  # hash -> running holders
-    # vllm: hash -> running holders of its second copy (0 or 1: only its decode holds it),
-    # and that holder (request, answer position)
-    dups: dict[int, int] = field(default_factory=dict)
-    dup_holder: dict[int, tuple[int, int]] = field(default_factory=dict)
-    dup_held: dict[int, set[int]] = field(default_factory=dict)  # request -> positions
-    free_queue: OrderedDict[tuple[str, int], None] = field(default_factory=OrderedDict)
-    anon_free: int = 0  # sglang's hashless free blocks
-    stamp: dict[int, int] = field(default_factory=dict)
-    releases: int = 0
-    anon_ids: int = 0
-    tree: OrderedDict[int, None] = field(default_factory=OrderedDict)
-    queue: deque[int] = field(default_factory=deque)
-    decoding: dict[int, _Decoding] = field(default_factory=dict)
-    running: list[int] = field(default_factory=list)  # schedule order
-    # request -> its blocks past its prompt's: the answer id it holds each under, or None
-    held: dict[int, list[int | None]] = field(default_factory=dict)
-    reached: dict[int, int] = field(default_factory=dict)  # request -> answer positions reached
-    now: float = 0.0
-    busy: float = 0.0
-    steps: int = 0
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-    filled_at: int = -1
-    preemptions: int = 0
-    running_s: float = 0.0
-    cached_s: float = 0.0
-    hist: dict[int, float] = field(default_factory=dict)
-
-    def has_work(self) -> bool:
-        return bool(self.queue) or bool(self.decoding)
-
-    def free(self) -> int:
-        if self.sglang:
-            return self.anon_free + sum(1 for n in self.cache.values() if n == 0)
-        return len(self.free_queue)
-
-    def cached_free(self) -> int:
-        return sum(1 for n in [*self.cache.values(), *self.dups.values()] if n == 0)
-
-    def take(self, r: int, parent: np.ndarray) -> None:
-        """One free block for request ``r``."""
-        if self.sglang:
-            if self.anon_free:
-                self.anon_free -= 1
-                return
-            children = {int(parent[b]) for b in self.cache}
-            leaves = [b for b, n in self.cache.items() if n == 0 and b not in children]
-            self._evict(min(leaves, key=lambda b: (self.stamp[b], b)), r)
-            return
-        (kind, b), _ = self.free_queue.popitem(last=False)
-        if kind == "dup":
-            del self.dups[b]
-        elif kind == "hash" and b in self.dups:
-            self._promote(b)
-        elif kind == "hash":
-            del self.cache[b]
-        if kind != "anon" and self.filled_at == -1:
-            self.filled_at = r
-
-    def _promote(self, b: int) -> None:
-        """The first copy of ``b`` is evicted; its second copy becomes the one lookups find,
-        where it is in the queue, held by whoever holds it."""
-        self.cache[b] = self.dups.pop(b)
-        if self.cache[b] == 0:
-            self.free_queue = OrderedDict(
-                (("hash", b) if key == ("dup", b) else key, None) for key in self.free_queue
-            )
-        else:
-            q, j = self.dup_holder.pop(b)
-            self.dup_held[q].discard(j)
-
-    def _evict(self, b: int, r: int) -> None:
-        del self.cache[b]
-        if self.filled_at == -1:
-            self.filled_at = r
-
-    def lock(self, b: int) -> None:
-        if self.cache[b] == 0 and not self.sglang:
-            del self.free_queue[("hash", b)]
-        self.cache[b] += 1
-
-    def release(
-        self,
-        blocks: list[int],
-        tail: list[int | None],
-        full: int = 0,
-        answer: list[int] | None = None,
-        parent: np.ndarray | None = None,
-        reached: int = 0,
-        dup_held: set[int] | None = None,
-    ) -> None:
-        """A request's blocks past its prompt's (``tail``: the answer id it holds each under,
-        None for a hashless one), the first ``full`` of them cached: where it holds an id,
-        under that id; past the ``reached`` answer positions, where ``answer`` (given once it
-        is done) names one this replica neither holds nor lacks the parent of, under that;
-        else never hit. vllm puts the cached ones at the
-        queue's tail deepest first, the others at its head. Then ``blocks``, deepest first."""
-        self.releases += 1
-        dup_held = dup_held or set()
-        new: dict[int, int] = {}
-        for j in range(reached, min(full, len(answer or []))):
-            b = answer[j]
-            if b not in self.cache and (parent[b] < 0 or int(parent[b]) in self.cache):
-                self.cache[b] = 0
-                new[j] = b
-        for j in range(len(tail) - 1, -1, -1):
-            b = tail[j] if tail[j] is not None else new.get(j)
-            if b is not None and j in dup_held:
-                self.dups[b] -= 1
-                del self.dup_holder[b]
-                self.free_queue[("dup", b)] = None
-                continue
-            if b is not None:
-                if tail[j] is not None:
-                    self.cache[b] -= 1
-                if self.cache[b] == 0:
-                    self.stamp[b] = self.releases
-                    if not self.sglang:
-                        self.free_queue[("hash", b)] = None
-                continue
-            if self.sglang:
-                self.anon_free += 1
-                continue
-            self.anon_ids += 1
-            self.free_queue[("anon", self.anon_ids)] = None
-            if j >= full:
-                self.free_queue.move_to_end(("anon", self.anon_ids), last=False)
-        for b in reversed(list(dict.fromkeys(blocks))):
-            self.cache[b] -= 1
-            if self.cache[b] == 0:
-                self.stamp[b] = self.releases
-                if not self.sglang:
-                    self.free_queue[("hash", b)] = None
 
 
 def reference_pool_fleet(
@@ -263,6 +123,9 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
     k = 0
     while k < nb and req.blocks[k] in rep.cache:
         k += 1
+    matched = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
+    if rep.sglang and matched > 0:  # SGLang's lookup splits the node it ends in
+        rep.split(req.blocks[matched - 1])
     k_ans = 0
     if k == nb:
         while k_ans < min(m, (length - 1) // bs - nb) and answer[k_ans] in rep.cache:
@@ -275,7 +138,17 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
     for b in distinct + answer[:m]:
         if b in rep.cache:
             rep.lock(b)
-    for b in distinct + answer[:m]:
+    prev = None  # the previous position's block, where this admission cached it
+    for b in req.blocks:
+        if b in rep.cache:
+            prev = None
+            continue
+        rep.take(q, c.trace.parent)
+        rep.cache[b] = 1
+        if rep.sglang:  # one insert: one radix node, along the chain
+            rep.joins(b, prev if prev is not None and c.trace.parent[b] == prev else None)
+        prev = b
+    for b in answer[:m]:
         if b not in rep.cache:
             rep.take(q, c.trace.parent)
             rep.cache[b] = 1
@@ -325,6 +198,8 @@ def _release(r: int, rep: _PoolReplica, c: _Context, computed: int, done: bool) 
     req, tail = c.requests[r], rep.held.pop(r)
     full = min(max(computed // c.trace.block_size - len(req.blocks), 0), len(tail))
     answer, copies = (c.answers[r] if done else None), rep.dup_held.pop(r)
+    if rep.sglang and done and full > 0 and req.blocks:
+        rep.split(req.blocks[-1])  # SGLang's split_prompt
     rep.release(req.blocks, tail, full, answer, c.trace.parent, rep.reached.pop(r), copies)
 
 
@@ -396,6 +271,9 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
         req.to_prefill -= take
         req.context += take
         if req.to_prefill > 0:
+            j = req.context // c.trace.block_size  # SGLang's checkpoint after each chunk
+            if rep.sglang and 0 < j < len(req.blocks):
+                rep.split(req.blocks[j - 1])
             break
         through += 1
     seconds += b * max(tokens, k1)
