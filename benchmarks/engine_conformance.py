@@ -193,37 +193,45 @@ def one_at_a_time(
     return rows
 
 
-def under_load(python, trace, traffic, capacity, loads, n, work: Path) -> list[dict]:  # type: ignore[no-untyped-def]
+def under_load(python, trace, traffic, capacities, loads, n, work: Path) -> list[dict]:  # type: ignore[no-untyped-def]
     from prefixscope.analysis.trace.isolation import subset
 
     first = np.arange(n)
     part, part_traffic = subset(trace, first), traffic.take(first)
     cost = ",".join(f"{x:.12g}" for x in COST.array())
     rows = []
-    for load_scale in loads:
+    for load_scale in loads:  # a load's requests are the same at every capacity
         lines = driver_lines(part, part_traffic, load_scale, n, answers=True)
-        vllm = run_driver(python, lines, work, "--mode", "scheduler", "--blocks",
-                          str(capacity + 1), "--cost", cost)  # fmt: skip
-        reqs = vllm["requests"]
-        theirs = np.array([r["cached_tokens"] or 0 for r in reqs], np.int64)
-        out = simulate_fleet(part, part_traffic, Fleet("round-robin", 1, capacity,
-                             load_scale=load_scale, engine="vllm"), ENGINE)  # fmt: skip
-        ttft = np.array([r["ttft_s"] for r in reqs], np.float64)
-        row = {
-            "capacity": capacity, "load": load_scale,
-            **agreement(out.hit_tokens, theirs, part.input_tokens),
-            "vllm_metric_hit_rate": vllm["vllm_prefix_cache_stats"]["hit_rate"],
-            "preemptions": int(out.preemptions.sum()),
-            "vllm_preemptions": int(vllm["total_preemptions"]),
-            "ttft_p95_s": float(np.percentile(out.ttft, 95)),
-            "vllm_ttft_p95_s": float(np.percentile(ttft, 95)),
-            "running_blocks_mean": float(out.running_blocks_mean.mean()),
-            "vllm_blocks_used_mean": float(vllm["time_weighted_mean_blocks_used"]),
-            "second_copies": int(vllm["second_copies"]["made"]),
-            "hits_on_second_copies": int(vllm["second_copies"]["hits_on_them"]),
-        }  # fmt: skip
-        rows.append(row)
-    return rows
+        for capacity in capacities:
+            rows.append(
+                _loaded(python, lines, part, part_traffic, capacity, load_scale, cost, work)
+            )
+    return sorted(rows, key=lambda row: row["capacity"])  # stable: loads in order
+
+
+def _loaded(python, lines, part, part_traffic, capacity, load_scale, cost, work) -> dict:  # type: ignore[no-untyped-def]
+    """One capacity and load under vLLM's scheduler and the fleet."""
+    vllm = run_driver(python, lines, work, "--mode", "scheduler", "--blocks",
+                      str(capacity + 1), "--cost", cost)  # fmt: skip
+    reqs = vllm["requests"]
+    theirs = np.array([r["cached_tokens"] or 0 for r in reqs], np.int64)
+    out = simulate_fleet(part, part_traffic, Fleet("round-robin", 1, capacity,
+                         load_scale=load_scale, engine="vllm"), ENGINE)  # fmt: skip
+    ttft = np.array([r["ttft_s"] for r in reqs], np.float64)
+    row = {
+        "capacity": capacity, "load": load_scale,
+        **agreement(out.hit_tokens, theirs, part.input_tokens),
+        "vllm_metric_hit_rate": vllm["vllm_prefix_cache_stats"]["hit_rate"],
+        "preemptions": int(out.preemptions.sum()),
+        "vllm_preemptions": int(vllm["total_preemptions"]),
+        "ttft_p95_s": float(np.percentile(out.ttft, 95)),
+        "vllm_ttft_p95_s": float(np.percentile(ttft, 95)),
+        "running_blocks_mean": float(out.running_blocks_mean.mean()),
+        "vllm_blocks_used_mean": float(vllm["time_weighted_mean_blocks_used"]),
+        "second_copies": int(vllm["second_copies"]["made"]),
+        "hits_on_second_copies": int(vllm["second_copies"]["hits_on_them"]),
+    }  # fmt: skip
+    return row
 
 
 def table(rows: list[dict], keys: list[str]) -> str:
@@ -278,11 +286,11 @@ def main() -> int:
                 "relative_error"]  # fmt: skip
         print(table(alone, keys))
         n = min(args.requests, trace.n_requests)
-        loaded = [
-            row
-            for capacity in ([] if args.one_at_a_time else args.capacities)
-            for row in under_load(args.vllm_python, trace, traffic, capacity, args.loads, n, work)
-        ]
+        loaded = (
+            []
+            if args.one_at_a_time
+            else under_load(args.vllm_python, trace, traffic, args.capacities, args.loads, n, work)
+        )
         if loaded:
             print(f"\nunder load (vLLM's Scheduler), the first {n:,} requests:")
             keys = ["capacity", "load", "equal_share", "hit_rate", "vllm_metric_hit_rate",

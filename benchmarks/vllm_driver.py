@@ -71,6 +71,7 @@ VOCAB = 65536
 # --------------------------------------------------------------------------
 COPIES = {"made": 0, "of_prompt_blocks": 0, "hits_on_them": 0}
 _COPY_IDS = set()  # block ids cached as a second (or later) copy of their hash
+_JUST_MADE = []  # the copies the current cache_full_blocks call made
 
 
 def _count_copies():
@@ -88,6 +89,7 @@ def _count_copies():
         if first is not None and first != block.block_id:
             COPIES["made"] += 1
             _COPY_IDS.add(block.block_id)
+            _JUST_MADE.append(block.block_id)
 
     def counted_get(self, key):
         block = get(self, key)
@@ -106,11 +108,11 @@ def _count_copies():
     cache_full = pool_cls.cache_full_blocks
 
     def counted_cache_full(self, request, blocks, num_cached_blocks, num_full_blocks, **kwargs):
-        before = set(_COPY_IDS)
+        _JUST_MADE.clear()
         cache_full(self, request, blocks, num_cached_blocks, num_full_blocks, **kwargs)
         size = kwargs["block_size"]
         for i in range(num_cached_blocks, num_full_blocks):
-            made = blocks[i].block_id in _COPY_IDS and blocks[i].block_id not in before
+            made = blocks[i].block_id in _JUST_MADE
             if made and (i + 1) * size <= request.num_prompt_tokens:
                 COPIES["of_prompt_blocks"] += 1
 

@@ -329,8 +329,9 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     k = 0
     while start + k < end and sets.held[tr.blocks[start + k]] & bit:
         k += 1
-    if sched.engine == SGLANG and served(k, nb, tr.recompute_last[q]) > 0:
-        _split(base + tr.blocks[start + served(k, nb, tr.recompute_last[q]) - 1], pool)
+    matched = served(k, nb, tr.recompute_last[q])  # the blocks the lookup hands over
+    if sched.engine == SGLANG and matched > 0:
+        _split(base + tr.blocks[start + matched - 1], pool)
     k_ans = 0  # the lookup goes on into the answer (to the last token but one)
     if k == nb:
         while (
@@ -383,7 +384,7 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
     req.ans_n[q] = m
     req.ans_own[q] = m
     if req.gen[q] == 0:
-        hit = min(served(k, nb, tr.recompute_last[q]) * bs, inp)
+        hit = min(matched * bs, inp)
         new = max(inp - hit, 1)
         if req.seq[q] != NONE:  # a lookup after a preemption: vLLM's preempted_* counters
             req.pre_n[q] += 1
@@ -394,9 +395,7 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
             req.hit_tok[q] = hit
             req.src_tok[q, 0] = hit
             req.cost_none[q] = prefill_alone(cost, inp, 0, bs)
-            req.saved[q, 0] = req.cost_none[q] - prefill_alone(
-                cost, inp, served(k, nb, tr.recompute_last[q]), bs
-            )
+            req.saved[q, 0] = req.cost_none[q] - prefill_alone(cost, inp, matched, bs)
     else:
         new = length - min(k * bs, inp) - k_ans * bs
         req.pre_n[q] += 1
