@@ -32,7 +32,7 @@ from prefixscope.ingest.hashkey import resolve_key
 from prefixscope.ingest.kvevents import structs
 from prefixscope.ingest.kvevents.capture import capture_events
 from prefixscope.ingest.kvevents.framing import MAGIC, encode_frame
-from prefixscope.ingest.kvevents.rows import chained_ids, parse_capture
+from prefixscope.ingest.kvevents.rows import _Builder, chained_ids, parse_capture
 
 BLOCK = 16
 T0 = 1_780_000_000.0  # the batches' engine time (2026)
@@ -229,6 +229,87 @@ def test_events_link_to_requests(tmp_path: Path) -> None:
     assert run_cli("ingest", "--format", "vllm-events", "--input", out, "--warehouse", wh32) == 2
     with duckdb.connect(str(wh32), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM kv_events").fetchone() == (0,)
+
+
+#: LMCache's default chunk (``chunk_size``), and a prompt of two whole chunks and a short one.
+CHUNK = 256
+PROMPT_C = [int(t) for t in np.random.default_rng(3).integers(0, 150_000, 2 * CHUNK + 88)]
+
+
+def lmcache_batches(encoding: str) -> list[tuple[int, bytes]]:
+    """What vLLM's publisher sends for LMCache's store of PROMPT_C (``LMCacheEngine.store``,
+    ``lmcache/v1/cache_engine.py`` at LMCache/LMCache 000620e37eb7e8e54bd6f0aa0809b7dbef8a11e8):
+    a ``BlockStored`` per chunk, of one hash, medium ``cpu``, the chunk's tokens and their count
+    as its block size, its parent the chunk before; then a store that skipped the chunks LMCache
+    held already, whose first chunk names parent 0 (``prev_key`` starts at 0 there), and the
+    eviction of the first chunk."""
+    e = encoding
+    bounds = [(0, CHUNK), (CHUNK, 2 * CHUNK), (2 * CHUNK, len(PROMPT_C))]
+    h = [engine_hash(e, PROMPT_C, -(-end // BLOCK)) for _, end in bounds]  # the prefix to end
+    chunks = [
+        structs.stored(e, [h[i]], None if i == 0 else h[i - 1], PROMPT_C[start:end],
+                       end - start, "cpu")
+        for i, (start, end) in enumerate(bounds)
+    ]  # fmt: skip
+    again = structs.stored(e, [h[1]], 0, PROMPT_C[CHUNK : 2 * CHUNK], CHUNK, "cpu")
+    return [
+        (0, structs.encode_batch(e, T0, chunks, 0)),
+        (0, structs.encode_batch(e, T0 + 1, [again, structs.removed(e, [h[0]], "cpu")], 0)),
+    ]
+
+
+@pytest.mark.parametrize("encoding", ["map", "array"])
+def test_lmcache_chunks_land_as_the_warehouse_blocks(tmp_path: Path, encoding: str) -> None:
+    """LMCache's chunk events, captured from a live publisher and ingested beside the prompt's
+    requests (blocks of 16): each chunk is its 16 blocks, with the prompt's own ids; the short
+    last chunk's whole blocks land and its last 8 tokens are no block; a chunk whose parent
+    LMCache did not name lands without ids; a chunk's removal removes each of its blocks."""
+    log = tmp_path / "requests.jsonl"
+    log.write_text(json.dumps({"timestamp": T0, "token_ids": PROMPT_C}) + "\n")
+    wh = tmp_path / "wh.duckdb"
+    assert run_cli("ingest", "--format", "tokens", "--input", log, "--warehouse", wh) == 0
+    out = tmp_path / "events.bin"
+    pub = start_publisher(lmcache_batches(encoding), ranks=1)
+    summary = capture_events([f"tcp://127.0.0.1:{pub.ports[0]}"], out, duration=3.0)
+    pub.thread.join(2)
+    assert summary.batches == 2
+    assert run_cli("ingest", "--format", "vllm-events", "--input", out, "--warehouse", wh) == 0
+    offsets = np.array([0, len(PROMPT_C)])
+    _, ids = hash_token_blocks(offsets, np.array(PROMPT_C), BLOCK)
+    ids = resolve_key(None).hashes(ids).tolist()
+    assert len(ids) == 37  # 600 tokens: 37 whole blocks of 16
+    per_chunk = CHUNK // BLOCK
+    rows = events_of(wh)
+    stored = [r for r in rows if r[1] == "stored"]
+    assert [r[2] for r in stored[:37]] == ids
+    assert {(r[3], r[4]) for r in stored} == {("CPU", BLOCK)}  # media read in capitals
+    assert [r[2] for r in stored[37:]] == [None] * per_chunk  # parent 0: no chain
+    removed = [r for r in rows if r[1] == "removed"]
+    assert [r[2] for r in removed] == ids[:per_chunk]
+    with duckdb.connect(str(wh), read_only=True) as con:
+        src = con.execute(
+            "SELECT lines, accepted, rejected FROM sources WHERE format = 'vllm-events'"
+        ).fetchone()
+        # the second store named the first chunk's hash again: same hash, one engine chunk
+        hashes = con.execute(
+            "SELECT count(DISTINCT engine_block_hash) FROM kv_events WHERE kind = 'stored'"
+        ).fetchone()
+    assert src == (37 + per_chunk + per_chunk, 37 + 2 * per_chunk, 0)
+    assert hashes == (3,)
+
+
+def test_a_gpu_event_of_another_block_size_is_still_refused() -> None:
+    """Only an offload tier's events are read as chunks: the GPU pool's must have the
+    warehouse's block size (validate compares that pool block by block), and a tier's chunk
+    smaller than a block is no block."""
+    e = "map"
+    gpu = structs.stored(e, [1], None, PROMPT_C[:CHUNK], CHUNK, "GPU")
+    small = structs.stored(e, [2], None, PROMPT_C[:8], 8, "cpu")
+    builder = _Builder(frozenset({BLOCK}))
+    builder.batch(0, 0, T0, structs.encode_batch(e, T0, [gpu, small], 0))
+    rows, rejects = builder.tables()
+    assert rows.num_rows == 0
+    assert rejects["reason"].to_pylist() == ["block_size_mismatch"] * 2
 
 
 def write_capture(path: Path, messages: list[tuple[int, bytes]], tail: bytes = b"") -> None:

@@ -8,6 +8,18 @@ of the same capture gave the parent's engine hash; a chain whose parent was stor
 capture began cannot be chained, and its rows say NULL. Removed blocks take the id their store
 gave them. Token ids are used for that and dropped: none is kept.
 
+**Chunks of an offload tier.** LMCache stores a prompt in chunks of ``chunk_size`` tokens (256 by
+default) and publishes each stored chunk through vLLM's publisher as a ``BlockStored`` of one
+hash, medium ``cpu``, the chunk's tokens and its token count as the block size, its parent the
+chunk before (``lmcache/v1/cache_engine.py``, ``LMCacheEngine.store``, LMCache/LMCache at
+000620e37eb7e8e54bd6f0aa0809b7dbef8a11e8). A stored event of a tier other than the GPU pool whose
+block size is not the warehouse's is read as such a chunk: its tokens are cut into the
+warehouse's blocks (the largest warehouse block size under the chunk's), one row each, with the
+chunk's engine hash, chained as the prompt's own blocks are; tokens past the last whole block
+(a short last chunk) are no block, as a prompt's partial tail is none. The GPU pool's events
+keep the warehouse's block size exactly: ``validate --events`` compares that pool block by
+block.
+
 Counting (``sources``): for this format a "line" is one event (``BlockStored`` and
 ``BlockRemoved`` land as one row per block, ``AllBlocksCleared`` as one row), or one whole batch
 or file tail that cannot be read; so ``lines = accepted + rejected`` holds, and a reject's
@@ -28,6 +40,7 @@ from prefixscope.ingest.formats.base import MAX_ARRIVAL_US, MIN_ARRIVAL_US
 from prefixscope.ingest.hashing import ROOT, xxh64
 from prefixscope.ingest.kvevents.framing import FrameTail, read_frames
 from prefixscope.ingest.kvevents.wire import (
+    DEFAULT_MEDIUM,
     BatchProblem,
     Cleared,
     EventProblem,
@@ -116,6 +129,8 @@ class _Builder:
         self.rejects: dict[str, list[object]] = {f.name: [] for f in REJECT_SCHEMA}
         self.ids: dict[bytes, int] = {}  # engine hash -> prefixscope id (content: any rank)
         self.refused: set[bytes] = set()  # engine hashes whose store was rejected
+        #: a chunk's engine hash -> the ids of the warehouse blocks it holds (its removal's rows)
+        self.chunks: dict[bytes, list[int | None]] = {}
 
     def reject(self, line: int, reason: str, detail: str) -> None:
         for name, value in (("line", line), ("reason", reason), ("detail", detail)):
@@ -156,7 +171,53 @@ class _Builder:
             elif isinstance(event, Cleared):
                 self.row(**common, event_index=e, block_index=0, kind="cleared")
 
+    def chunk_unit(self, ev: Stored) -> int | None:
+        """The warehouse block size that an offload tier's chunk ``ev`` is cut into, or None
+        where ``ev`` is no such chunk (the module docstring)."""
+        if self.block_sizes is None or ev.medium == DEFAULT_MEDIUM or not ev.token_ids:
+            return None
+        if len(ev.token_ids) != ev.block_size * len(ev.hashes):
+            return None
+        below = [s for s in self.block_sizes if s < ev.block_size]
+        return max(below) if below else None
+
+    def chunk(self, ev: Stored, unit: int, common: dict[str, object]) -> None:
+        """One row per whole warehouse block of each chunk in ``ev``, the chunk's hash on each;
+        a chunk is a parent only where it ends on a block boundary (a short last chunk is no
+        parent: the next chunk of its prompt starts where it did, under another hash)."""
+        parent = int(ROOT) if ev.parent is None else self.ids.get(ev.parent)
+        size = ev.block_size
+        for c, h in enumerate(ev.hashes):
+            tokens = ev.token_ids[c * size : (c + 1) * size]
+            ids: list[int | None]
+            if parent is not None:
+                ids = list(chained_ids(parent, tokens, unit))
+            else:  # a chain begun before the capture (or a parent LMCache did not name)
+                ids = [None] * (size // unit)
+            self.chunks[h] = ids
+            self.refused.discard(h)
+            parent = ids[-1] if ids and size % unit == 0 else None
+            if parent is not None:
+                self.ids[h] = parent
+            for b, block_id in enumerate(ids):
+                self.row(
+                    **common,
+                    block_index=c * (size // unit) + b,
+                    kind="stored",
+                    engine_block_hash=h,
+                    engine_parent_hash=ev.parent if c == 0 else ev.hashes[c - 1],
+                    block_size=unit,
+                    medium=ev.medium,
+                    block_id=block_id,
+                )
+
     def stored(self, frame: int, where: str, ev: Stored, common: dict[str, object]) -> None:
+        unit = None
+        if self.block_sizes is not None and ev.block_size not in self.block_sizes:
+            unit = self.chunk_unit(ev)
+        if unit is not None:
+            self.chunk(ev, unit, common)
+            return
         if self.block_sizes is not None and ev.block_size not in self.block_sizes:
             self.refused.update(ev.hashes)
             sizes = ", ".join(str(s) for s in sorted(self.block_sizes))
@@ -207,17 +268,21 @@ class _Builder:
                 f"{where}: removes {len(refused)} block(s) whose store was rejected for its "
                 "block size",
             )
-        for b, h in enumerate(ev.hashes):
+        b = 0
+        for h in ev.hashes:
             if h in self.refused:
                 continue
-            self.row(
-                **common,
-                block_index=b,
-                kind="removed",
-                engine_block_hash=h,
-                medium=ev.medium,
-                block_id=self.ids.get(h),
-            )
+            # a chunk's removal removes each warehouse block it held
+            for block_id in self.chunks.get(h, [self.ids.get(h)]):
+                self.row(
+                    **common,
+                    block_index=b,
+                    kind="removed",
+                    engine_block_hash=h,
+                    medium=ev.medium,
+                    block_id=block_id,
+                )
+                b += 1
 
     def tables(self) -> tuple[pa.Table, pa.Table]:
         rows = pa.table(

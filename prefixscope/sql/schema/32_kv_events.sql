@@ -6,7 +6,9 @@
 -- int hash as its 8-byte big-endian two's complement); engine_parent_hash the block before it
 -- (stored rows only; NULL: a prompt's first block). block_id is prefixscope's chained hash of
 -- the same block (requests.block_hashes): computed from the event's token ids, NULL where the
--- chain began before the capture. No token id is kept. Re-ingesting a file replaces its rows.
+-- chain began before the capture. An offload tier's chunk (LMCache: 256 tokens) is one row per
+-- warehouse block it holds, each with the chunk's engine hash and the warehouse's block_size.
+-- No token id is kept. Re-ingesting a file replaces its rows.
 CREATE TABLE IF NOT EXISTS kv_events (
     file_id             VARCHAR NOT NULL,
     frame               BIGINT NOT NULL,
