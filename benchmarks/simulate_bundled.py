@@ -6,15 +6,18 @@ make bench        # or: .venv/bin/python benchmarks/simulate_bundled.py
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.policies.reference import reference_hit_blocks
 from prefixscope.analysis.trace.load import REPLAY_ORDER, load_trace
 from prefixscope.stages import ingest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the oracle ships with the tests
+from tests.oracles.policies import reference_hit_blocks  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversation_trace.jsonl.gz"
 REPEATS = 7

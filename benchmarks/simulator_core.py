@@ -10,6 +10,7 @@ compiled LRU at one capacity, the Python reference's, and their ratio; then ever
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,10 +20,12 @@ import pyarrow as pa
 
 from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
-from prefixscope.analysis.policies.reference import reference_lru
 from prefixscope.analysis.trace.csr import build_trace
 from prefixscope.analysis.trace.load import REPLAY_ORDER
 from prefixscope.stages import ingest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the oracle ships with the tests
+from tests.oracles.policies import reference_lru  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/mooncake/conversation_trace.jsonl.gz"
 TARGET_LOOKUPS = 25_000_000

@@ -8,7 +8,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from prefixscope.analysis.fleet.reference_pool import reference_pool_fleet
 from prefixscope.analysis.fleet.run import Fleet, Traffic, simulate_fleet, simulate_replica
 from prefixscope.analysis.structure.answers import (
     NONE,
@@ -17,6 +16,7 @@ from prefixscope.analysis.structure.answers import (
     routed_answer_blocks,
 )
 from prefixscope.analysis.trace.csr import build_trace
+from tests.oracles.fleet_pool import reference_pool_fleet
 from tests.test_fleet import ENGINE, sessions_trace
 
 BS = 16

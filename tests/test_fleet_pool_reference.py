@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscope.analysis.fleet.reference_pool import reference_pool_fleet
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.fleet.run import Tiers, Traffic, simulate_fleet
+from tests.oracles.fleet_pool import reference_pool_fleet
 from tests.test_fleet_reference import FIELDS, agree, cases, first_difference
 
 
@@ -48,7 +48,7 @@ def test_a_freed_hashless_block_is_the_next_taken_as_vllm_reuses_it() -> None:
     reuse"), cached ones at its tail deepest first: after a request of blocks 1, 2 and a
     hashless tail frees them, the next allocation takes the hashless one and evicts nothing,
     the one after evicts block 2."""
-    from prefixscope.analysis.fleet.reference_pool import _PoolReplica
+    from tests.oracles.fleet_pool import _PoolReplica
 
     rep = _PoolReplica(capacity=3, sglang=False)
     rep.cache = {1: 1, 2: 1}  # held by the running request, with its hashless block

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscope.analysis.fleet.reference import reference_fleet
 from prefixscope.analysis.fleet.routers import ROUTERS, RouterSettings
 from prefixscope.analysis.fleet.run import (
     UNBOUNDED,
@@ -24,6 +23,7 @@ from prefixscope.analysis.fleet.run import (
 )
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.trace.csr import Trace, build_trace
+from tests.oracles.fleet import reference_fleet
 
 # Every term nonzero and both knees above one token: chunks and steps fall on both sides of
 # them. A step of ~16 tokens takes a few ms, the scale of the arrival gaps below.

@@ -8,8 +8,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
-from prefixscope.analysis.policies.reference import reference_hit_blocks, reference_replay
 from prefixscope.analysis.trace.csr import Trace, build_trace
+from tests.oracles.policies import reference_hit_blocks, reference_replay
 
 
 def make_trace(

@@ -11,9 +11,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from prefixscope.analysis.fleet.reference_pool import reference_pool_fleet
 from prefixscope.analysis.fleet.run import Fleet, Traffic, simulate_fleet
 from prefixscope.analysis.trace.csr import build_trace
+from tests.oracles.fleet_pool import reference_pool_fleet
 from tests.test_fleet import ENGINE
 
 BS = 16

@@ -9,7 +9,6 @@ import pytest
 
 from prefixscope import warehouse
 from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.policies.reference import reference_hit_blocks
 from prefixscope.analysis.simulation.capacities import Capacities, capacities_in_blocks
 from prefixscope.analysis.simulation.grid import simulate_grid
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
@@ -20,6 +19,7 @@ from prefixscope.ingest import IngestOptions, ingest_files
 from prefixscope.stages import simulate
 from prefixscope.stages.simulate import SimulateSettings
 from tests.conftest import Bundled, mooncake_line
+from tests.oracles.policies import reference_hit_blocks
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefixscope.analysis.fleet.reference import _Decoding
+from tests.oracles.fleet import _Decoding
 
 
 @dataclass

@@ -25,14 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefixscope.analysis.fleet.reference import _Decoding, _prefill_alone, _Request, route
-from prefixscope.analysis.fleet.reference_parts import (
-    HIST_BUCKETS,
-    _fixed_routing,
-    blocks_for,
-    outcome_of,
-)
-from prefixscope.analysis.fleet.reference_replica import _PoolReplica
 from prefixscope.analysis.fleet.run import (
     Engine,
     Fleet,
@@ -43,6 +35,14 @@ from prefixscope.analysis.fleet.run import (
 from prefixscope.analysis.structure.answers import routed_answer_blocks
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
+from tests.oracles.fleet import _Decoding, _prefill_alone, _Request, route
+from tests.oracles.fleet_parts import (
+    HIST_BUCKETS,
+    _fixed_routing,
+    blocks_for,
+    outcome_of,
+)
+from tests.oracles.fleet_replica import _PoolReplica
 
 
 def reference_pool_fleet(

@@ -36,7 +36,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prefixscope.analysis.fleet._records import HIST_BUCKETS
-from prefixscope.analysis.fleet.reference_parts import (
+from prefixscope.analysis.fleet.routers import RouterSettings
+from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic, histogram_width
+from prefixscope.analysis.fleet.stepcost import StepCost
+from prefixscope.analysis.trace.csr import Trace
+from tests.oracles.fleet_parts import (
     _argmin,
     _decode_context,
     _evict,
@@ -47,10 +51,6 @@ from prefixscope.analysis.fleet.reference_parts import (
     footprint,
     outcome_of,
 )
-from prefixscope.analysis.fleet.routers import RouterSettings
-from prefixscope.analysis.fleet.run import Engine, Fleet, FleetOutcome, Traffic, histogram_width
-from prefixscope.analysis.fleet.stepcost import StepCost
-from prefixscope.analysis.trace.csr import Trace
 
 
 @dataclass
