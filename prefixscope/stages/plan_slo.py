@@ -19,12 +19,12 @@ from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
 from prefixscope.analysis.fanout import fan_out, on_every_worker
 from prefixscope.analysis.fleet._records import kept_nodes, release_kept
+from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.routers import ROUTERS, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost, choose
 from prefixscope.analysis.forked import session
 from prefixscope.analysis.plan.held import Held, Task, hold
 from prefixscope.analysis.plan.probe import (
-    HAS_ENGINE,
     Part,
     Shared,
     cut,
@@ -52,8 +52,6 @@ from prefixscope.analysis.plan.windows import (
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.stages.fleet import load_traffic
 from prefixscope.stages.outcomes import calibrated
-
-ENGINES = ("ideal", "vllm", "sglang")
 
 
 @dataclass(frozen=True)
@@ -94,9 +92,7 @@ class PlanSloSettings:
             raise ValueError(f"load scales must be positive, got {list(self.load_scales)}")
         for r in self.routers:
             resolve_router(r)
-        if self.engine not in ENGINES or (self.engine != "ideal" and not HAS_ENGINE):
-            known = ENGINES if HAS_ENGINE else ENGINES[:1]
-            raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(known)}")
+        resolve_engine(self.engine)  # the one list of engines (``fleet/engines.py``)
         load_prices(self.prices)
         if not (self.window_s == WHOLE or MIN_WINDOW_S <= self.window_s <= MAX_WINDOW_S):
             raise ValueError(

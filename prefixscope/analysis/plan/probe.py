@@ -14,7 +14,7 @@ A search probe stops once a TTFT target is missed for sure in its window (``flee
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,10 +24,6 @@ from prefixscope.analysis.plan.slo import Slo, allowed_exceeding, measure
 from prefixscope.analysis.plan.windows import Window
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.tail import span
-
-#: Whether this version's ``Fleet`` names the engine whose KV pool it runs (``ideal`` when
-#: not: one cache beside the running requests).
-HAS_ENGINE = any(f.name == "engine" for f in fields(Fleet))
 
 
 @dataclass(frozen=True)
@@ -59,14 +55,13 @@ class Shared:
 
 def fleet_of(probe: Probe, engine: str = "ideal") -> Fleet:
     s = probe.series
-    extra = {"engine": engine} if HAS_ENGINE else {}
     return Fleet(
         router=s.router,
         replicas=probe.replicas,
         capacity_blocks=s.replica.kv_pool_blocks,
         load_scale=probe.load_scale,
         tiers=s.tiers,
-        **extra,
+        engine=engine,
     )
 
 
