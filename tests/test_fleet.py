@@ -20,7 +20,7 @@ from prefixscope.analysis.fleet.run import (
     simulate_replica,
 )
 from prefixscope.analysis.fleet.stepcost import from_roofline
-from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.policies import POLICIES, PolicyOptions
 from prefixscope.analysis.trace.csr import Trace, build_trace
 from prefixscope.analysis.trace.isolation import subset
 from prefixscope.analysis.trace.measure import hit_tokens
@@ -66,20 +66,28 @@ def sessions_trace(
     return trace, traffic
 
 
-def single_cache(trace: Trace, policy: str, capacity: int) -> np.ndarray:
-    return hit_tokens(trace, POLICIES[policy].hit_blocks(trace, capacity))
+def single_cache(
+    trace: Trace, policy: str, capacity: int, ttl_s: float | None = None
+) -> np.ndarray:
+    options = PolicyOptions(ttl_s=ttl_s)
+    return hit_tokens(trace, POLICIES[policy].hit_blocks(trace, capacity, options))
 
 
-@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize(
+    ("policy", "ttl_s"), [("lru", None), ("fifo", None), ("ttl", 10.0), ("ttl", 60.0)]
+)
 @pytest.mark.parametrize("router", list(ROUTERS))
 def test_one_replica_under_any_router_equals_the_single_cache(
-    bundled_trace: Trace, router: str, policy: str
+    bundled_trace: Trace, router: str, policy: str, ttl_s: float | None
 ) -> None:
     traffic = Traffic(np.zeros(bundled_trace.n_requests, np.int64))
-    out = simulate_fleet(bundled_trace, traffic, Fleet(router, 1, 4_000, policy), ENGINE)
-    expected = single_cache(bundled_trace, policy, 4_000)
+    fleet = Fleet(router, 1, 4_000, policy, ttl_s=ttl_s)
+    out = simulate_fleet(bundled_trace, traffic, fleet, ENGINE)
+    expected = single_cache(bundled_trace, policy, 4_000, ttl_s)
     assert expected.sum() > 0
     np.testing.assert_array_equal(out.hit_tokens, expected)
+    if ttl_s is not None:  # the idle rule bites: fewer hits than LRU alone at this capacity
+        assert expected.sum() < single_cache(bundled_trace, "lru", 4_000).sum()
 
 
 @pytest.mark.parametrize("replicas", [2, 5])

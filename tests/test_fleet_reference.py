@@ -113,6 +113,9 @@ def cases(draw, router: str, policy: str) -> Case:  # type: ignore[no-untyped-de
         store_blocks=draw(st.sampled_from([None, None, 0, 5, 40, UNBOUNDED])),
         store_gbps=draw(links),
     )
+    ttl_s = None
+    if policy == "ttl":  # on HBM alone; idle times around the gaps between arrivals
+        tiers, ttl_s = Tiers(), draw(st.sampled_from([0.0, 2**-10, 2**-8, 2**-6, 2**-3, 1.0]))
     fleet = Fleet(
         router,
         draw(st.integers(1, 5)),
@@ -120,6 +123,7 @@ def cases(draw, router: str, policy: str) -> Case:  # type: ignore[no-untyped-de
         policy,
         draw(st.sampled_from([0.5, 1.0, 3.0])),
         tiers=tiers,
+        ttl_s=ttl_s,
     )
     return Case(trace, traffic, fleet, engine)
 
@@ -138,7 +142,7 @@ def agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return got == want
 
 
-@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("policy", ["lru", "fifo", "ttl"])
 @pytest.mark.parametrize("router", list(ROUTERS))
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())

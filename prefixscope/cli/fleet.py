@@ -58,6 +58,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="the ideal engine's cache policy (%(default)s)",
     )
     p.add_argument(
+        "--ttl", type=flags.finite_float(), metavar="SECONDS", help="ttl: idle time before a drop"
+    )
+    p.add_argument(
         "--engine",
         type=flags.engine_list,
         default=["ideal"],
@@ -199,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             kv_dtype=args.kv_dtype,
         ),
         policy=args.policy,
+        ttl_s=args.ttl,
         load_scales=tuple(args.load_scale),
         engines=tuple(args.engine),
         vllm_blocks=args.vllm_blocks,

@@ -75,6 +75,8 @@ class FleetSettings:
     replicas: tuple[int, ...] = (4,)
     capacities: Capacities = field(default_factory=lambda: Capacities(blocks=[16_000]))
     policy: str = "lru"
+    #: ``ttl``'s idle seconds before a block is dropped.
+    ttl_s: float | None = None
     load_scales: tuple[float, ...] = (1.0,)
     #: Each configuration under every one of these engines (``engines.ENGINES``).
     engines: tuple[str, ...] = ("ideal",)
@@ -165,7 +167,7 @@ class FleetSettings:
         """Every replicas × capacity × tiers × load scale × router."""
         gibs = list(gibs) if gibs else [None] * len(blocks)
         return [
-            Fleet(router, n, int(c), self.policy, float(s), g, t, e)
+            Fleet(router, n, int(c), self.policy, float(s), g, t, e, self.ttl_s)
             for e, n, (c, g), t, s, router in itertools.product(
                 self.engines,
                 self.replicas,

@@ -87,6 +87,7 @@ class _Decoding:
 @dataclass
 class _Replica:
     cache: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    last: dict[int, float] = field(default_factory=dict)  # a block's last use (ttl)
     dram: OrderedDict[int, None] = field(default_factory=OrderedDict)
     tree: OrderedDict[int, None] = field(default_factory=OrderedDict)
     queue: deque[int] = field(default_factory=deque)
@@ -140,6 +141,11 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
                 _step(rep, requests, engine, shape)
             rep.now = max(rep.now, t)
 
+        if fleet.policy == "ttl":  # every replica drops what has idled past the ttl
+            for rep in replicas:
+                for b in [b for b in rep.cache if t - rep.last[b] > fleet.ttl_s]:
+                    del rep.cache[b]
+
         i = route(r, req, replicas, requests, fleet, settings, fixed, trace.block_size, clock)
 
         rep = replicas[i]
@@ -158,8 +164,10 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
                 rep.dram[victim] = None
             _evict(rep.dram, tiers.dram_blocks)
         else:
-            _touch(rep.cache, req.blocks, refresh=fleet.policy == "lru")
+            _touch(rep.cache, req.blocks, refresh=fleet.policy in ("lru", "ttl"))
             _evict(rep.cache, fleet.capacity_blocks)
+            for b in req.blocks:
+                rep.last[b] = t
         if rep.filled_at == -1 and len(rep.cache) >= fleet.capacity_blocks:
             rep.filled_at = r
         if store is not None:  # what was computed is written; what the store served is used

@@ -3,7 +3,9 @@ requests hold, looked up and touched when a request arrives, as ``simulate`` doe
 (``policies/_lists.py``: deepest block first, so it leaves first among equals; evict while over
 capacity), with a DRAM tier below it and the fleet's store when there are such
 (``_tiers.py``). The blocks count as cached from the request's arrival, so one replica equals
-``simulate`` to the token.
+``simulate`` to the token. Under ``ttl`` every replica first drops the blocks idle longer than
+the ttl, as ``simulate``'s loop does before each request (``policies/_lists.py``): all replicas,
+so that a router sees no block a replica has dropped.
 
 :func:`prefill_alone` is the cost model's ``T(new, cached)``, shared with the KV pools.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 from prefixscope.analysis.fleet._records import piece
 from prefixscope.analysis.fleet._sets import _bit, _evict_to, _touch
 from prefixscope.analysis.fleet._tiers import hbm_over_dram, store_write
+from prefixscope.analysis.policies._lists import _unlink
 
 
 @piece
@@ -115,3 +118,26 @@ def insert(r, i, blocks, start, end, best, stride, sched, tiers, sets, rep, scra
             blocks, start, end, best, scratch[0], tiers.store_blocks, int(rep.clock[3]),
             sched.recency, sets.store_in, sets.snxt, sets.sprv,
         )  # fmt: skip
+
+
+@piece
+def expire(t, n_rep, stride, ttl, sets, rep):  # type: ignore[no-untyped-def]
+    """Every replica drops the blocks idle more than ``ttl`` seconds at ``t`` (strictly). The
+    list is in order of last use (``ttl`` refreshes on a hit), so they are at its front."""
+    for i in range(n_rep):
+        base = i * stride
+        s = base + stride - 1
+        bit = ~_bit(i)
+        while sets.nxt[s] != s and t - sets.last[sets.nxt[s]] > ttl:
+            v = sets.nxt[s]
+            _unlink(sets.nxt, sets.prv, v)
+            sets.held[v - base] &= bit
+            rep.size[i] -= 1
+
+
+@piece
+def stamp(t, i, blocks, start, end, stride, sets):  # type: ignore[no-untyped-def]
+    """The request's blocks were used at ``t`` on replica ``i``, hits and new alike."""
+    base = i * stride
+    for p in range(start, end):
+        sets.last[base + blocks[p]] = t

@@ -12,7 +12,8 @@ Per request ``r`` arriving at ``t``:
 
 1. every replica runs the steps that start before ``t`` (so its queue is what it was at ``t``);
 2. the router picks a replica (a fixed assignment, or a rule over the replicas' state at ``t``);
-3. ``ideal``: that replica's cache is looked up and touched now, as ``simulate`` does; under a
+3. ``ideal``: that replica's cache is looked up and touched now, as ``simulate`` does (under
+   ``ttl``, every replica first drops its idle blocks); under a
    KV pool the lookup waits until the scheduler schedules the request;
 4. the request joins the replica's queue.
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from prefixscope.analysis.fleet._cache import insert, lookup
+from prefixscope.analysis.fleet._cache import expire, insert, lookup, stamp
 from prefixscope.analysis.fleet._records import IDEAL, NONE, VLLM, piece
 from prefixscope.analysis.fleet._route import route
 from prefixscope.analysis.fleet._sched import step
@@ -100,6 +101,8 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
             stop.at[0] = r
             return
         start, end = tr.offsets[r], tr.offsets[r + 1]
+        if sched.ttl >= 0:
+            expire(t, n_rep, stride, sched.ttl, sets, rep)
         i = route(
             r, start, end, tr.blocks, t, assign, rp, rep, sets, n_rep, stride, sched.block_size
         )
@@ -111,6 +114,8 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
                 req, scratch,
             )  # fmt: skip
             insert(r, i, tr.blocks, start, end, best, stride, sched, tiers, sets, rep, scratch)
+            if sched.ttl >= 0:
+                stamp(t, i, tr.blocks, start, end, stride, sets)
             new = max(inp - req.hit_tok[r], 1)
             req.rem[r] = new
             req.ctx[r] = max(inp - new, 0)

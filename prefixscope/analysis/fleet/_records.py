@@ -67,7 +67,8 @@ class Cost(NamedTuple):
 class Sched(NamedTuple):
     """How every replica runs: the step's token budget, the most requests running, the block
     size, the engine (``IDEAL``, ``VLLM``, ``SGLANG``), each replica's capacity in blocks and
-    whether a hit refreshes a cached block (``lru``; ``fifo`` does not)."""
+    whether a hit refreshes a cached block (``lru``; ``fifo`` does not); ``ttl``: the idle
+    seconds after which a cached block is dropped (``ttl``; -1: never)."""
 
     budget: int
     max_seqs: int
@@ -76,6 +77,7 @@ class Sched(NamedTuple):
     capacity: int
     recency: bool
     hist_width: int  # blocks per bucket of the running-blocks histogram
+    ttl: float = -1.0
 
 
 class RouterParams(NamedTuple):
@@ -181,7 +183,7 @@ class Sets(NamedTuple):
     """The block sets: per block ``uint64`` masks of which replicas hold it (``held``: its
     cache, or its KV pool's hashes), and linked lists over nodes ``i·(n_unique + 1) + b``
     (sentinel ``i·(n_unique + 1) + n_unique``): the cache's eviction order (ideal), the router
-    trees, the DRAM tiers and the store."""
+    trees, the DRAM tiers and the store; ``last``: each node's last use (ttl's idle clock)."""
 
     held: np.ndarray
     nxt: np.ndarray
@@ -195,6 +197,7 @@ class Sets(NamedTuple):
     store_in: np.ndarray
     snxt: np.ndarray
     sprv: np.ndarray
+    last: np.ndarray
 
 
 class Pool(NamedTuple):
@@ -342,9 +345,17 @@ def _nodes(name: str, size: int) -> np.ndarray:
     return kept[:size]
 
 
-def sets(n_unique: int, n_rep: int, tree: bool, dram: bool, store: bool, copies: int = 0) -> Sets:
+def sets(
+    n_unique: int,
+    n_rep: int,
+    tree: bool,
+    dram: bool,
+    store: bool,
+    copies: int = 0,
+    idle: bool = False,
+) -> Sets:
     """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
-    :func:`dup_slots` per replica)."""
+    :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``)."""
     nodes = n_rep * (n_unique + 1)
 
     def lists(on: bool, name: str, extra: int = 0) -> tuple[np.ndarray, ...]:
@@ -362,6 +373,7 @@ def sets(n_unique: int, n_rep: int, tree: bool, dram: bool, store: bool, copies:
         np.zeros(n_unique if store else 1, np.bool_),
         _nodes("snxt", s),
         _nodes("sprv", s),
+        np.zeros(nodes if idle else 1, np.float64),
     )
 
 

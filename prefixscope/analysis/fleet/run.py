@@ -1,7 +1,8 @@
 """One fleet configuration through the compiled loop: the public entry of ``analysis/fleet``.
 
 Under the ``ideal`` engine a replica's cache is an eviction policy with a per-replica linked
-list; the policies a fleet runs are the online ones that keep one (``lru``, ``fifo``); the
+list; the policies a fleet runs are the online ones that keep one (``lru``, ``fifo``, ``ttl``:
+LRU that also drops blocks idle longer than ``ttl_s``, on every replica before each arrival); the
 others of the registry are refused with their reason (:data:`REFUSED_POLICIES`). Under
 ``vllm`` and ``sglang`` the engine's KV pool evicts by its own rule (``engines.py``).
 """
@@ -25,13 +26,12 @@ from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.isolation import subset
 
 #: The ideal engine's policies: whether a hit refreshes a cached block.
-FLEET_POLICIES = {"lru": True, "fifo": False}
+FLEET_POLICIES = {"lru": True, "fifo": False, "ttl": True}
 #: The registry's other policies, and why a fleet does not run them.
 REFUSED_POLICIES = {
     "belady": "it needs each replica's future, which a stateful router decides as it goes",
     "lfu": "its use counts and s3fifo's queues are not kept per replica by the fleet loop",
     "s3fifo": "its small, main and ghost queues are not kept per replica by the fleet loop",
-    "ttl": "it drops blocks by idle time, which the fleet loop does not track per replica",
     "pinned": "its pin sets are chosen per cache and the fleet loop keeps none",
     "ceiling": "it is unbounded; a replica's cache has a capacity",
 }
@@ -104,6 +104,13 @@ class Fleet:
     capacity_gib: float | None = None
     tiers: Tiers = field(default_factory=Tiers)
     engine: str = "ideal"
+    ttl_s: float | None = None  # ``ttl``: idle seconds before a block is dropped
+
+    @property
+    def policy_label(self) -> str:
+        """The policy as the tables name it: ``ttl`` with its idle time (``ttl=60s``), so that
+        two ttls are two configurations."""
+        return f"ttl={self.ttl_s:g}s" if self.policy == "ttl" else self.policy
 
     def check(self) -> None:
         resolve_router(self.router)
@@ -114,6 +121,17 @@ class Fleet:
             raise ValueError(
                 f"a fleet's caches run {', '.join(FLEET_POLICIES)}; got {self.policy!r}"
                 + (f" ({why})" if why else "")
+            )
+        if self.policy == "ttl" and not (self.ttl_s is not None and self.ttl_s >= 0):
+            raise ValueError("ttl needs --ttl SECONDS (>= 0)")
+        if self.policy != "ttl" and self.ttl_s is not None:
+            raise ValueError(f"--ttl applies to --policy ttl, not {self.policy}")
+        if self.policy == "ttl" and (
+            self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None
+        ):
+            raise ValueError(
+                "a ttl cache drops idle blocks; where they would go in a DRAM tier or a shared "
+                "store is not modelled: run ttl on HBM alone"
             )
         if pooled and self.policy != "lru":
             raise ValueError(
@@ -303,7 +321,7 @@ def _run(  # type: ignore[no-untyped-def]
     cost = _records.Cost(c.a, c.b, c.c, c.e, c.f, c.k1, c.k2)
     sched = _records.Sched(
         engine.budget_tokens, engine.max_seqs, trace.block_size, code, fleet.capacity_blocks,
-        FLEET_POLICIES[fleet.policy], width,
+        FLEET_POLICIES[fleet.policy], width, -1.0 if fleet.ttl_s is None else float(fleet.ttl_s),
     )  # fmt: skip
     rp = _records.RouterParams(
         kind, float(r.cache_threshold), float(r.balance_abs), float(r.balance_rel),
@@ -316,7 +334,9 @@ def _run(  # type: ignore[no-untyped-def]
     rep = _records.replicas(n_rep, float(arrival[0]) if n else 0.0)
     tree = kind == _records.CACHE_AWARE
     copies = _records.dup_slots(code, fleet.capacity_blocks, len(answers[1]))
-    sets = _records.sets(trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies)
+    sets = _records.sets(
+        trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies, fleet.ttl_s is not None
+    )
     hp = _records.heaps(n, n_rep, engine.max_seqs)
     pool = _records.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))
     longest = int(trace.blocks_per_request.max()) if n else 0

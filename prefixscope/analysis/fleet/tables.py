@@ -253,7 +253,7 @@ def hit_rate_rows(
         "capacity_blocks": f.capacity_blocks,
         "capacity_tokens": f.capacity_blocks * trace.block_size,
         "capacity_gib": f.capacity_gib,
-        "policy": f.policy,
+        "policy": f.policy_label,
         "load_scale": f.load_scale,
         "dram_blocks": t.dram_blocks,
         "dram_gib": t.dram_gib if t.dram_blocks else None,
@@ -365,7 +365,7 @@ def replica_rows(trace: Trace, o: FleetOutcome, hardware: Hardware | None = None
             "router": f.router,
             "replicas": n,
             "capacity_blocks": f.capacity_blocks,
-            "policy": f.policy,
+            "policy": f.policy_label,
             "load_scale": f.load_scale,
             "dram_blocks": f.tiers.dram_blocks,
             "store_blocks": f.tiers.store_blocks
