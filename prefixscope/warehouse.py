@@ -202,6 +202,7 @@ def connect(
         )
     con = _open(path, read_only, lock_timeout, fresh=not existed)
     try:
+        _refuse_in_memory(con, path)
         con.execute("SET TimeZone = 'UTC'")
         # Progress is the command's to report: DuckDB's own bar would break its one-line output.
         con.execute("SET enable_progress_bar = false")
@@ -219,6 +220,19 @@ def connect(
             tidy(path)
         raise
     return con
+
+
+def _refuse_in_memory(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """DuckDB opens a path named like a data file (``.csv``, ``.json``, ``.parquet``, ...) that
+    is empty or missing as an in-memory database: every write would be lost when it closes."""
+    (file,) = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone() or (None,)
+    if file is None:
+        raise WarehouseError(
+            f"{path} is named like a data file, and DuckDB opens such a name as a database in "
+            "memory (nothing would be kept) — give --warehouse a path ending in .duckdb"
+        )
 
 
 def tidy(path: Path) -> None:

@@ -382,6 +382,10 @@ def _parquet(path: Path) -> None:
         ("rows.jsonl", lambda p: p.write_text('{"a": 1}\n{"a": 2}\n')),
         ("rows.parquet", _parquet),
         ("pipe", lambda p: os.mkfifo(p)),
+        # empty: DuckDB opens such a name as a database in memory, and keeps nothing
+        ("empty.csv", lambda p: p.write_bytes(b"")),
+        ("empty.parquet", lambda p: p.write_bytes(b"")),
+        ("empty.ndjson", lambda p: p.write_bytes(b"")),
     ],
 )
 @pytest.mark.parametrize("command", ["ingest", "simulate"])
@@ -401,6 +405,6 @@ def test_a_file_that_is_not_a_duckdb_warehouse_is_refused_and_left_alone(
     assert main([*args, "--warehouse", str(wh)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert "not a DuckDB file" in err or "not a regular file" in err
+    assert any(why in err for why in ("not a DuckDB file", "not a regular file", "in memory"))
     assert (wh.is_fifo() if before is None else wh.read_bytes() == before)
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
