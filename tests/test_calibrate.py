@@ -109,12 +109,16 @@ def _set(*keys_value):  # type: ignore[no-untyped-def]
     return broken(mutate)
 
 
-def _on_h100(coefficients: list[float]):  # type: ignore[no-untyped-def]
+def _on_gpu(name: str, coefficients: list[float]):  # type: ignore[no-untyped-def]
     def mutate(d: dict) -> None:
-        d["gpu"]["name"] = "h100"
+        d["gpu"]["name"] = name
         d["cost_model"]["coefficients"] = coefficients
 
     return broken(mutate)
+
+
+def _on_h100(coefficients: list[float]):  # type: ignore[no-untyped-def]
+    return _on_gpu("h100", coefficients)
 
 
 BAD_FILES = [
@@ -146,6 +150,9 @@ BAD_FILES = [
     # a catalog GPU's calibration that prices prefills faster than its datasheet peak
     ("zeros on an H100", _on_h100([0.0] * 5), "not a measurement"),
     ("1e-300 on an H100", _on_h100([1e-300] * 5), "not a measurement"),
+    # a device the catalog does not know: the fastest catalog GPU's peak is its floor
+    ("zeros on a CPU", _on_gpu("cpu", [0.0] * 5), "fastest catalog GPU"),
+    ("1e-300 on a GPU of the user's", _on_gpu("mygpu", [1e-300] * 5), "fastest catalog GPU"),
 ]
 
 

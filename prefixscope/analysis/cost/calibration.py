@@ -14,14 +14,14 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.cost import costmodel
-from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.gpus import GPUS, resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.roofline import prefill_cost
 
@@ -180,13 +180,19 @@ FLOOR_SHARE = 0.4
 
 
 def _above_the_floor(c: Calibration, where: str) -> None:
-    """A calibration of a catalog GPU must price the longest prompt it was fitted on at no
-    less than :data:`FLOOR_SHARE` of the roofline's time there (a GPU the catalog does not
-    know has no floor here)."""
+    """A calibration must price the longest prompt it was fitted on at no less than
+    :data:`FLOOR_SHARE` of the roofline's time there: on its GPU's datasheet peak, or, for a
+    device the catalog does not know (a CPU, a GPU named by the user), on the fastest peak
+    FLOP/s and bandwidth of any catalog GPU, which no device of its kind beats."""
     try:
         gpu = resolve_gpu(c.gpu)
     except ValueError:
-        return
+        fastest = max(GPUS.values(), key=lambda g: g.peak_flops)
+        gpu = replace(
+            fastest,
+            name=f"the fastest catalog GPU ({fastest.name})",
+            mem_bandwidth=max(g.mem_bandwidth for g in GPUS.values()),
+        )
     new = float(c.max_input_tokens)
     fitted = float(
         costmodel.features(np.array([new]), np.array([0.0]), c.knees)[0] @ c.coefficients
@@ -196,7 +202,7 @@ def _above_the_floor(c: Calibration, where: str) -> None:
         raise ValueError(
             f"{where}: the fitted model prices a {new:,.0f}-token prefill of {c.model} at "
             f"{fitted:.3g} s, under {FLOOR_SHARE:.0%} of the roofline's {floor:.3g} s at "
-            f"{gpu.name}'s datasheet peak, which no GPU beats — not a measurement; rerun the "
+            f"{gpu.name}'s datasheet peak, which no device beats — not a measurement; rerun the "
             "benchmark"
         )
 
