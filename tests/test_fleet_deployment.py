@@ -355,7 +355,10 @@ def test_the_slo_planner_runs_and_prices_a_gpu_file(small: Path, tmp_path: Path)
     ],
 )
 def test_a_model_config_is_named_by_its_file_not_the_default_model(
-    tmp_path: Path, capsys, argv: list[str], named: str  # noqa: ANN001
+    tmp_path: Path,
+    capsys,
+    argv: list[str],
+    named: str,  # noqa: ANN001
 ) -> None:
     config = tmp_path / "mine.json"
     config.write_text(json.dumps(CONFIG))
@@ -377,3 +380,31 @@ def test_a_plan_at_a_load_no_fleet_ran_at_names_the_loads_there_are(small: Path,
     assert len(err.strip().splitlines()) == 1
     assert rows(small, "SELECT count(*) FROM plan") == [(0,)]
     assert main(["plan", "--warehouse", str(small)]) == 0  # at 1× it plans
+
+
+def test_a_plan_after_fleets_on_a_gpu_file_prices_them_when_given_the_file(
+    small: Path, tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    """Fleet rows store a file's GPU by its name (``h20x1``), which the catalog does not know:
+    ``plan`` without the file says, in one line, to give it; with ``--gpu FILE.toml`` it
+    prices them at the file's price; beside a catalog fleet it prices that one and notes the
+    rest."""
+    path = gpu_file(tmp_path, price_hour=1.5)
+    assert fleet(small, "--deployment", f"{path}x1") == 0
+    assert main(["simulate", "--warehouse", str(small), "--policy", "ceiling,lru",
+                 "--capacity-blocks", "4,8", "--window", "all"]) == 0  # fmt: skip
+    plan = ["plan", "--warehouse", str(small)]
+    capsys.readouterr()
+    assert main(plan) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "give plan --gpu FILE.toml" in err, err
+    assert main([*plan, "--gpu", str(path)]) == 0
+    sql = (
+        "SELECT fleet_gpu, gpu_hour, note FROM latest_plan "
+        "WHERE kind = 'configuration' AND tenant = '*'"
+    )
+    assert [r[:2] for r in rows(small, sql)] == [("h20", 1.5)]
+    assert fleet(small, "--deployment", "h100x1") == 0
+    assert main(plan) == 0
+    (found,) = rows(small, sql)
+    assert found[0] == "h100" and "fleets on h20x1 not priced" in found[2]

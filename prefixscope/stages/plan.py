@@ -15,6 +15,7 @@ import pyarrow as pa
 from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import check_kind, device, wants_calibration
 from prefixscope.analysis.cost.deployment import fitting_deployment, parse_deployment
+from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.prices import Prices, load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, gpu_key
@@ -128,6 +129,7 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             sizing,
             trace.n_unique,
             settings.load_scale,
+            _gpu_files(settings.gpu),
         )
         table = plan_table(rows)
         with run.publishing() as con:
@@ -227,3 +229,12 @@ def _fleet_rows(con: duckdb.DuckDBPyConnection, window: str) -> list[dict]:
         params={"window": window},
     ).to_arrow_table()
     return table.to_pylist()
+
+
+def _gpu_files(gpu: str) -> dict[str, GpuSpec]:
+    """The GPU files this plan was given (``--gpu FILE.toml``), by the name their fleets' rows
+    store."""
+    if not gpu.strip().lower().endswith(".toml"):
+        return {}
+    spec = resolve_gpu(gpu)
+    return {spec.name.lower(): spec}

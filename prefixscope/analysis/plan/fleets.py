@@ -10,7 +10,8 @@ warehouse written before the column) is priced as it says.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 
 from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.gpus import GpuSpec
@@ -21,11 +22,37 @@ from prefixscope.analysis.trace.measure import FLEET
 
 def fleet_gpu(row: dict) -> tuple[GpuSpec | str, int]:
     """The GPU of a fleet row's replicas and how many each: its deployment's (a spec, read
-    once: a GPU file's own price included), else the name of the GPU that priced its steps."""
+    once: a GPU file's own price included), else the name of the GPU that priced its steps.
+    A row :func:`with_file_gpus` resolved carries its GPU."""
+    if "_gpu" in row:
+        return row["_gpu"]
     if row.get("deployment"):
         d = parse_deployment(row["deployment"])
         return d.gpu, d.tp
     return str(row["gpu"]), 1
+
+
+def with_file_gpus(
+    rows: Sequence[dict], files: Mapping[str, GpuSpec]
+) -> tuple[list[dict], set[str]]:
+    """The rows this process can price, each with its GPU, and the deployments of those it
+    cannot. A deployment's GPU from a TOML file is stored by its name (``h20x1``), which only
+    the file names: rows name a GPU of ``files`` (name → spec: the files given to this
+    command), or of the catalog, or are left out."""
+    out, unknown = [], set()
+    for r in rows:
+        try:
+            out.append({**r, "_gpu": fleet_gpu(r)})
+            continue
+        except ValueError:
+            pass
+        m = re.fullmatch(r"(?P<gpu>.+?)(?:x(?P<tp>\d+))?", str(r.get("deployment") or ""))
+        spec = files.get(m.group("gpu").lower()) if m else None
+        if spec is None:
+            unknown.add(str(r.get("deployment")))
+            continue
+        out.append({**r, "_gpu": (spec, int(m.group("tp") or 1))})
+    return out, unknown
 
 
 def _name(gpu: GpuSpec | str) -> str:
@@ -40,11 +67,25 @@ def configuration_rows(
     sizing: Sizing,
     working_set_blocks: int,
     load_scale: float = 1.0,
+    files: Mapping[str, GpuSpec] | None = None,
 ) -> list[dict]:
     """The ``configuration`` rows: per tenant, the cheapest simulated fleet configuration (at
     ``load_scale``) that fits its HBM and whose token hit rate reaches ``target`` × its
     ceiling. An unbounded store is priced at the working set (every distinct block), the most
-    it can hold."""
+    it can hold. Fleets on a GPU from a file not among ``files`` are not priced (named in the
+    rows' note); where no fleet is left, a ValueError says which file to give."""
+    fleet_rows, unknown = with_file_gpus(fleet_rows, files or {})
+    if unknown and not fleet_rows:
+        raise ValueError(
+            f"the fleets simulated ran on {', '.join(sorted(unknown))}, a GPU from a file — "
+            "give plan --gpu FILE.toml (that file) to price them"
+        )
+    unpriced = (
+        f"fleets on {', '.join(sorted(unknown))} not priced (a GPU from a file this plan was "
+        "not given)"
+        if unknown
+        else ""
+    )
     by_tenant: dict[str, list[dict]] = {}
     for r in fleet_rows:
         if r["measure_window"] == window and r["load_scale"] == load_scale:
@@ -91,6 +132,7 @@ def configuration_rows(
         tier_saved, tier_cost = tier_dollars(best, cost, prices) if tenant == FLEET else (
             None, None
         )  # fmt: skip
+        note = "; ".join(x for x in (note, unpriced) if x)
         skipped = len(mine) - len(fits)
         if skipped:
             note = "; ".join(x for x in (note, f"{skipped} simulated configurations hold more "
