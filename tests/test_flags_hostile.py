@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscope.analysis.cost.gpus import MAX_TBPS, MAX_TFLOPS, MIN_TFLOPS, resolve_gpu
-from prefixscope.analysis.cost.models import ModelShape
+from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.cli import flags, main
 
@@ -562,3 +562,25 @@ def test_a_number_or_text_no_person_types_is_refused_by_its_flag(
     status, wh = run(tmp_path, argv)
     assert needle in one_line(capsys, status)
     assert not wh.exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        # the catalog's own shape under its name: the catalog's model
+        ({"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}, True),
+        # another shape under the catalog's name: named apart, never priced as the catalog's
+        ({**LLAMA, "num_hidden_layers": 40, "hidden_size": 5120}, False),
+    ],
+)  # fmt: skip
+def test_a_config_under_a_catalog_name_is_that_model_only_with_its_shape(
+    tmp_path, config, named
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "_name_or_path": "llama-3-8b"}))
+    shape = resolve_model(config=path)
+    assert (shape.name == "llama-3-8b") is named
+    if not named:
+        assert shape.name.startswith("llama-3-8b+") and shape != resolve_model("llama-3-8b")
+        assert resolve_model(config=path).name == shape.name  # the same shape, the same name

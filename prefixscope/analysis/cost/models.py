@@ -15,7 +15,8 @@ Hugging Face config the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prefixscope.analysis.cost.hfconfig import read_config
@@ -279,7 +280,7 @@ CATALOG: dict[str, ModelShape] = {
 def resolve_model(name: str | None = None, config: str | Path | None = None) -> ModelShape:
     """A catalog model by name (case-insensitive), or the shape of a config.json."""
     if config is not None:
-        return ModelShape.from_hf_config(config, name)
+        return _own_name(ModelShape.from_hf_config(config, name))
     if name is None:
         raise ValueError("give --model NAME or --model-config config.json")
     key = name.lower()
@@ -288,3 +289,14 @@ def resolve_model(name: str | None = None, config: str | Path | None = None) -> 
             f"unknown model {name!r}; known: {', '.join(CATALOG)} (or --model-config config.json)"
         )
     return CATALOG[key]
+
+
+def _own_name(shape: ModelShape) -> ModelShape:
+    """A config's shape under a catalog model's name but of another shape is named apart
+    (``llama-3-8b+1a2b3c4d``, a digest of its shape): whatever is keyed by a model's name (a
+    calibrated cost model, a table's rows) must never take one for the other."""
+    known = CATALOG.get(shape.name.lower())
+    if known is None or replace(shape, name=known.name) == known:
+        return shape
+    digest = hashlib.sha256(repr(replace(shape, name="")).encode()).hexdigest()[:8]
+    return replace(shape, name=f"{shape.name}+{digest}")
