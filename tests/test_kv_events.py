@@ -486,11 +486,18 @@ def test_capture_stops_on_interrupt_and_appends(tmp_path: Path) -> None:
 
 
 def test_capture_refuses_bad_flags(tmp_path: Path, capsys) -> None:
-    for endpoint in ("tcp://*:5557", "localhost:5557", "tcp://host:port"):
-        code = run_cli("capture-events", "--endpoint", endpoint, "--out", tmp_path / "x.bin")
+    """Each is one line, exit 2, and no capture file: full-width digits and a space pass no
+    check of ours; ``tcp://...:5557`` passes them and ZMQ refuses it (its socket was once left
+    open, and the capture never exited)."""
+    bad = ("tcp://*:5557", "localhost:5557", "tcp://host:port", "tcp://127.0.0.1:５５５７",
+           "tcp://bad host:5557", "tcp://...:5557")  # fmt: skip
+    for endpoint in bad:
+        code = run_cli("capture-events", "--endpoint", endpoint, "--out", tmp_path / "x.bin",
+                       "--duration", "0.1")  # fmt: skip
         assert code == 2
         err = capsys.readouterr().err
-        assert "--endpoint" in err and len(err.strip().splitlines()) == 1
+        assert "--endpoint" in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "x.bin").exists()
     not_ours = tmp_path / "notes.txt"
     not_ours.write_text("hello")
     code = run_cli("capture-events", "--endpoint", "tcp://127.0.0.1:1", "--out", not_ours,

@@ -17,6 +17,7 @@ killed -- the file is valid up to its last whole frame.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -69,12 +70,22 @@ MAX_TOPIC_BYTES = 65_535
 SEQ_FRAMES = (8, 24)
 
 
+#: A host ZMQ can connect to: a name or IPv4 address (letters, digits, ``.``, ``-``, ``_``), an
+#: IPv6 address in brackets, or ``*`` (refused below as a bind address); ASCII only.
+_HOST = re.compile(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]|\*")
+
+
 def check_endpoint(endpoint: str) -> str:
     """``tcp://HOST:PORT`` (or ``ipc://PATH``), the address a subscriber connects to."""
     if endpoint.startswith("ipc://") and len(endpoint) > 6:
         return endpoint
     host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
-    if not endpoint.startswith("tcp://") or not sep or not host or not port.isdigit():
+    if (
+        not endpoint.startswith("tcp://")
+        or not sep
+        or not _HOST.fullmatch(host)
+        or not (port.isascii() and port.isdigit())
+    ):
         raise ValueError(
             f"--endpoint {endpoint!r} is not tcp://HOST:PORT — give the publisher's address, "
             "e.g. tcp://127.0.0.1:5557"
@@ -148,7 +159,6 @@ def capture_events(
     ``duration`` seconds pass, ``stop`` is set or the process is interrupted (Ctrl-C); each
     publisher that goes away meanwhile is one ``notice`` line."""
     endpoints = [check_endpoint(e) for e in endpoints]
-    f, _ = open_capture(out)
     summary = CaptureSummary()
     ctx = zmq.Context()
     sockets: list[zmq.Socket] = []
@@ -156,18 +166,27 @@ def capture_events(
     poller = zmq.Poller()
     last_seq: dict[tuple[int, bytes], int] = {}
     start = time.monotonic()
+    f = None
     try:
         for i, endpoint in enumerate(endpoints):
+            # held before connecting: a socket left open would block the context's end
             sock = ctx.socket(zmq.SUB)
+            sockets.append(sock)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, RCVHWM)
             sock.setsockopt(zmq.SUBSCRIBE, topic.encode("utf-8"))
             monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            sock.connect(endpoint)
-            sockets.append(sock)
             monitors[monitor] = i
+            try:
+                sock.connect(endpoint)
+            except zmq.ZMQError as exc:
+                raise ValueError(
+                    f"--endpoint {endpoint!r}: ZMQ cannot connect to it ({exc}) — give the "
+                    "publisher's address, e.g. tcp://127.0.0.1:5557"
+                ) from None
             poller.register(sock, zmq.POLLIN)
             poller.register(monitor, zmq.POLLIN)
+        f, _ = open_capture(out)  # after every endpoint is taken: a refused one writes nothing
         index = {s: i for i, s in enumerate(sockets)}
         while True:
             if stop is not None and stop.is_set():
@@ -191,7 +210,8 @@ def capture_events(
                 _drain(f, sock, index[sock], summary, last_seq)
     finally:
         summary.seconds = time.monotonic() - start
-        f.close()
+        if f is not None:
+            f.close()
         for sock in sockets:
             sock.disable_monitor()
         for monitor in monitors:
