@@ -145,9 +145,14 @@ def _rows(lines: list[bytes]) -> Iterator[tuple[bytes | None, str | None, str | 
             continue
         for span in spans:
             try:
+                # a JSON escape of a lone surrogate (\\ud800) reads as a str no UTF-8 holds: the
+                # span is refused here, or the file's tenant or model column fails whole
+                json.dumps(span, ensure_ascii=False).encode("utf-8")
                 yield json.dumps(span).encode(), None, None
             except RecursionError:
                 yield None, "invalid_json", f"{where}: a span nests too deeply to read"
+            except UnicodeEncodeError:
+                yield None, "invalid_json", f"{where}: a string escapes a lone surrogate, no text"
 
 
 def _one_document(whole: bytes) -> bool:
