@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import socket
 from pathlib import Path
 
@@ -584,3 +585,36 @@ def test_a_config_under_a_catalog_name_is_that_model_only_with_its_shape(
     if not named:
         assert shape.name.startswith("llama-3-8b+") and shape != resolve_model("llama-3-8b")
         assert resolve_model(config=path).name == shape.name  # the same shape, the same name
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["simulate", "--policy", "pinned", "--pin", "{fifo}", "--capacity-blocks", "9"],
+         "not a list of block hashes"),
+        (["simulate", "--policy", "lru", "--isolation", "partitioned", "--quota-file", "{fifo}",
+          "--capacity-blocks", "9"], "not a quota file"),
+        (["simulate", "--policy", "lru", "--isolation", "partitioned", "--quota-file",
+          "{shares}", "--capacity-blocks", "9"], "line 2: not tenant,share with a finite share"),
+        (["ingest", "--format", "openai", "--tokenizer", "{fifo}", "--input", "{fifo}"],
+         "--tokenizer {fifo} is not a regular file"),
+    ],
+    ids=["pin list", "quota file", "quota share not a number", "tokenizer"],
+)  # fmt: skip
+def test_a_pipe_or_a_bad_line_in_a_flags_file_is_one_line(
+    tmp_path, capsys, sample_path, argv, says
+) -> None:
+    """A FIFO with no writer named as a pin list or quota file would block its read; each is
+    refused unread in one line, as the config and GPU files are, with the right cause."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    shares = tmp_path / "shares.csv"
+    shares.write_text("tenant,share\ndefault,nan\n")
+    wh = tmp_path / "wh.duckdb"
+    assert main(["ingest", "--format", "mooncake", "--input", str(sample_path),
+                 "--warehouse", str(wh)]) == 0  # fmt: skip
+    capsys.readouterr()
+    args = [a.format(fifo=fifo, shares=shares) for a in argv]
+    assert main([*args, "--warehouse", str(wh)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says.format(fifo=fifo) in err, err

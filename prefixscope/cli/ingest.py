@@ -100,7 +100,13 @@ def check_files(args: argparse.Namespace) -> None:
     each error naming the file."""
     for flag, path in (("--tokenizer", args.tokenizer), ("--chat-template", args.chat_template)):
         if path is not None and not Path(path).is_file():
-            what = "is a directory" if Path(path).is_dir() else "does not exist"
+            what = (
+                "is a directory"
+                if Path(path).is_dir()
+                else "is not a regular file (a pipe or a device)"
+                if Path(path).exists()
+                else "does not exist"
+            )
             raise ValueError(f"{flag} {path} {what} — give the path of a file")
     if args.tokenizer is not None:
         from tokenizers import Tokenizer

@@ -17,6 +17,10 @@ import numpy as np
 from prefixscope.analysis.structure import prefixes
 from prefixscope.analysis.structure.turns import build_turns
 from prefixscope.analysis.trace.csr import Trace
+from prefixscope.textfile import read_text
+
+#: The largest pin list read: 8 million hashes of 0x-hex, a line each.
+PIN_FILE_BYTES = 160 * 2**20
 
 
 def with_ancestors(trace: Trace, ends: np.ndarray) -> np.ndarray:
@@ -56,7 +60,8 @@ def from_file(trace: Trace, path: str | Path) -> np.ndarray:
     """The pin mask of the prefix hashes listed in ``path`` (one per line, decimal or 0x-hex;
     ``#`` starts a comment). Hashes the trace never looks up are ignored."""
     wanted = []
-    for raw in Path(path).read_text("utf-8").splitlines():
+    text = read_text(path, PIN_FILE_BYTES, "a list of block hashes", "give --pin such a file")
+    for raw in text.splitlines():
         text = raw.split("#", 1)[0].strip()
         if text:
             try:

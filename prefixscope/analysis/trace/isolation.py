@@ -10,12 +10,15 @@
 from __future__ import annotations
 
 import csv
+import io
+import math
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from prefixscope.analysis.trace.csr import Trace
+from prefixscope.textfile import read_text
 
 ISOLATIONS = ("shared", "salted", "partitioned")
 
@@ -63,10 +66,19 @@ def quotas(trace: Trace, quota_file: str | Path | None = None) -> np.ndarray:
         )
         return lookups / lookups.sum()
     given: dict[str, float] = {}
-    with open(quota_file, newline="") as f:
-        for row in csv.reader(f):
-            if row and not row[0].startswith("#") and row[0] != "tenant":
-                given[row[0]] = float(row[1])
+    text = read_text(quota_file, 2**20, "a quota file", "give tenant,share lines")
+    for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1):
+        if row and not row[0].startswith("#") and row[0] != "tenant":
+            try:
+                share = float(row[1])
+            except (IndexError, ValueError):
+                share = math.nan
+            if not math.isfinite(share):
+                raise ValueError(
+                    f"{quota_file}, line {number}: not tenant,share with a finite share — "
+                    "give tenant,share lines"
+                )
+            given[row[0]] = share
     missing = [t for t in trace.tenants if t not in given]
     if missing:
         raise ValueError(f"the quota file has no share for tenant(s) {', '.join(missing[:5])}")
