@@ -10,8 +10,11 @@ import json
 import math
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -618,3 +621,21 @@ def test_a_pipe_or_a_bad_line_in_a_flags_file_is_one_line(
     assert main([*args, "--warehouse", str(wh)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and says.format(fifo=fifo) in err, err
+
+
+def test_a_reader_that_goes_away_is_no_error(tmp_path, sample_path) -> None:
+    """``prefixscope … | head``: the reader closes the pipe before the command writes; the
+    command ends as a shell reports it (141), with nothing on stderr, its work done."""
+    wh = tmp_path / "wh.duckdb"
+    assert main(["ingest", "--format", "mooncake", "--input", str(sample_path),
+                 "--warehouse", str(wh)]) == 0  # fmt: skip
+    argv = [sys.executable, "-m", "prefixscope", "simulate", "--warehouse", str(wh),
+            "--policy", "lru", "--capacity-blocks", "100"]  # fmt: skip
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # before the command has printed anything
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 141
+    assert err == b""
+    with duckdb.connect(str(wh), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM hit_rates").fetchone()[0] > 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -74,6 +75,8 @@ def named_command(argv: Sequence[str]) -> str | None:
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_INTERNAL = 2, 130, 1
 #: The machine could not give what the run needed (a worker killed, a server gone).
 EXIT_RESOURCE = 1
+#: The output's reader went away (128 + SIGPIPE, as a shell reports it).
+EXIT_PIPE = 141
 
 
 def one_line(text: object) -> str:
@@ -175,6 +178,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _template_errors() as exc:
         print(f"{prog}: error: chat template: {one_line(exc)} — fix the template", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # the reader of the output went away (``| head``): no error of the user's to report;
+        # the status a shell gives a command its pipe's reader closed, and nothing more is
+        # printed (Python would complain again when it flushes standard output at exit)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE
     except (duckdb.Error, OSError, ValueError) as exc:
         print(f"{prog}: error: {describe(exc)}", file=sys.stderr)
         return EXIT_USAGE
