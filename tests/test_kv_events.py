@@ -401,6 +401,22 @@ def test_a_batch_captured_twice_counts_once(tmp_path) -> None:
     assert parsed.accepted == 4 and parsed.reasons == {"duplicate_batch": 1}
 
 
+def test_one_publisher_captured_into_two_files_counts_once(tmp_path) -> None:
+    """Two captures of one publisher, ingested together: the second file's copies of the
+    first's batches are rejects (duplicate_batch), so every event lands once; a file of
+    nothing but such copies is ingested, not refused."""
+    first, second = tmp_path / "a.bin", tmp_path / "b.bin"
+    write_capture(first, [(0, p) for _, p in fixture_batches("map")])
+    write_capture(second, [(0, p) for _, p in fixture_batches("map")[:2]])
+    wh = tmp_path / "wh.duckdb"
+    assert run_cli("ingest", "--format", "vllm-events", "--input", first, "--input", second,
+                   "--block-size", BLOCK, "--warehouse", wh) == 0  # fmt: skip
+    with duckdb.connect(str(wh), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM kv_events").fetchone() == (9,)
+        got = con.execute("SELECT reason, count(*) FROM rejects GROUP BY ALL").fetchall()
+        assert got == [("duplicate_batch", 2)]
+
+
 @pytest.mark.parametrize("received", [math.inf, -math.inf, math.nan, 1e308])
 def test_a_frame_whose_receive_time_is_no_time_is_one_reject(tmp_path, received) -> None:
     """The receive time is the capture's own; a frame whose time is not one (a damaged file)

@@ -14,7 +14,7 @@ from prefixscope.resources import ResourceError
 
 
 def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE")
+    p.add_argument("--input", nargs="+", action="extend", required=True, metavar="FILE")
     p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
     flags.warehouse(p)
     p.add_argument("--out", type=flags.out_file, default="report.html")

@@ -31,7 +31,10 @@ FIELD_FLAGS = (
 
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", required=True, choices=sorted([*FORMATS, EVENTS_FORMAT]))
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="plain or .gz")
+    p.add_argument(
+        "--input", nargs="+", action="extend", required=True, metavar="FILE",
+        help="plain or .gz; repeat it or list several",
+    )  # fmt: skip
     flags.warehouse(p)
     p.add_argument(
         "--tenant",

@@ -75,10 +75,14 @@ def expected_block_sizes(wh: str | Path, flag: int | None) -> set[int] | None:
     return None if flag is None else {flag}
 
 
-def read_capture(path: Path, sizes: set[int] | None) -> CaptureFile:
-    """One capture file decoded; raises ValueError (one line) when it is wholly unusable."""
-    parsed = parse_capture(path, sizes)
-    if parsed.accepted == 0:
+def read_capture(
+    path: Path, sizes: set[int] | None, batches: set[tuple[int, bytes]] | None = None
+) -> CaptureFile:
+    """One capture file decoded (``batches``: those of the files read before it, which it
+    does not count again); raises ValueError (one line) when it is wholly unusable."""
+    parsed = parse_capture(path, sizes, batches)
+    copies = parsed.reasons.get("duplicate_batch", 0)
+    if parsed.accepted == 0 and not (copies and copies == parsed.rejected):
         if parsed.frames == 0 and parsed.tail is None:
             raise ValueError(f"{path} holds no batch — capture for longer; nothing was written")
         common = Counter(parsed.reasons).most_common(1)
@@ -102,8 +106,9 @@ def run(wh: str | Path, settings: EventIngestSettings) -> list[CaptureResult]:
     sizes = expected_block_sizes(wh, settings.block_size)
     files: list[CaptureFile] = []
     seen: set[str] = set()
+    batches: set[tuple[int, bytes]] = set()  # one publisher captured into two files: once
     for p in settings.inputs:
-        f = read_capture(Path(p), sizes)
+        f = read_capture(Path(p), sizes, batches)
         if f.file_id not in seen and f.resolved not in seen:  # given twice: read once
             seen.update((f.file_id, f.resolved))
             files.append(f)

@@ -296,14 +296,20 @@ class _Builder:
         return rows, rejects
 
 
-def parse_capture(path: Path, block_sizes: Iterable[int] | None = None) -> ParsedCapture:
+def parse_capture(
+    path: Path,
+    block_sizes: Iterable[int] | None = None,
+    seen: set[tuple[int, bytes]] | None = None,
+) -> ParsedCapture:
     """Every frame of the capture at ``path``, decoded into rows and rejects. ``block_sizes``:
-    the block sizes a stored event may have (the warehouse's); None: any. Raises
-    :class:`~prefixscope.ingest.kvevents.framing.NotACapture` for a file that is no capture."""
+    the block sizes a stored event may have (the warehouse's); None: any. ``seen``: the batches
+    (seq, digest) of the files read before it in one ingest, updated: a batch one of them holds
+    is a duplicate here too. Raises :class:`~prefixscope.ingest.kvevents.framing.NotACapture`
+    for a file that is no capture."""
     builder = _Builder(None if block_sizes is None else frozenset(block_sizes))
     tails: list[FrameTail] = []
     frames = 0
-    seen: set[tuple[int, bytes]] = set()
+    seen = set() if seen is None else seen
     with path.open("rb") as f:
         for frame in read_frames(f, str(path), tails):
             frames += 1
@@ -316,8 +322,8 @@ def parse_capture(path: Path, block_sizes: Iterable[int] | None = None) -> Parse
                 builder.reject(
                     frame.index,
                     "duplicate_batch",
-                    f"batch seq {frame.seq} (endpoint {frame.endpoint}) is in the capture "
-                    "already, byte for byte: counted once",
+                    f"batch seq {frame.seq} (endpoint {frame.endpoint}) is in this ingest's "
+                    "captures already, byte for byte: counted once",
                 )
                 continue
             seen.add(key)
