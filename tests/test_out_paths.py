@@ -68,10 +68,14 @@ def test_a_killed_exports_temporary_file_goes_with_the_next_export(
     out = tmp_path / "trace.jsonl"
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)  # fmt: skip
-    stale = tmp_path / f".{out.name}.{int(ended.stdout)}.abc123.partial"
+    dead = int(ended.stdout)
+    stale = tmp_path / f".{out.name}.{dead}.abc12345.partial"
     stale.write_text("half a file")
-    mine = tmp_path / f".{out.name}.{os.getpid()}.keep.partial"  # a live writer's: kept
+    mine = tmp_path / f".{out.name}.{os.getpid()}.keep1234.partial"  # a live writer's: kept
     mine.write_text("in progress")
+    # a live write to trace.jsonl.<digits>: its name starts as this export's would
+    neighbour = tmp_path / f".{out.name}.{dead}.{os.getpid()}.abcdefgh.partial"
+    neighbour.write_text("another export in progress")
     assert main(["export", "--format", "mooncake", "--warehouse", str(wh), "--out", str(out)]) == 0
     assert out.stat().st_size > 0
-    assert not stale.exists() and mine.exists()
+    assert not stale.exists() and mine.exists() and neighbour.exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import gzip
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,9 +46,12 @@ def check_regular(out: Path, flag: str = "--out") -> None:
 
 def _remove_stale(out: Path) -> None:
     """Temporary files of earlier writes to ``out`` whose process has ended (killed)."""
+    # exactly ``.NAME.PID.XXXXXXXX.partial`` (mkstemp's eight characters): ``.t.*.partial``
+    # alone would also take the live file of a write to ``t.4194000``
+    ours = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.[a-z0-9_]{{8}}\.partial")
     for temp in out.parent.glob(f".{glob.escape(out.name)}.*.partial"):
-        pid = temp.name[len(out.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
+        m = ours.fullmatch(temp.name)
+        if m and not process_alive(int(m.group(1))):
             temp.unlink(missing_ok=True)
 
 
