@@ -245,17 +245,21 @@ def _write(
     summary: CaptureSummary,
     last_seq: dict[tuple[int, bytes], int],
 ) -> None:
-    if len(parts) != 3 or len(parts[1]) not in SEQ_FRAMES or len(parts[0]) > MAX_TOPIC_BYTES:
+    readable = len(parts) == 3 and len(parts[1]) in SEQ_FRAMES
+    if readable:  # its sequence number counts even where the message is skipped below
+        seq_frame = parts[1]
+        seq = int.from_bytes(seq_frame[:8], "big", signed=True)
+        # with snapshots on, 16 more bytes name the publisher's lifetime: a new one counts
+        # from 0
+        publisher = (endpoint, seq_frame[8:])
+        previous = last_seq.get(publisher)
+        if previous is not None and seq > previous + 1:
+            summary.missing += seq - previous - 1
+        last_seq[publisher] = seq  # a lower seq: the publisher restarted and counts from 0
+    if not readable or len(parts[0]) > MAX_TOPIC_BYTES:
         summary.malformed += 1  # a frame stores its topic's length in 16 bits
         return
-    topic, seq_frame, payload = parts
-    seq = int.from_bytes(seq_frame[:8], "big", signed=True)
-    # with snapshots on, 16 more bytes name the publisher's lifetime: a new one counts from 0
-    publisher = (endpoint, seq_frame[8:])
-    previous = last_seq.get(publisher)
-    if previous is not None and seq > previous + 1:
-        summary.missing += seq - previous - 1
-    last_seq[publisher] = seq  # a lower seq: the publisher restarted and counts from 0 again
+    topic, _, payload = parts
     frame = encode_frame(time.time(), seq, endpoint, topic, payload)
     f.write(frame)  # type: ignore[attr-defined]
     f.flush()  # type: ignore[attr-defined]
