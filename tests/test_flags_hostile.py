@@ -5,6 +5,7 @@ run, and write, every row of it twice."""
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import math
@@ -639,3 +640,12 @@ def test_a_reader_that_goes_away_is_no_error(tmp_path, sample_path) -> None:
     assert err == b""
     with duckdb.connect(str(wh), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM hit_rates").fetchone()[0] > 0
+
+
+@pytest.mark.parametrize("text", ["1,1.0000000000000002", "2,2.0000001", "0.5,0.50000004"])
+def test_load_scales_that_print_alike_are_refused(text: str) -> None:
+    """Tables and answers print a load scale to six digits: two that agree there would be one
+    load shown twice (``At 1× the logged load`` for both)."""
+    with pytest.raises(argparse.ArgumentTypeError, match="print alike"):
+        flags.load_scales(text)
+    assert flags.load_scales("1,1.001") == [1.0, 1.001]

@@ -104,13 +104,20 @@ def finite_float(low: float = 0.0, high: float = math.inf, *, strict: bool = Tru
 def distinct(values: list, text: str, key: Callable = lambda v: v) -> list:  # type: ignore[type-arg]
     """``values`` when no two are the same (by ``key``); a value given twice would run, and
     write, every row of it twice."""
-    seen: set[object] = set()
+    seen: dict[object, object] = {}
     for value in values:
         if key(value) in seen:
+            first = seen[key(value)]
+            if first != value:
+                raise argparse.ArgumentTypeError(
+                    f"{first!r} and {value!r} in {text!r} print alike ({key(value)}), so every "
+                    "table would show one value twice — give values apart in their first six "
+                    "digits"
+                )
             raise argparse.ArgumentTypeError(
                 f"{value!r} is given twice in {text!r} — give each value once"
             )
-        seen.add(key(value))
+        seen[key(value)] = value
     return values
 
 
@@ -140,9 +147,11 @@ def ints(low: int = 1, high: int = INT64_MAX) -> Callable[[str], list[int]]:
     return parse
 
 
-def floats(high: float, low: float = 0.0) -> Callable[[str], list[float]]:
+def floats(
+    high: float, low: float = 0.0, key: Callable[[float], object] = lambda v: v
+) -> Callable[[str], list[float]]:
     """An argparse type: distinct comma-separated finite numbers above ``low``, at most
-    ``high``."""
+    ``high``; distinct by ``key`` (two that print alike would be one row to a reader)."""
 
     def parse(text: str) -> list[float]:
         try:
@@ -155,7 +164,7 @@ def floats(high: float, low: float = 0.0) -> Callable[[str], list[float]]:
             raise argparse.ArgumentTypeError(
                 f"expected numbers above {low:g} and at most {high:,g}, got {text!r}"
             )
-        return distinct(values, text)
+        return distinct(values, text, key)
 
     return parse
 
@@ -166,8 +175,9 @@ int_list = ints(1, INT64_MAX)
 block_size_list = ints(1, MAX_BLOCK_SIZE)
 #: GiB of KV cache, up to ``MAX_GIB``.
 float_list = floats(MAX_GIB)
-#: Load scales: up to ``MAX_LOAD_SCALE`` times the logged traffic.
-load_scales = floats(MAX_LOAD_SCALE)
+#: Load scales: up to ``MAX_LOAD_SCALE`` times the logged traffic; two that agree to six
+#: digits (``1`` and ``1.00000001``) print as one load in every table and answer.
+load_scales = floats(MAX_LOAD_SCALE, key=lambda v: f"{v:.6g}")
 
 
 def out_file(text: str) -> str:
