@@ -408,3 +408,25 @@ def test_a_file_that_is_not_a_duckdb_warehouse_is_refused_and_left_alone(
     assert any(why in err for why in ("not a DuckDB file", "not a regular file", "in memory"))
     assert (wh.is_fifo() if before is None else wh.read_bytes() == before)
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_file_of_another_block_size_is_refused_before_it_is_written(
+    tmp_path, capsys, sample_path  # noqa: ANN001
+) -> None:
+    """A cache has one block size, so a warehouse of two could never be simulated: the file
+    that would mix them is refused in one line, and the warehouse keeps what it had."""
+    wh = tmp_path / "wh.duckdb"
+    assert main(["ingest", "--format", "mooncake", "--input", str(sample_path),
+                 "--warehouse", str(wh)]) == 0  # fmt: skip
+    other = tmp_path / "other.jsonl"
+    other.write_text(
+        '{"timestamp": 1, "input_length": 40, "output_length": 2, "hash_ids": [7, 8]}\n'
+    )
+    capsys.readouterr()
+    assert main(["ingest", "--format", "mooncake", "--input", str(other), "--block-size", "32",
+                 "--warehouse", str(wh)]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "32-token blocks, the warehouse's of 512" in err, err
+    with duckdb.connect(str(wh), read_only=True) as con:
+        assert con.execute("SELECT DISTINCT block_size FROM requests").fetchall() == [(512,)]
+        assert con.execute("SELECT count(*) FROM sources").fetchone() == (1,)

@@ -101,6 +101,34 @@ def ingest_files(
         return publish(con, staged, run_id, replace=replace)
 
 
+def _refuse_mixed_block_sizes(
+    con: duckdb.DuckDBPyConnection, staged: Staged, stages: list[pa.Table]
+) -> None:
+    """A cache has one block size, so a warehouse of two cannot be simulated (``trace/load``
+    refuses it): refused here, before it is written, with what to do."""
+    before = {int(b) for (b,) in con.execute("SELECT DISTINCT block_size FROM requests").fetchall()}
+    new: dict[int, str] = {}
+    for f, stage in zip(staged.files, stages, strict=True):
+        # the full rows, held or memory-mapped, are in the stage's order: one per line read
+        sizes = f.rows()["block_size"].filter(pc.is_null(stage["reason"]))
+        for size in pc.unique(sizes.combine_chunks()).to_pylist():
+            if size is not None:
+                new.setdefault(int(size), f.path)
+    if len(before | set(new)) <= 1:
+        return
+    if before:
+        odd = min(set(new) - before)
+        shown = ", ".join(str(b) for b in sorted(before))
+        what = f"{new[odd]} holds requests of {odd}-token blocks, the warehouse's of {shown}"
+    else:
+        a, b = sorted(new)[:2]
+        what = f"{new[a]} and {new[b]} hold requests of {a}- and {b}-token blocks"
+    raise ValueError(
+        f"{what} — a cache has one block size: ingest each into a warehouse of its own "
+        "(nothing was written)"
+    )
+
+
 def publish(
     con: duckdb.DuckDBPyConnection,
     staged: Staged,
@@ -136,6 +164,7 @@ def publish(
             stages.append(stage)
         for table in ("requests", "rejects", "sources"):
             con.execute(f"DELETE FROM {table} WHERE file_id IN (SELECT file_id FROM gone)")
+        _refuse_mixed_block_sizes(con, staged, stages)
         for f, m, stage in zip(staged.files, matched, stages, strict=True):
             results.append(
                 _insert(
