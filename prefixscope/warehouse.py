@@ -223,12 +223,9 @@ def connect(
 
 
 def _refuse_in_memory(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """DuckDB opens a path named like a data file (``.csv``, ``.json``, ``.parquet``, ...) that
-    is empty or missing as an in-memory database: every write would be lost when it closes."""
-    (file,) = con.execute(
-        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
-    ).fetchone() or (None,)
-    if file is None:
+    """An empty file named like data (``.csv``, ``.parquet``): DuckDB opens it in memory."""
+    q = "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    if con.execute(q).fetchone()[0] is None:  # type: ignore[index]
         raise WarehouseError(
             f"{path} is named like a data file, and DuckDB opens such a name as a database in "
             "memory (nothing would be kept) — give --warehouse a path ending in .duckdb"
