@@ -11,16 +11,19 @@ import pytest
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.fleet.assign import assign, ring, session_keys
+from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import ROUTERS, RouterSettings
 from prefixscope.analysis.fleet.run import (
     Engine,
     Fleet,
+    Tiers,
     Traffic,
     simulate_fleet,
     simulate_replica,
 )
 from prefixscope.analysis.fleet.stepcost import from_roofline
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
+from prefixscope.analysis.structure.pins import top_shared
 from prefixscope.analysis.trace.csr import Trace, build_trace
 from prefixscope.analysis.trace.isolation import subset
 from prefixscope.analysis.trace.measure import hit_tokens
@@ -67,27 +70,56 @@ def sessions_trace(
 
 
 def single_cache(
-    trace: Trace, policy: str, capacity: int, ttl_s: float | None = None
+    trace: Trace, policy: str, capacity: int, ttl_s: float | None = None, pin_top: int = 0
 ) -> np.ndarray:
-    options = PolicyOptions(ttl_s=ttl_s)
+    options = PolicyOptions(ttl_s=ttl_s, pinned=top_shared(trace, pin_top) if pin_top else None)
     return hit_tokens(trace, POLICIES[policy].hit_blocks(trace, capacity, options))
 
 
-@pytest.mark.parametrize(
-    ("policy", "ttl_s"), [("lru", None), ("fifo", None), ("ttl", 10.0), ("ttl", 60.0)]
-)
+ONE_REPLICA = [  # (policy, its ttl, its pins)
+    ("lru", None, 0), ("fifo", None, 0), ("ttl", 10.0, 0), ("ttl", 60.0, 0),
+    ("lfu", None, 0), ("s3fifo", None, 0), ("belady", None, 0), ("pinned", None, 50),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("policy", "ttl_s", "pin_top"), ONE_REPLICA)
 @pytest.mark.parametrize("router", list(ROUTERS))
 def test_one_replica_under_any_router_equals_the_single_cache(
-    bundled_trace: Trace, router: str, policy: str, ttl_s: float | None
+    bundled_trace: Trace, router: str, policy: str, ttl_s: float | None, pin_top: int
 ) -> None:
+    """Every policy of a fleet: the loop's own caches (lru, fifo, ttl) and those replayed per
+    replica (lfu, s3fifo, belady, pinned), to the token."""
     traffic = Traffic(np.zeros(bundled_trace.n_requests, np.int64))
-    fleet = Fleet(router, 1, 4_000, policy, ttl_s=ttl_s)
+    pins = Pins(top=pin_top) if pin_top else Pins()
+    fleet = Fleet(router, 1, 4_000, policy, ttl_s=ttl_s, pins=pins)
     out = simulate_fleet(bundled_trace, traffic, fleet, ENGINE)
-    expected = single_cache(bundled_trace, policy, 4_000, ttl_s)
+    expected = single_cache(bundled_trace, policy, 4_000, ttl_s, pin_top)
     assert expected.sum() > 0
     np.testing.assert_array_equal(out.hit_tokens, expected)
+    lru = single_cache(bundled_trace, "lru", 4_000).sum()
     if ttl_s is not None:  # the idle rule bites: fewer hits than LRU alone at this capacity
-        assert expected.sum() < single_cache(bundled_trace, "lru", 4_000).sum()
+        assert expected.sum() < lru
+    if policy == "belady":  # the offline optimum beats LRU here
+        assert expected.sum() > lru
+
+
+@pytest.mark.parametrize("policy", ["lfu", "s3fifo", "belady"])
+def test_a_replayed_policy_is_each_replicas_own_single_cache(policy: str) -> None:
+    """Under a fixed router each replica replays its routed requests alone: its hits are the
+    single cache's on that stream, request by request."""
+    trace, traffic = sessions_trace()
+    routing = assign(trace, "session", 3, RouterSettings(), traffic.sessions)
+    out = simulate_fleet(trace, traffic, Fleet("session", 3, 30, policy), ENGINE)
+    for i in range(3):
+        mine = np.flatnonzero(routing == i)
+        want = single_cache(subset(trace, mine), policy, 30)
+        np.testing.assert_array_equal(out.hit_tokens[mine], want)
+
+
+def test_a_replayed_policy_under_a_stateful_router_is_refused() -> None:
+    trace, traffic = sessions_trace()
+    with pytest.raises(ValueError, match="stateful router"):
+        simulate_fleet(trace, traffic, Fleet("kv-aware", 3, 30, "lfu"), ENGINE)
 
 
 @pytest.mark.parametrize("replicas", [2, 5])
@@ -217,7 +249,10 @@ def test_affinity_routers_beat_scattering_ones_on_conversations(replicas: int) -
         (Fleet("round-robin", 0, 10), "replicas must be"),
         (Fleet("round-robin", 65, 10), "replicas must be"),
         (Fleet("round-robin", 2, 0), "at least one block"),
-        (Fleet("round-robin", 2, 10, policy="belady"), "run lru, fifo"),
+        (Fleet("round-robin", 2, 10, policy="ceiling"), "it is unbounded"),
+        (Fleet("kv-aware", 2, 10, policy="belady"), "which a stateful router"),
+        (Fleet("round-robin", 2, 10, policy="pinned"), "pinned needs --pin FILE or --pin-top"),
+        (Fleet("round-robin", 2, 10, policy="lfu", tiers=Tiers(dram_blocks=5)), "HBM alone"),
         (Fleet("round-robin", 2, 10, load_scale=0), "load scale"),
     ],
 )

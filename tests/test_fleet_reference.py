@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefixscope.analysis.fleet.routers import ROUTERS, RouterSettings
+from prefixscope.analysis.fleet.routers import ROUTERS, RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
     UNBOUNDED,
     Engine,
@@ -116,9 +116,13 @@ def cases(draw, router: str, policy: str) -> Case:  # type: ignore[no-untyped-de
     ttl_s = None
     if policy == "ttl":  # on HBM alone; idle times around the gaps between arrivals
         tiers, ttl_s = Tiers(), draw(st.sampled_from([0.0, 2**-10, 2**-8, 2**-6, 2**-3, 1.0]))
+    replayed = policy in ("lfu", "s3fifo", "belady")
+    if replayed:  # on HBM alone, under a fixed router or on one replica
+        tiers = Tiers()
+    fixed = resolve_router(router).fixed
     fleet = Fleet(
         router,
-        draw(st.integers(1, 5)),
+        draw(st.integers(1, 5)) if fixed or not replayed else 1,
         draw(st.integers(1, 30)),
         policy,
         draw(st.sampled_from([0.5, 1.0, 3.0])),
@@ -142,7 +146,7 @@ def agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return got == want
 
 
-@pytest.mark.parametrize("policy", ["lru", "fifo", "ttl"])
+@pytest.mark.parametrize("policy", ["lru", "fifo", "ttl", "lfu", "s3fifo", "belady"])
 @pytest.mark.parametrize("router", list(ROUTERS))
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())

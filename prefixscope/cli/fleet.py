@@ -6,6 +6,7 @@ import argparse
 import math
 
 from prefixscope.analysis.fleet.engines import ENGINES
+from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.fleet.run import DEFAULT_BUDGET, DEFAULT_MAX_SEQS, FLEET_POLICIES
 from prefixscope.cli import flags
@@ -55,10 +56,18 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--policy",
         default="lru",
         choices=sorted(FLEET_POLICIES),
-        help="the ideal engine's cache policy (%(default)s)",
+        help="the ideal engine's cache policy (%(default)s); lfu, s3fifo, belady and pinned "
+        "replay each replica's routed requests: a fixed router, or one replica",
     )
     p.add_argument(
         "--ttl", type=flags.finite_float(), metavar="SECONDS", help="ttl: idle time before a drop"
+    )
+    p.add_argument("--pin", metavar="FILE", help="pinned: prefix hashes each replica keeps")
+    p.add_argument(
+        "--pin-top",
+        type=flags.positive_int,
+        metavar="K",
+        help="pinned: each replica keeps the K most shared prefixes of its own requests",
     )
     p.add_argument(
         "--engine",
@@ -203,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         policy=args.policy,
         ttl_s=args.ttl,
+        pins=Pins(args.pin_top, args.pin),
         load_scales=tuple(args.load_scale),
         engines=tuple(args.engine),
         vllm_blocks=args.vllm_blocks,

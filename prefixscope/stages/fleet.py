@@ -26,6 +26,7 @@ from prefixscope.analysis.fleet.hardware import (
     of_deployment,
 )
 from prefixscope.analysis.fleet.merge import merge_replicas
+from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
     DEFAULT_BUDGET,
@@ -77,6 +78,8 @@ class FleetSettings:
     policy: str = "lru"
     #: ``ttl``'s idle seconds before a block is dropped.
     ttl_s: float | None = None
+    #: ``pinned``'s prefixes per replica (``replayed.Pins``).
+    pins: Pins = field(default_factory=Pins)
     load_scales: tuple[float, ...] = (1.0,)
     #: Each configuration under every one of these engines (``engines.ENGINES``).
     engines: tuple[str, ...] = ("ideal",)
@@ -167,7 +170,7 @@ class FleetSettings:
         """Every replicas × capacity × tiers × load scale × router."""
         gibs = list(gibs) if gibs else [None] * len(blocks)
         return [
-            Fleet(router, n, int(c), self.policy, float(s), g, t, e, self.ttl_s)
+            Fleet(router, n, int(c), self.policy, float(s), g, t, e, self.ttl_s, self.pins)
             for e, n, (c, g), t, s, router in itertools.product(
                 self.engines,
                 self.replicas,

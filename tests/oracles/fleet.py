@@ -51,6 +51,7 @@ from tests.oracles.fleet_parts import (
     footprint,
     outcome_of,
 )
+from tests.oracles.policies import reference_replay
 
 
 @dataclass
@@ -131,6 +132,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
     ]
     replicas = [_Replica() for _ in range(n_rep)]
     fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
+    given, replayed_filled = _replayed(fleet, requests, fixed)
     shape = (trace.block_size, histogram_width(trace, output, fleet, engine))
     clock = [requests[0].arrival if requests else 0.0]  # the router trees' last eviction
 
@@ -150,8 +152,12 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
 
         rep = replicas[i]
         req.replica = i
-        _serve(req, rep, store, trace.block_size, engine.cost, per_token, tiers.dram_blocks > 0)
-        if tiers.dram_blocks > 0:  # exclusive: a DRAM hit moves up, HBM's victims move down
+        run = None if given is None else given[r]  # replayed apart: no cache kept here
+        has_dram = tiers.dram_blocks > 0
+        _serve(req, rep, store, trace.block_size, engine.cost, per_token, has_dram, run)
+        if given is not None:
+            pass
+        elif tiers.dram_blocks > 0:  # exclusive: a DRAM hit moves up, HBM's victims move down
             for b in reversed(req.blocks):
                 if b in rep.cache:
                     if fleet.policy == "lru":
@@ -168,7 +174,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
             _evict(rep.cache, fleet.capacity_blocks)
             for b in req.blocks:
                 rep.last[b] = t
-        if rep.filled_at == -1 and len(rep.cache) >= fleet.capacity_blocks:
+        if given is None and rep.filled_at == -1 and len(rep.cache) >= fleet.capacity_blocks:
             rep.filled_at = r
         if store is not None:  # what was computed is written; what the store served is used
             for j in reversed(range(len(req.blocks))):
@@ -188,6 +194,9 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
     for rep in replicas:  # drain
         while rep.has_work():
             _step(rep, requests, engine, shape)
+    if given is not None:
+        for rep, filled in zip(replicas, replayed_filled, strict=True):
+            rep.filled_at = filled
 
     return outcome_of(fleet, arrival, requests, replicas, shape[1])
 
@@ -245,6 +254,27 @@ def route(  # type: ignore[no-untyped-def]
     return i
 
 
+def _replayed(
+    fleet: Fleet, requests: list[_Request], fixed: list[int] | None
+) -> tuple[list[int] | None, list[int]]:
+    """``lfu``, ``s3fifo``, ``belady``: each replica's routed requests replayed by the policy's
+    plain reference, their leading runs and each replica's filled-at request; (None, []) for
+    the policies this loop keeps itself."""
+    if fleet.policy not in ("lfu", "s3fifo", "belady"):
+        return None, []
+    routing = fixed if fixed is not None else [0] * len(requests)  # one replica
+    given, filled = [0] * len(requests), [-1] * fleet.replicas
+    for i in range(fleet.replicas):
+        mine = [r for r in range(len(requests)) if routing[r] == i]
+        ref = reference_replay(
+            fleet.policy, [requests[r].blocks for r in mine], fleet.capacity_blocks
+        )
+        for r, k in zip(mine, ref.hit_blocks, strict=True):
+            given[r] = k
+        filled[i] = mine[ref.filled_at] if ref.filled_at >= 0 else -1
+    return given, filled
+
+
 def _serve(
     req: _Request,
     rep: _Replica,
@@ -253,13 +283,14 @@ def _serve(
     cost: StepCost,
     per_token: list[float],
     has_dram: bool,
+    run: int | None = None,
 ) -> None:
     """The request's served run: block by block from the fastest tier that holds it (0 HBM,
     1 this replica's DRAM, 2 the store), cut before a lower tier's block where recomputing
     from there costs less than the copies; its hit tokens by tier, copy time, and the saving
-    of each block credited to its tier."""
-    sources = []
-    for b in req.blocks:
+    of each block credited to its tier. ``run``: the leading run a replayed policy gave."""
+    sources = [] if run is None else [0] * run
+    for b in req.blocks if run is None else ():
         if b in rep.cache:
             sources.append(0)
         elif has_dram and b in rep.dram:

@@ -24,6 +24,7 @@ class _Block:
 class ReferenceResult:
     hit_blocks: list[int]
     cross: list[bool] = field(default_factory=list)  # per lookup, in trace order
+    filled_at: int = -1  # the first request after which the cache held its capacity
 
 
 def reference_replay(
@@ -90,6 +91,8 @@ def reference_replay(
             if not eligible:
                 break
             del cache[min(eligible, key=key)]
+        if result.filled_at == -1 and len(cache) >= capacity:  # type: ignore[operator]
+            result.filled_at = r
     return result
 
 
@@ -162,6 +165,8 @@ def _s3fifo(
                 victim = from_main()
             if victim is None:  # M holds only blocks in use: S gives one, whatever its share
                 victim = from_small()
+        if result.filled_at == -1 and len(small) + len(main) >= capacity:
+            result.filled_at = r
     return result
 
 

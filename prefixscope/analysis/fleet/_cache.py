@@ -141,3 +141,19 @@ def stamp(t, i, blocks, start, end, stride, sets):  # type: ignore[no-untyped-de
     base = i * stride
     for p in range(start, end):
         sets.last[base + blocks[p]] = t
+
+
+@piece
+def given_hit(r, best, nb, inp, recompute_last, cost, sched, req):  # type: ignore[no-untyped-def]
+    """Request ``r``'s leading run ``best``, replayed apart (``replayed.py``): its hit tokens
+    and savings as :func:`lookup` sets them for one tier."""
+    bs = sched.block_size
+    hit = min(served(best, nb, recompute_last) * bs, inp)
+    t_none = prefill_alone(cost, inp, 0, bs)
+    req.hit_blocks[r] = best
+    req.cost_none[r] = t_none
+    req.xfer[r] = 0.0
+    req.src_tok[r, 0] = hit
+    req.saved[r, 0] = t_none - prefill_alone(cost, inp, served(best, nb, recompute_last), bs)
+    req.hit_tok[r] = hit
+    return best

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from prefixscope.analysis.fleet._cache import expire, insert, lookup, stamp
+from prefixscope.analysis.fleet._cache import expire, given_hit, insert, lookup, stamp
 from prefixscope.analysis.fleet._records import IDEAL, NONE, VLLM, piece
 from prefixscope.analysis.fleet._route import route
 from prefixscope.analysis.fleet._sched import step
@@ -108,7 +108,12 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
         )
         req.replica[r] = i
         inp = tr.input_tokens[r]
-        if sched.engine == IDEAL:
+        if sched.engine == IDEAL and tr.given_hits.size:
+            given_hit(r, tr.given_hits[r], end - start, inp, tr.recompute_last[r], cost, sched, req)
+            new = max(inp - req.hit_tok[r], 1)
+            req.rem[r] = new
+            req.ctx[r] = max(inp - new, 0)
+        elif sched.engine == IDEAL:
             best = lookup(
                 r, i, tr.blocks, start, end, inp, tr.recompute_last[r], cost, sched, tiers, sets,
                 req, scratch,

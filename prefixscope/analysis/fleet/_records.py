@@ -50,6 +50,9 @@ class Workload(NamedTuple):
     repeat: np.ndarray  # per lookup: its block came earlier in the same request (pools only)
     answer_offsets: np.ndarray  # int64
     answer_blocks: np.ndarray  # int32
+    #: per request its leading run of cached blocks where its replica's policy was replayed
+    #: apart (``replayed.py``); empty: the loop's own caches look it up
+    given_hits: np.ndarray  # int32
 
 
 class Cost(NamedTuple):

@@ -18,6 +18,7 @@ from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.fleet import _kernel, _records
 from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
+from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES, Pins, replayed_hits
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.structure.answers import answer_ids, routed_answer_blocks
@@ -25,16 +26,12 @@ from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.isolation import subset
 
-#: The ideal engine's policies: whether a hit refreshes a cached block.
-FLEET_POLICIES = {"lru": True, "fifo": False, "ttl": True}
+#: The ideal engine's policies the loop keeps per replica: whether a hit refreshes a block.
+LOOP_POLICIES = {"lru": True, "fifo": False, "ttl": True}
+#: Every policy a fleet runs: the loop's, and those replayed per replica (``replayed.py``).
+FLEET_POLICIES = (*LOOP_POLICIES, *REPLAYED_POLICIES)
 #: The registry's other policies, and why a fleet does not run them.
-REFUSED_POLICIES = {
-    "belady": "it needs each replica's future, which a stateful router decides as it goes",
-    "lfu": "its use counts and s3fifo's queues are not kept per replica by the fleet loop",
-    "s3fifo": "its small, main and ghost queues are not kept per replica by the fleet loop",
-    "pinned": "its pin sets are chosen per cache and the fleet loop keeps none",
-    "ceiling": "it is unbounded; a replica's cache has a capacity",
-}
+REFUSED_POLICIES = {"ceiling": "it is unbounded; a replica's cache has a capacity"}
 #: The bit masks of the loop hold one bit per replica.
 MAX_REPLICAS = 64
 #: vLLM's defaults: ``max_num_batched_tokens`` with chunked prefill, and ``max_num_seqs``.
@@ -105,12 +102,20 @@ class Fleet:
     tiers: Tiers = field(default_factory=Tiers)
     engine: str = "ideal"
     ttl_s: float | None = None  # ``ttl``: idle seconds before a block is dropped
+    pins: Pins = field(default_factory=Pins)  # ``pinned``: which prefixes each replica pins
 
     @property
     def policy_label(self) -> str:
         """The policy as the tables name it: ``ttl`` with its idle time (``ttl=60s``), so that
         two ttls are two configurations."""
+        if self.policy == "pinned":
+            return self.pins.label()
         return f"ttl={self.ttl_s:g}s" if self.policy == "ttl" else self.policy
+
+    @property
+    def replayed(self) -> bool:
+        """Whether each replica replays its routed stream by the policy's own kernel."""
+        return self.policy in REPLAYED_POLICIES
 
     def check(self) -> None:
         resolve_router(self.router)
@@ -122,23 +127,29 @@ class Fleet:
                 f"a fleet's caches run {', '.join(FLEET_POLICIES)}; got {self.policy!r}"
                 + (f" ({why})" if why else "")
             )
+        self.pins.check(self.policy)
+        if self.replayed and self.replicas > 1 and not resolve_router(self.router).fixed:
+            raise ValueError(
+                f"{self.policy} replays each replica's own requests, which a stateful router "
+                f"({self.router}) decides as it goes: run it under round-robin, random or "
+                "session routing, or on one replica"
+            )
         if self.policy == "ttl" and not (self.ttl_s is not None and self.ttl_s >= 0):
             raise ValueError("ttl needs --ttl SECONDS (>= 0)")
         if self.policy != "ttl" and self.ttl_s is not None:
             raise ValueError(f"--ttl applies to --policy ttl, not {self.policy}")
-        if self.policy == "ttl" and (
-            self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None
-        ):
-            raise ValueError(
-                "a ttl cache drops idle blocks; where they would go in a DRAM tier or a shared "
-                "store is not modelled: run ttl on HBM alone"
-            )
         if pooled and self.policy != "lru":
             raise ValueError(
                 f"the {self.engine} engine evicts by its own rule; --policy applies to "
                 "--engine ideal"
             )
-        if pooled and (self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None):
+        tiered = self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None
+        if tiered and self.policy not in ("lru", "fifo"):
+            raise ValueError(
+                f"{self.policy} runs on HBM alone: where its victims would go in a DRAM tier or "
+                "the store is not modelled (tiers run under lru and fifo)"
+            )
+        if pooled and tiered:
             raise ValueError(
                 f"the {self.engine} engine's KV pool is HBM alone: DRAM tiers and a shared "
                 "store run under --engine ideal"
@@ -264,10 +275,13 @@ def simulate_fleet(
     fleet.check()
     engine.check()
     router = resolve_router(fleet.router)
+    kind = router.kind
+    if fleet.replayed and not router.fixed:  # one replica (``check``): every request to it
+        routing, kind = np.zeros(trace.n_requests, np.int32), _records.FIXED
     if router.fixed and routing is None:
         routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)
     fixed = np.zeros(0, np.int32) if routing is None else np.asarray(routing, np.int32)
-    return _run(trace, traffic, fleet, engine, router.kind, fixed, fleet.replicas, stop=stop)
+    return _run(trace, traffic, fleet, engine, kind, fixed, fleet.replicas, stop=stop)
 
 
 def simulate_replica(
@@ -313,15 +327,21 @@ def _run(  # type: ignore[no-untyped-def]
         answers = answer_ids(trace, routed_answer_blocks(trace, output, routed))
     else:
         answers = (np.zeros(n + 1, np.int64), np.zeros(0, np.int32))
+    given, filled = np.zeros(0, np.int32), None
+    if fleet.replayed:
+        given, filled = replayed_hits(
+            trace, fleet.policy, fleet.capacity_blocks, fixed, n_rep, fleet.pins
+        )
     workload = _records.Workload(
         trace.offsets, trace.blocks, trace.parent, arrival, inputs, output,
-        trace.recomputes_last_block, repeat, *answers,
+        trace.recomputes_last_block, repeat, *answers, given,
     )  # fmt: skip
     c = engine.cost
     cost = _records.Cost(c.a, c.b, c.c, c.e, c.f, c.k1, c.k2)
     sched = _records.Sched(
         engine.budget_tokens, engine.max_seqs, trace.block_size, code, fleet.capacity_blocks,
-        FLEET_POLICIES[fleet.policy], width, -1.0 if fleet.ttl_s is None else float(fleet.ttl_s),
+        LOOP_POLICIES.get(fleet.policy, True), width,
+        -1.0 if fleet.ttl_s is None else float(fleet.ttl_s),
     )  # fmt: skip
     rp = _records.RouterParams(
         kind, float(r.cache_threshold), float(r.balance_abs), float(r.balance_rel),
@@ -351,6 +371,8 @@ def _run(  # type: ignore[no-untyped-def]
         [limit for limit, _ in rule.targets], [count for _, count in rule.targets], rule.first
     )
     _kernel.fleet(workload, fixed, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch, halt)
+    if filled is not None:  # the replayed caches' own: the loop kept none
+        rep.filled_at[:] = filled
     return FleetOutcome(
         fleet, arrival, req.replica, req.hit_blocks, req.hit_tok, req.ttft, req.first_start,
         req.done_at, rep.busy, rep.steps, rep.prefill_tok, rep.decode_tok, rep.filled_at,
