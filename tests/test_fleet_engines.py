@@ -58,7 +58,7 @@ def test_the_ideal_engine_takes_nothing_from_its_cache(busy: tuple) -> None:  # 
         (Fleet("round-robin", 2, 400, engine="vllm", policy="fifo"), "its own rule"),
         (Fleet("round-robin", 2, 400, engine="sglang", tiers=Tiers(dram_blocks=5)), "HBM alone"),
         (Fleet("round-robin", 2, 400, engine="tgi"), "unknown engine"),
-        (Fleet("round-robin", 2, 400, policy="belady"), "replica's future"),
+        (Fleet("kv-aware", 2, 400, policy="belady"), "which a stateful router"),
     ],
 )
 def test_a_bad_engine_configuration_says_what_is_wrong(

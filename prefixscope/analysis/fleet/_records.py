@@ -272,24 +272,38 @@ def stop(limits: list[float], allowed: list[int], first: int) -> Stop:
 
 
 def requests(n: int) -> Requests:
-    z64, zf = (lambda: np.zeros(n, np.int64)), (lambda: np.zeros(n, np.float64))
+    """Every request's state, zero (NONE where a position or a time is unset), by name."""
+
+    def full(dtype: type, fill: int = 0, width: int = 0) -> np.ndarray:
+        return np.full((n, width) if width else n, fill, dtype)
+
+    i32, i64, f64 = np.int32, np.int64, np.float64
     return Requests(
-        np.full(n, NONE, np.int32), np.zeros(n, np.int32), z64(), zf(), zf(), zf(), z64(), z64(),
-        np.full(n, NONE, np.int64), np.zeros(n, np.bool_), z64(), z64(), z64(),
-        np.full(n, NONE, np.int64), np.zeros((n, 3), np.int64), np.zeros((n, 3), np.float64),
-        zf(), zf(), np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.bool_),
-        z64(), z64(), z64(),
+        replica=full(i32, NONE), hit_blocks=full(i32), hit_tok=full(i64), ttft=full(f64),
+        first_start=full(f64), done_at=full(f64), rem=full(i64), ctx=full(i64),
+        qnext=full(i64, NONE), started=full(np.bool_), gen=full(i64), anon=full(i64),
+        dec_start=full(i64), seq=full(i64, NONE), src_tok=full(i64, width=3),
+        saved=full(f64, width=3), xfer=full(f64), cost_none=full(f64), ans_n=full(i32),
+        ans_own=full(i32), fill=full(np.bool_), pre_n=full(i64), pre_q=full(i64),
+        pre_h=full(i64),
     )  # fmt: skip
 
 
 def replicas(n_rep: int, first_arrival: float) -> Replicas:
-    z64, zf = (lambda: np.zeros(n_rep, np.int64)), (lambda: np.zeros(n_rep, np.float64))
+    """Every replica's state, zero (NONE where a request or a position is unset), by name."""
+
+    def full(dtype: type, fill: int = 0) -> np.ndarray:
+        return np.full(n_rep, fill, dtype)
+
+    i64, f64 = np.int64, np.float64
     return Replicas(
-        zf(), zf(), z64(), z64(), z64(), np.full(n_rep, NONE, np.int64),
-        np.full(n_rep, NONE, np.int64), z64(), zf(), zf(), z64(), z64(), z64(), z64(), z64(),
-        np.full(n_rep, NONE, np.int64), z64(), z64(), zf(), zf(),
-        np.zeros((n_rep, HIST_BUCKETS), np.float64), z64(), zf(),
-        np.array([first_arrival, 0, 0, 0], np.float64),
+        now=full(f64), busy=full(f64), steps=full(i64), prefill_tok=full(i64),
+        decode_tok=full(i64), qhead=full(i64, NONE), qtail=full(i64, NONE), n_started=full(i64),
+        outstanding=full(f64), inflight=full(f64), n_dec=full(i64), sum_ctx=full(i64),
+        size=full(i64), tsize=full(i64), dsize=full(i64), filled_at=full(i64, NONE),
+        preemptions=full(i64), footprint=full(i64), running_s=full(f64), cached_s=full(f64),
+        hist=np.zeros((n_rep, HIST_BUCKETS), f64), overlap=full(i64), score=full(f64),
+        clock=np.array([first_arrival, 0, 0, 0], f64),
     )  # fmt: skip
 
 
@@ -394,28 +408,28 @@ def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int, answers:
     slots = dup_slots(engine, capacity, answers)
     copies = n_rep * slots
     return Pool(
-        np.zeros(nodes + copies, np.int32),
-        np.zeros(nodes + copies if engine == VLLM else 1, np.int64),
-        np.full(n_rep, capacity, np.int64),
-        np.zeros(n_rep, np.int64),
-        np.zeros(nodes if sg else 1, np.int32),
-        np.zeros(nodes if sg else 1, np.int64),
-        np.zeros(n_rep * leaves if sg else 1, np.int64),
-        np.zeros(n_rep * leaves if sg else 1, np.int64),
-        np.zeros(n_rep, np.int64),
-        np.full(nodes if sg else 1, NONE, np.int64),
-        np.full(n_rep, capacity, np.int64),
-        np.empty(n + n_rep if on else 1, np.int64),
-        np.empty(n + n_rep if on else 1, np.int64),
-        np.zeros(1, np.int64),
-        np.zeros(max(answers, 1), np.bool_),
+        refcnt=np.zeros(nodes + copies, np.int32),
+        anon_before=np.zeros(nodes + copies if engine == VLLM else 1, np.int64),
+        free_n=np.full(n_rep, capacity, np.int64),
+        cached_free=np.zeros(n_rep, np.int64),
+        nchild=np.zeros(nodes if sg else 1, np.int32),
+        stamp=np.zeros(nodes if sg else 1, np.int64),
+        heap_key=np.zeros(n_rep * leaves if sg else 1, np.int64),
+        heap_node=np.zeros(n_rep * leaves if sg else 1, np.int64),
+        heap_n=np.zeros(n_rep, np.int64),
+        heap_pos=np.full(nodes if sg else 1, NONE, np.int64),
+        anon_free=np.full(n_rep, capacity, np.int64),
+        rnext=np.empty(n + n_rep if on else 1, np.int64),
+        rprev=np.empty(n + n_rep if on else 1, np.int64),
+        stamp_ctr=np.zeros(1, np.int64),
+        ans_mine=np.zeros(max(answers, 1), np.bool_),
         # one entry past the last, so that an array of one entry means "no copies"
-        np.full(nodes + 1 if slots else 1, NONE, np.int32),
-        np.full(copies + 1, NONE, np.int32),
-        np.full(copies + 1, NONE, np.int64),
-        np.append(np.tile(np.arange(slots, dtype=np.int32), n_rep), np.int32(0)),
-        np.full(n_rep, slots, np.int64),
-        np.full(answers + 1 if slots else 1, NONE, np.int32),
-        np.ones(nodes if sg else 1, np.int8),
-        np.full(nodes if sg else 1, NONE, np.int32),
+        dup_of=np.full(nodes + 1 if slots else 1, NONE, np.int32),
+        dup_owner=np.full(copies + 1, NONE, np.int32),
+        dup_pos=np.full(copies + 1, NONE, np.int64),
+        dup_stack=np.append(np.tile(np.arange(slots, dtype=np.int32), n_rep), np.int32(0)),
+        dup_top=np.full(n_rep, slots, np.int64),
+        ans_copy=np.full(answers + 1 if slots else 1, NONE, np.int32),
+        nstart=np.ones(nodes if sg else 1, np.int8),
+        ncont=np.full(nodes if sg else 1, NONE, np.int32),
     )

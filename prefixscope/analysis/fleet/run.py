@@ -333,15 +333,16 @@ def _run(  # type: ignore[no-untyped-def]
             trace, fleet.policy, fleet.capacity_blocks, fixed, n_rep, fleet.pins
         )
     workload = _records.Workload(
-        trace.offsets, trace.blocks, trace.parent, arrival, inputs, output,
-        trace.recomputes_last_block, repeat, *answers, given,
+        offsets=trace.offsets, blocks=trace.blocks, parent=trace.parent, arrival=arrival,
+        input_tokens=inputs, output_tokens=output, recompute_last=trace.recomputes_last_block,
+        repeat=repeat, answer_offsets=answers[0], answer_blocks=answers[1], given_hits=given,
     )  # fmt: skip
     c = engine.cost
     cost = _records.Cost(c.a, c.b, c.c, c.e, c.f, c.k1, c.k2)
     sched = _records.Sched(
-        engine.budget_tokens, engine.max_seqs, trace.block_size, code, fleet.capacity_blocks,
-        LOOP_POLICIES.get(fleet.policy, True), width,
-        -1.0 if fleet.ttl_s is None else float(fleet.ttl_s),
+        budget=engine.budget_tokens, max_seqs=engine.max_seqs, block_size=trace.block_size,
+        engine=code, capacity=fleet.capacity_blocks, recency=LOOP_POLICIES.get(fleet.policy, True),
+        hist_width=width, ttl=-1.0 if fleet.ttl_s is None else float(fleet.ttl_s),
     )  # fmt: skip
     rp = _records.RouterParams(
         kind, float(r.cache_threshold), float(r.balance_abs), float(r.balance_rel),
@@ -374,11 +375,16 @@ def _run(  # type: ignore[no-untyped-def]
     if filled is not None:  # the replayed caches' own: the loop kept none
         rep.filled_at[:] = filled
     return FleetOutcome(
-        fleet, arrival, req.replica, req.hit_blocks, req.hit_tok, req.ttft, req.first_start,
-        req.done_at, rep.busy, rep.steps, rep.prefill_tok, rep.decode_tok, rep.filled_at,
-        rep.now, req.src_tok, req.saved, req.xfer, req.cost_none, rep.preemptions,
-        _per_busy(rep.running_s, rep.busy), weighted_p95(rep.hist, width),
-        _per_busy(rep.cached_s, rep.busy), _preempted(req, code), int(halt.at[0]),
+        fleet=fleet, arrival=arrival, replica=req.replica, hit_blocks=req.hit_blocks,
+        hit_tokens=req.hit_tok, ttft=req.ttft, first_start=req.first_start, done_at=req.done_at,
+        busy=rep.busy, steps=rep.steps, prefill_tokens=rep.prefill_tok,
+        decode_tokens=rep.decode_tok, filled_at=rep.filled_at, drained_at=rep.now,
+        source_tokens=req.src_tok, source_saved_s=req.saved, transfer_s=req.xfer,
+        no_cache_s=req.cost_none, preemptions=rep.preemptions,
+        running_blocks_mean=_per_busy(rep.running_s, rep.busy),
+        running_blocks_p95=weighted_p95(rep.hist, width),
+        prefix_cache_blocks_mean=_per_busy(rep.cached_s, rep.busy),
+        preempted=_preempted(req, code), stopped_at=int(halt.at[0]),
     )  # fmt: skip
 
 
