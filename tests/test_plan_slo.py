@@ -29,6 +29,7 @@ from prefixscope.analysis.plan.space import replica_of, series_of
 from prefixscope.analysis.plan.windows import WHOLE, split
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
+from prefixscope.stages.plan_slo import PlanSloSettings, search_groups
 from tests.conftest import conversation_lines
 
 
@@ -224,6 +225,21 @@ def test_the_command_writes_both_tables_and_answers_in_gpus(
         assert gpus == n * tp
     assert "× H100" in out or "× H200" in out
     assert "Searched:" in out and "latest_plan_slo_fleets" in out
+
+
+@pytest.mark.parametrize(("engine", "tiered"), [("ideal", True), ("vllm", False)])
+def test_an_engines_pool_is_searched_without_tiers(engine: str, tiered: bool) -> None:
+    """A KV pool is HBM alone, so ``--engine vllm`` searches its fleets untiered (the search
+    once gave it the tiers the pool refuses, and ``plan --slo --engine vllm`` never ran); the
+    ideal engine's caching-on search has its DRAM tiers and store."""
+    shape = resolve_model("deepseek-v3")
+    replica = replica_of("h200x8", shape, 512, "bf16", from_roofline(shape, GPUS["h200"], tp=8))
+    settings = PlanSloSettings(slo="ttft-p95=5", deployments=("h200x8",), engine=engine)
+    groups = search_groups([replica], settings, Prices(), 512)
+    on = [s for g in groups if g.prefix_caching for s in g.series]
+    off = [s for g in groups if not g.prefix_caching for s in g.series]
+    assert on and off and all(s.dram_gib == 0 and s.store_gib is None for s in off)
+    assert any(s.dram_gib or s.store_gib is not None for s in on) is tiered
 
 
 def test_a_target_no_fleet_meets_is_said_in_words(small: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001

@@ -183,6 +183,28 @@ def step_cost(
     return choose(shape, d.gpu, d.tp, fitted, settings.cost_model)
 
 
+def search_groups(
+    replicas: Sequence[Replica],
+    settings: PlanSloSettings,
+    prices,  # type: ignore[no-untyped-def]
+    block_size: int,
+    cachings: tuple[bool, ...] = (True, False),
+    kinds: set[tuple] | None = None,
+) -> list[Group]:
+    """What is searched at each load scale, caching on and off: every series, tiered where
+    caching is on and the engine is ``ideal`` (a KV pool is HBM alone, ``fleet/engines.py``)."""
+    tierable = not resolve_engine(settings.engine).pooled
+    groups = []
+    for scale in settings.load_scales:
+        for caching in cachings:
+            tiered = caching and tierable
+            space = series_of(list(replicas), tuple(settings.routers), prices, block_size, tiered)
+            if kinds is not None:
+                space = [s for s in space if series_kind(s) in kinds]
+            groups.append(Group(scale, caching, tuple(space)))
+    return groups
+
+
 def plan_search(
     trace,
     traffic,
@@ -197,14 +219,7 @@ def plan_search(
     repeating, a tier only adds cost), searched on the busiest window and held in every window
     (``held.py``), in rounds (``search.py``). ``cachings``: which of the two to search;
     ``kinds``: only the series of these (deployment, router, DRAM, store) (:func:`answer_kind`)."""
-    routers = tuple(settings.routers)
-    groups = []
-    for scale in settings.load_scales:
-        for caching in cachings:
-            space = series_of(list(replicas), routers, prices, trace.block_size, tiered=caching)
-            if kinds is not None:
-                space = [s for s in space if series_kind(s) in kinds]
-            groups.append(Group(scale, caching, tuple(space)))
+    groups = search_groups(replicas, settings, prices, trace.block_size, cachings, kinds)
     windows = split(trace, settings.window_s)
     start = busiest(windows)
     spans: dict[tuple[int, bool], tuple] = {}
