@@ -602,8 +602,14 @@ def test_a_config_under_a_catalog_name_is_that_model_only_with_its_shape(
           "{shares}", "--capacity-blocks", "9"], "line 2: not tenant,share with a finite share"),
         (["ingest", "--format", "openai", "--tokenizer", "{fifo}", "--input", "{fifo}"],
          "--tokenizer {fifo} is not a regular file"),
+        # a hash past 64 bits (or below 0) once overflowed into an internal error
+        (["simulate", "--policy", "pinned", "--pin", "{hashes}", "--capacity-blocks", "9"],
+         "line 2: not a block hash (0 to 2^64 - 1)"),
+        (["fleet", "--policy", "pinned", "--pin", "{hashes}", "--capacity-blocks", "9",
+          "--replicas", "2", "--router", "round-robin"], "line 2: not a block hash"),
     ],
-    ids=["pin list", "quota file", "quota share not a number", "tokenizer"],
+    ids=["pin list", "quota file", "quota share not a number", "tokenizer", "pin hash",
+         "fleet pin hash"],
 )  # fmt: skip
 def test_a_pipe_or_a_bad_line_in_a_flags_file_is_one_line(
     tmp_path, capsys, sample_path, argv, says
@@ -614,11 +620,13 @@ def test_a_pipe_or_a_bad_line_in_a_flags_file_is_one_line(
     os.mkfifo(fifo)
     shares = tmp_path / "shares.csv"
     shares.write_text("tenant,share\ndefault,nan\n")
+    hashes = tmp_path / "pins.txt"
+    hashes.write_text("0x10\n18446744073709551616\n")
     wh = tmp_path / "wh.duckdb"
     assert main(["ingest", "--format", "mooncake", "--input", str(sample_path),
                  "--warehouse", str(wh)]) == 0  # fmt: skip
     capsys.readouterr()
-    args = [a.format(fifo=fifo, shares=shares) for a in argv]
+    args = [a.format(fifo=fifo, shares=shares, hashes=hashes) for a in argv]
     assert main([*args, "--warehouse", str(wh)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and says.format(fifo=fifo) in err, err

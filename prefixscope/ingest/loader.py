@@ -125,7 +125,7 @@ def _refuse_mixed_block_sizes(
         what = f"{new[a]} and {new[b]} hold requests of {a}- and {b}-token blocks"
     raise ValueError(
         f"{what} — a cache has one block size: ingest each into a warehouse of its own "
-        "(nothing was written)"
+        "(no request was written)"
     )
 
 

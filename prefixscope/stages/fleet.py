@@ -138,6 +138,13 @@ class FleetSettings:
         for store in self.stores:
             if store is not None:
                 store.check("shared store")
+        tiered = any(d is not None for d in self.drams) or any(t is not None for t in self.stores)
+        if tiered and self.policy not in ("lru", "fifo"):
+            raise ValueError(
+                f"{self.policy} runs on HBM alone: where its victims would go in a DRAM tier or "
+                "the store is not modelled (tiers run under lru and fifo)"
+            )
+        self.pins.check(self.policy, read=True)
         for fleet in self.grid([1]):
             fleet.check()
         load_prices(self.prices)

@@ -13,6 +13,7 @@ or the ``--pin`` file's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,21 +34,27 @@ class Pins:
     top: int | None = None
     file: str | None = None
 
-    def check(self, policy: str) -> None:
+    def check(self, policy: str, read: bool = False) -> None:
+        """The flags together; ``read``: the pin file too (before any work)."""
         given = (self.top is not None) + (self.file is not None)
         if policy == "pinned" and given != 1:
             raise ValueError("pinned needs --pin FILE or --pin-top K (one of them)")
         if policy != "pinned" and given:
             raise ValueError(f"--pin and --pin-top apply to --policy pinned, not {policy}")
+        if read and self.file is not None:
+            pins.read_hashes(self.file)
 
     def label(self) -> str:
         return f"pinned top={self.top}" if self.top is not None else f"pinned file={self.file}"
 
-    def mask(self, trace: Trace) -> np.ndarray:
+    def masks(self) -> Callable[[Trace], np.ndarray]:
+        """A replica's pin mask of its own trace; the file read once for all replicas."""
         if self.top is not None:
-            return pins.top_shared(trace, self.top)
+            top = self.top
+            return lambda trace: pins.top_shared(trace, top)
         assert self.file is not None
-        return pins.from_file(trace, self.file)
+        wanted = pins.read_hashes(self.file)
+        return lambda trace: pins.from_hashes(trace, wanted)
 
 
 def replayed_hits(
@@ -57,14 +64,13 @@ def replayed_hits(
     (``routing``), and per replica the request after which its cache was full (-1: never)."""
     hits = np.zeros(trace.n_requests, np.int32)
     filled = np.full(n_rep, -1, np.int64)
+    mask = pinned.masks() if policy == "pinned" else None
     for i in range(n_rep):
         routed = np.flatnonzero(routing == i)
         if not routed.size:
             continue
         mine = trace if routed.size == trace.n_requests else subset(trace, routed)
-        options = PolicyOptions(
-            pinned=pinned.mask(mine) if policy == "pinned" else None, cross=False
-        )
+        options = PolicyOptions(pinned=None if mask is None else mask(mine), cross=False)
         out = POLICIES[policy].replay(mine, capacity, options)
         hits[routed] = out.hit_blocks
         filled[i] = routed[out.filled_at] if out.filled_at >= 0 else -1

@@ -110,7 +110,7 @@ class Fleet:
         two ttls are two configurations."""
         if self.policy == "pinned":
             return self.pins.label()
-        return f"ttl={self.ttl_s:g}s" if self.policy == "ttl" else self.policy
+        return f"ttl={self.ttl_s:.12g}s" if self.policy == "ttl" else self.policy
 
     @property
     def replayed(self) -> bool:
@@ -135,7 +135,7 @@ class Fleet:
                 "session routing, or on one replica"
             )
         if self.policy == "ttl" and not (self.ttl_s is not None and self.ttl_s >= 0):
-            raise ValueError("ttl needs --ttl SECONDS (>= 0)")
+            raise ValueError("ttl needs --ttl SECONDS")
         if self.policy != "ttl" and self.ttl_s is not None:
             raise ValueError(f"--ttl applies to --policy ttl, not {self.policy}")
         if pooled and self.policy != "lru":

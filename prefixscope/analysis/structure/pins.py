@@ -56,17 +56,33 @@ def top_shared(trace: Trace, k: int, session: np.ndarray | None = None) -> np.nd
     return with_ancestors(trace, prefixes.rank(trace, session, warm).ends[:k])
 
 
-def from_file(trace: Trace, path: str | Path) -> np.ndarray:
-    """The pin mask of the prefix hashes listed in ``path`` (one per line, decimal or 0x-hex;
-    ``#`` starts a comment). Hashes the trace never looks up are ignored."""
+def read_hashes(path: str | Path) -> np.ndarray:
+    """The prefix hashes listed in ``path`` (one per line, decimal or 0x-hex, 0 to 2^64 - 1;
+    ``#`` starts a comment), read once."""
     wanted = []
     text = read_text(path, PIN_FILE_BYTES, "a list of block hashes", "give --pin such a file")
-    for raw in text.splitlines():
-        text = raw.split("#", 1)[0].strip()
-        if text:
+    for number, raw in enumerate(text.splitlines(), 1):
+        item = raw.split("#", 1)[0].strip()
+        if item:
             try:
-                wanted.append(int(text, 0))
+                value = int(item, 0)
             except ValueError:
-                raise ValueError(f"{path}: not a block hash: {text[:40]!r}") from None
-    known = np.isin(trace.hashes, np.array(wanted, dtype=np.uint64))
-    return with_ancestors(trace, np.flatnonzero(known))
+                value = -1
+            if not 0 <= value < 2**64:
+                raise ValueError(
+                    f"{path}, line {number}: not a block hash (0 to 2^64 - 1): {item[:40]!r} — "
+                    "give --pin a file of block hashes"
+                )
+            wanted.append(value)
+    return np.array(wanted, dtype=np.uint64)
+
+
+def from_hashes(trace: Trace, wanted: np.ndarray) -> np.ndarray:
+    """The pin mask of the prefixes ``wanted`` names; hashes the trace never looks up are
+    ignored."""
+    return with_ancestors(trace, np.flatnonzero(np.isin(trace.hashes, wanted)))
+
+
+def from_file(trace: Trace, path: str | Path) -> np.ndarray:
+    """The pin mask of the prefix hashes listed in ``path`` (:func:`read_hashes`)."""
+    return from_hashes(trace, read_hashes(path))
