@@ -219,3 +219,26 @@ def test_the_page_opens_with_the_answer(planned, tmp_path, browser) -> None:
     assert f"{lru['capacity_blocks']:,} blocks" in answer and "cheapest simulated fleet" in answer
     assert cells == 1 + min(len(rows), PAGE_ROWS)  # a header, and the first page of rows
     assert errors == [] and dialogs == []
+
+
+def test_a_fleet_of_another_model_is_sized_by_its_own_kv(bundled_warehouse, tmp_path) -> None:  # noqa: ANN001
+    """``plan`` (its ``--model`` llama-3-8b by default) beside fleets run on deepseek-v3: the
+    configuration row names the fleet's model and its KV in GiB at that model's size, and the
+    prose names a policy other than lru; ``--engine`` without ``--slo`` is refused, not
+    ignored."""
+    wh = str(bundled_warehouse.copy_to(tmp_path))
+    assert main(["simulate", "--warehouse", wh, "--policy", "ceiling,lru",
+                 "--capacity-blocks", "400,1600"]) == 0  # fmt: skip
+    assert main(["fleet", "--warehouse", wh, "--replicas", "2", "--router", "session",
+                 "--deployment", "h200x8", "--model", "deepseek-v3",
+                 "--policy", "lfu"]) == 0  # fmt: skip
+    assert main(["plan", "--warehouse", wh]) == 0
+    with duckdb.connect(wh, read_only=True) as con:
+        model, blocks, gib, policy = con.execute(
+            "SELECT model, capacity_blocks, capacity_gib, policy FROM latest_plan "
+            "WHERE kind = 'configuration' AND tenant = '*'"
+        ).fetchone()
+    per_token = resolve_model("deepseek-v3").kv_bytes_per_token("bf16")
+    assert model == "deepseek-v3" and policy == "lfu"
+    assert gib == pytest.approx(blocks * 512 * per_token / 2**30)
+    assert main(["plan", "--warehouse", wh, "--engine", "vllm"]) == 2

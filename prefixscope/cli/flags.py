@@ -175,9 +175,12 @@ int_list = ints(1, INT64_MAX)
 block_size_list = ints(1, MAX_BLOCK_SIZE)
 #: GiB of KV cache, up to ``MAX_GIB``.
 float_list = floats(MAX_GIB)
+#: The slowest load scale: a millionth of the logged traffic (a week's trace then spans two
+#: millennia; far below it, arrival times lose their sub-second differences in a double).
+MIN_LOAD_SCALE = 1e-6
 #: Load scales: up to ``MAX_LOAD_SCALE`` times the logged traffic; two that agree to six
 #: digits (``1`` and ``1.00000001``) print as one load in every table and answer.
-load_scales = floats(MAX_LOAD_SCALE, key=lambda v: f"{v:.6g}")
+load_scales = floats(MAX_LOAD_SCALE, MIN_LOAD_SCALE, key=lambda v: f"{v:.6g}")
 
 
 def out_file(text: str) -> str:

@@ -51,13 +51,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
         type=engine_one,
-        default="ideal",
         help="with --slo: the fleet's KV pool model (ideal)",
     )
     p.add_argument(
         "--slo-window",
         type=flags.slo_window,
-        default=DEFAULT_WINDOW_S,
         metavar="SECONDS|all",
         help="with --slo: the SLO is held in every window of this many seconds (3600), the "
         "search run on the busiest; all: over the whole trace at once",
@@ -75,6 +73,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.slo is not None or args.deployments is not None:
         return _run_slo(args)
+    for flag, value in (("--engine", args.engine), ("--slo-window", args.slo_window)):
+        if value is not None:  # it would be ignored
+            raise ValueError(f"{flag} applies to plan --slo — give --slo and --deployments")
     if len(args.load_scale) != 1:
         raise ValueError("without --slo, plan chooses among fleet runs at one --load-scale")
     from prefixscope.dashboards.plan import answer_text
@@ -117,10 +118,10 @@ def _run_slo(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         cost_model=args.cost_model,
         prices=args.prices,
-        engine=args.engine,
+        engine=args.engine or "ideal",
         workers=args.workers if args.dask_address is None else None,
         dask_address=args.dask_address,
-        window_s=args.slo_window,
+        window_s=DEFAULT_WINDOW_S if args.slo_window is None else args.slo_window,
     )
     settings.check()  # before the warehouse is opened: nothing written on bad input
     result = plan_slo.run(args.warehouse, settings)

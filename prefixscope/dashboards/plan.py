@@ -55,7 +55,9 @@ def _fleet(row: dict) -> str:
     extra = f" with {' and '.join(tiers)}" if tiers else ""
     if row["replicas"] is None:
         return "no fleet"
-    return f"{_replicas(row)}{extra}, {row['router']} routing"
+    policy = row.get("policy")
+    caches = f", {policy} caches" if policy and policy != "lru" else ""
+    return f"{_replicas(row)}{extra}, {row['router']} routing{caches}"
 
 
 def _replicas(row: dict) -> str:

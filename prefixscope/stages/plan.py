@@ -109,6 +109,7 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             cost.kind,
             float(shape.kv_bytes_per_token(settings.kv_dtype) * trace.block_size),
             lambda new, cached: cost.seconds(new, cached) * cost.gpus,  # GPU-seconds
+            settings.kv_dtype,
         )
         recent = tail(trace, tail_start(trace, settings.max_lookups))
         rows = capacity_rows(

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.gpus import GpuSpec
+from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.plan.plan import PLAN_SCHEMA, Sizing
 from prefixscope.analysis.trace.measure import FLEET
@@ -144,7 +145,8 @@ def configuration_rows(
                 "reached": reached,
                 "capacity_blocks": best["capacity_blocks"],
                 "capacity_tokens": best["capacity_tokens"],
-                "capacity_gib": sizing.gib(best["capacity_blocks"]),
+                "capacity_gib": _gib(best, sizing, best["capacity_blocks"]),
+                "model": best.get("model") or sizing.model,
                 "token_hit_rate": best["token_hit_rate"],
                 "method": f"cheapest of {len(priced)} simulated configurations that fit",
                 "router": best["router"],
@@ -184,10 +186,24 @@ def tier_dollars(r: dict, cost: float, prices: Prices) -> tuple[float | None, fl
     return saved, cost - prices.per_hour(r["replicas"], 0.0, 0.0, gpus, gpu)
 
 
+def _gib(r: dict, sizing: Sizing, blocks: int) -> float:
+    """``blocks`` of the fleet row's own model's KV, GiB: the plan's ``--model`` prices only
+    rows of that model (a fleet run on another, the demo's deepseek-v3 beside the default
+    llama-3-8b, holds KV of its own size)."""
+    model = r.get("model")
+    if not model or model == sizing.model:
+        return sizing.gib(blocks)
+    try:
+        shape = resolve_model(model)
+    except ValueError:  # a config's model, known by name only: its blocks at the plan's size
+        return sizing.gib(blocks)
+    return blocks * int(r["block_size"]) * shape.kv_bytes_per_token(sizing.kv_dtype) / 2**30
+
+
 def _cost(r: dict, prices: Prices, sizing: Sizing, working_set_blocks: int) -> float:
-    dram_gb = sizing.gib(r["dram_blocks"] or 0) * 2**30 / 1e9
+    dram_gb = _gib(r, sizing, r["dram_blocks"] or 0) * 2**30 / 1e9
     store = working_set_blocks if r["store_unbounded"] else (r["store_blocks"] or 0)
-    store_gb = sizing.gib(store) * 2**30 / 1e9
+    store_gb = _gib(r, sizing, store) * 2**30 / 1e9
     gpu, gpus = fleet_gpu(r)
     return prices.per_hour(r["replicas"], dram_gb, store_gb, gpus, gpu)
 

@@ -91,6 +91,7 @@ class Sizing:
     cost_model: str
     bytes_per_block: float
     seconds: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    kv_dtype: str = "bf16"  # the KV's dtype, for a fleet row of another model (``fleets.py``)
 
     @property
     def gib_blocks(self) -> int:
