@@ -207,9 +207,14 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
                 staged.held, staged.stage = staged.stage, staged.stage.select(list(_NARROW))
                 result.files.append(staged)
         finally:
+            # a Ctrl-C inside a statement can leave its cursor busy for a moment: closing it
+            # then fails, and that failure must not hide the interrupt (the database is ours,
+            # in memory, and goes with the process)
             for cursor in cursors:
-                cursor.close()
-            parser.close()
+                with contextlib.suppress(duckdb.Error):
+                    cursor.close()
+            with contextlib.suppress(duckdb.Error):
+                parser.close()
     except BaseException:
         result.close()
         raise
