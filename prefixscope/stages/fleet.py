@@ -36,6 +36,7 @@ from prefixscope.analysis.fleet.run import (
     FleetOutcome,
     Tiers,
     Traffic,
+    check_tiered_policy,
     simulate_fleet,
     simulate_replica,
 )
@@ -138,12 +139,9 @@ class FleetSettings:
         for store in self.stores:
             if store is not None:
                 store.check("shared store")
+        # the grid below is checked untiered: the tiers asked for, against the policy, here
         tiered = any(d is not None for d in self.drams) or any(t is not None for t in self.stores)
-        if tiered and self.policy not in ("lru", "fifo"):
-            raise ValueError(
-                f"{self.policy} runs on HBM alone: where its victims would go in a DRAM tier or "
-                "the store is not modelled (tiers run under lru and fifo)"
-            )
+        check_tiered_policy(self.policy, tiered)
         self.pins.check(self.policy, read=True)
         for fleet in self.grid([1]):
             fleet.check()

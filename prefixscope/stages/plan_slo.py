@@ -15,7 +15,7 @@ from prefixscope import resources, warehouse
 from prefixscope.analysis.cost.choice import Fitted, check_kind, wants_calibration
 from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
-from prefixscope.analysis.cost.prices import load_prices
+from prefixscope.analysis.cost.prices import Prices, load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
 from prefixscope.analysis.fanout import fan_out, on_every_worker
 from prefixscope.analysis.fleet._records import kept_nodes, release_kept
@@ -186,7 +186,7 @@ def step_cost(
 def search_groups(
     replicas: Sequence[Replica],
     settings: PlanSloSettings,
-    prices,  # type: ignore[no-untyped-def]
+    prices: Prices,
     block_size: int,
     cachings: tuple[bool, ...] = (True, False),
     kinds: set[tuple] | None = None,

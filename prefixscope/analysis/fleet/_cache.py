@@ -156,4 +156,3 @@ def given_hit(r, best, nb, inp, recompute_last, cost, sched, req):  # type: igno
     req.src_tok[r, 0] = hit
     req.saved[r, 0] = t_none - prefill_alone(cost, inp, served(best, nb, recompute_last), bs)
     req.hit_tok[r] = hit
-    return best

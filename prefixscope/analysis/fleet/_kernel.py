@@ -108,19 +108,18 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
         )
         req.replica[r] = i
         inp = tr.input_tokens[r]
-        if sched.engine == IDEAL and tr.given_hits.size:
-            given_hit(r, tr.given_hits[r], end - start, inp, tr.recompute_last[r], cost, sched, req)
-            new = max(inp - req.hit_tok[r], 1)
-            req.rem[r] = new
-            req.ctx[r] = max(inp - new, 0)
-        elif sched.engine == IDEAL:
-            best = lookup(
-                r, i, tr.blocks, start, end, inp, tr.recompute_last[r], cost, sched, tiers, sets,
-                req, scratch,
-            )  # fmt: skip
-            insert(r, i, tr.blocks, start, end, best, stride, sched, tiers, sets, rep, scratch)
-            if sched.ttl >= 0:
-                stamp(t, i, tr.blocks, start, end, stride, sets)
+        if sched.engine == IDEAL:
+            if tr.given_hits.size:  # its replica's policy was replayed apart
+                k = tr.given_hits[r]
+                given_hit(r, k, end - start, inp, tr.recompute_last[r], cost, sched, req)
+            else:
+                best = lookup(
+                    r, i, tr.blocks, start, end, inp, tr.recompute_last[r], cost, sched, tiers,
+                    sets, req, scratch,
+                )  # fmt: skip
+                insert(r, i, tr.blocks, start, end, best, stride, sched, tiers, sets, rep, scratch)
+                if sched.ttl >= 0:
+                    stamp(t, i, tr.blocks, start, end, stride, sets)
             new = max(inp - req.hit_tok[r], 1)
             req.rem[r] = new
             req.ctx[r] = max(inp - new, 0)

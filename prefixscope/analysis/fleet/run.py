@@ -88,6 +88,13 @@ class Tiers:
         )
 
 
+def check_tiered_policy(policy: str, tiered: bool) -> None:
+    """Tiers run under lru and fifo only (``fleet`` and its stage check alike)."""
+    if tiered and policy not in ("lru", "fifo"):
+        why = "where its victims would go in a DRAM tier or the store is not modelled"
+        raise ValueError(f"{policy} runs on HBM alone: {why} (tiers run under lru and fifo)")
+
+
 @dataclass(frozen=True)
 class Fleet:
     """One configuration: the router, the replica count, each replica's cache (capacity in
@@ -106,8 +113,7 @@ class Fleet:
 
     @property
     def policy_label(self) -> str:
-        """The policy as the tables name it: ``ttl`` with its idle time (``ttl=60s``), so that
-        two ttls are two configurations."""
+        """The policy as the tables name it, its setting included (``ttl=60s``)."""
         if self.policy == "pinned":
             return self.pins.label()
         return f"ttl={self.ttl_s:.12g}s" if self.policy == "ttl" else self.policy
@@ -118,7 +124,7 @@ class Fleet:
         return self.policy in REPLAYED_POLICIES
 
     def check(self) -> None:
-        resolve_router(self.router)
+        router = resolve_router(self.router)
         pooled = resolve_engine(self.engine).pooled
         self.tiers.check()
         if self.policy not in FLEET_POLICIES:
@@ -128,7 +134,7 @@ class Fleet:
                 + (f" ({why})" if why else "")
             )
         self.pins.check(self.policy)
-        if self.replayed and self.replicas > 1 and not resolve_router(self.router).fixed:
+        if self.replayed and self.replicas > 1 and not router.fixed:
             raise ValueError(
                 f"{self.policy} replays each replica's own requests, which a stateful router "
                 f"({self.router}) decides as it goes: run it under round-robin, random or "
@@ -144,11 +150,7 @@ class Fleet:
                 "--engine ideal"
             )
         tiered = self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None
-        if tiered and self.policy not in ("lru", "fifo"):
-            raise ValueError(
-                f"{self.policy} runs on HBM alone: where its victims would go in a DRAM tier or "
-                "the store is not modelled (tiers run under lru and fifo)"
-            )
+        check_tiered_policy(self.policy, tiered)
         if pooled and tiered:
             raise ValueError(
                 f"the {self.engine} engine's KV pool is HBM alone: DRAM tiers and a shared "

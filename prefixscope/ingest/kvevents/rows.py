@@ -212,13 +212,11 @@ class _Builder:
                 )
 
     def stored(self, frame: int, where: str, ev: Stored, common: dict[str, object]) -> None:
-        unit = None
         if self.block_sizes is not None and ev.block_size not in self.block_sizes:
             unit = self.chunk_unit(ev)
-        if unit is not None:
-            self.chunk(ev, unit, common)
-            return
-        if self.block_sizes is not None and ev.block_size not in self.block_sizes:
+            if unit is not None:  # an offload tier's chunk (the module docstring)
+                self.chunk(ev, unit, common)
+                return
             self.refused.update(ev.hashes)
             sizes = ", ".join(str(s) for s in sorted(self.block_sizes))
             self.reject(
