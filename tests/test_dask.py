@@ -37,20 +37,21 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(
     from prefixscope.analysis.simulation.grid import simulate_grid
     from prefixscope.analysis.simulation.scenarios import Settings, scenarios
     from prefixscope.analysis.trace.load import load_trace
-    from prefixscope.pipelines.fleet_report import fleet_report
+    from prefixscope.pipelines.fleet_report import FlowParameters, fleet_report
 
     wh = tmp_path / "wh.duckdb"
     policies, capacities = ["ceiling", "lru", "fifo"], [4_000, 64_000]
     with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
-        outcome = fleet_report(
-            inputs=[str(sample_path)],
+        params = FlowParameters(
+            inputs=(str(sample_path),),
             warehouse_path=str(wh),
             report_path=str(tmp_path / "report.html"),
-            policies=policies,
-            capacities_blocks=capacities,
-            windows=["all"],
+            policies=tuple(policies),
+            capacities_blocks=tuple(capacities),
+            windows=("all",),
             dask_address=cluster.scheduler_address,
         )
+        outcome = fleet_report(params)
     # the grid, and the KV pool of the h200x8 the savings price (the priced scenario)
     pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
     grid = scenarios(policies, sorted([*capacities, pool.kv_pool_blocks]))

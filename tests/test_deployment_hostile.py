@@ -21,6 +21,7 @@ from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.cli import main
 from prefixscope.pipelines import parameters
+from prefixscope.pipelines.flow_parameters import FlowParameters
 from tests.conftest import LLAMA_8B_CONFIG, mooncake_line
 
 #: What ``--model-config`` reads: a Llama-3-8B-like config.json under another name.
@@ -185,7 +186,7 @@ def test_the_flows_parameters_are_refused_before_any_work(
     """A scheduled run's parameters come from a deployment, not the command line: the flow's
     own check refuses them in the same words."""
     with pytest.raises(ValueError, match=says):
-        parameters.check([str(warehouse.with_name("log.jsonl"))], **flags)
+        parameters.check(FlowParameters(inputs=(str(warehouse.with_name("log.jsonl")),), **flags))
 
 
 def test_the_flows_savings_capacity_is_the_pool_it_prices() -> None:
@@ -193,7 +194,8 @@ def test_the_flows_savings_capacity_is_the_pool_it_prices() -> None:
     model (by default DeepSeek-V3 on H200s: ``pipelines/served.py``), beside the grid, and
     prices that scenario."""
     checked = parameters.check(
-        [__file__], capacities_blocks=[4_000, 64_000], policies=["lru"], serving=True
+        FlowParameters(inputs=(__file__,), capacities_blocks=(4_000, 64_000), policies=("lru",)),
+        serving=True,
     )
     pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
     assert checked.deployment == "h200x8"
@@ -201,7 +203,8 @@ def test_the_flows_savings_capacity_is_the_pool_it_prices() -> None:
     assert checked.capacities_blocks == (4_000, 64_000)  # the grid given, for the curve
     assert (checked.priced.policy, checked.priced.capacity_blocks) == ("lru", pool.kv_pool_blocks)
     seventy = parameters.check(
-        [__file__], savings_model="llama-3.3-70b", savings_gpu="h100", serving=True
+        FlowParameters(inputs=(__file__,), savings_model="llama-3.3-70b", savings_gpu="h100"),
+        serving=True,
     )
     assert seventy.deployment == "h100x2"  # the fewest H100s that hold 70B's weights
 
@@ -212,7 +215,8 @@ def test_the_flows_savings_model_may_be_a_config(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**CONFIG, "num_key_value_heads": 16}))
     checked = parameters.check(
-        [__file__], savings_model="mine", savings_model_config=str(config), savings_gpu="h100",
+        FlowParameters(inputs=(__file__,), savings_model="mine",
+                       savings_model_config=str(config), savings_gpu="h100"),
         serving=True,
     )  # fmt: skip
     shape = resolve_model("mine", str(config))

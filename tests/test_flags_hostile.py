@@ -243,6 +243,11 @@ PARAMETERS = [
     (["--input", "{tmp}/missing.jsonl"], "missing.jsonl"),
     (["--input", "{tmp}/*.nothing"], "no input file matches"),
     (["--input", "{tmp}"], "is a directory"),
+    (["--policy", "ceiling,lru", "--savings-policy", "s3fifo"], "--savings-policy 's3fifo'"),
+    (["--savings-policy", "ceiling"], "not a bounded policy"),
+    (["--savings-capacity-blocks", "0"], "--savings-capacity-blocks"),
+    (["--plan-target", "1.5"], "--plan-target"),
+    (["--slo", "ttft-p95"], "ttft-p95"),
 ]
 
 
@@ -252,7 +257,7 @@ def test_fleet_report_checks_every_parameter_before_the_flow_starts(
 ) -> None:
     from prefixscope.pipelines import fleet_report
 
-    def never(**_: object) -> None:
+    def never(*_: object, **__: object) -> None:
         raise AssertionError("the flow started")
 
     monkeypatch.setattr(fleet_report, "fleet_report", never)

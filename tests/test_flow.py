@@ -18,17 +18,17 @@ def test_fleet_report_flow_ingests_simulates_and_reports(
 ) -> None:
     from prefect.client.orchestration import get_client
 
-    from prefixscope.pipelines.fleet_report import fleet_report
+    from prefixscope.pipelines.fleet_report import FlowParameters, fleet_report
 
     wh, page = tmp_path / "wh.duckdb", tmp_path / "report.html"
-    state = fleet_report(
-        inputs=[str(sample_path)],
+    params = FlowParameters(
+        inputs=(str(sample_path),),
         warehouse_path=str(wh),
         report_path=str(page),
-        capacities_blocks=[4_000, 64_000],
+        capacities_blocks=(4_000, 64_000),
         metrics_path=str(tmp_path / "wh.prom"),
-        return_state=True,
     )
+    state = fleet_report(params, return_state=True)
     assert state.is_completed()
     outcome = state.result()
     assert 'prefixscope_token_hit_ratio{block_size="512"' in (tmp_path / "wh.prom").read_text()

@@ -81,7 +81,7 @@ def test_two_scheduled_runs_publish_their_summary_and_add_to_the_trend(
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from prefixscope.pipelines.fleet_report import SUMMARY_ARTIFACT, fleet_report
+    from prefixscope.pipelines.fleet_report import SUMMARY_ARTIFACT, FlowParameters, fleet_report
 
     logs = tmp_path / "logs"
     wh, page = tmp_path / "wh.duckdb", tmp_path / "report.html"
@@ -90,13 +90,15 @@ def test_two_scheduled_runs_publish_their_summary_and_add_to_the_trend(
         write_hour(logs, hour)
         states.append(
             fleet_report(
-                inputs=[str(logs / "*.jsonl")],
-                warehouse_path=str(wh),
-                report_path=str(page),
-                format_name="bailian",
-                tenant_from="type",
-                capacities_blocks=[32, 128, 512],
-                fleet_replicas=[2],
+                FlowParameters(
+                    inputs=(str(logs / "*.jsonl"),),
+                    warehouse_path=str(wh),
+                    report_path=str(page),
+                    format_name="bailian",
+                    tenant_from="type",
+                    capacities_blocks=(32, 128, 512),
+                    fleet_replicas=(2,),
+                ),
                 return_state=True,
             )
         )

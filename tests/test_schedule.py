@@ -3,6 +3,7 @@ without a server that outlives the run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,18 @@ pytestmark = pytest.mark.flow
 
 def test_the_deployment_carries_the_cron_schedule_and_the_parameters() -> None:
     from prefixscope.pipelines.deployments import fleet_report_deployment
+    from prefixscope.pipelines.fleet_report import FlowParameters, fleet_report
 
-    parameters = {"inputs": ["/logs/*.gz"], "warehouse_path": "/w.duckdb", "report_path": "/r"}
-    deployment = fleet_report_deployment("15 * * * *", parameters, name="hourly")
+    params = FlowParameters(
+        inputs=("/logs/*.gz",), warehouse_path="/w.duckdb", report_path="/r", workers=2
+    )
+    deployment = fleet_report_deployment("15 * * * *", params, name="hourly")
     assert deployment.name == "hourly"
     assert [s.schedule.cron for s in deployment.schedules] == ["15 * * * *"]
-    assert deployment.parameters == parameters
     assert deployment.entrypoint == "prefixscope.pipelines.fleet_report.fleet_report"
+    # what the server stores is JSON, and each run validates it back into the same parameters
+    stored = json.loads(json.dumps(deployment.parameters))
+    assert fleet_report.validate_parameters(stored) == {"params": params}
 
 
 @pytest.mark.parametrize(

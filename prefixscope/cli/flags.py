@@ -12,9 +12,8 @@ from pathlib import Path
 
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.ingest.formats.base import MAX_BLOCK_SIZE
+from prefixscope.pipelines.flow_parameters import DEFAULT_WAREHOUSE
 from prefixscope.tenants import check_tenant
-
-DEFAULT_WAREHOUSE = "prefixscope.duckdb"
 
 #: The largest value any integer flag takes (int64: what the warehouse's BIGINT columns hold).
 INT64_MAX = 2**63 - 1
@@ -268,13 +267,18 @@ def timestamp(text: str) -> datetime:
     return value
 
 
-def warehouse(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--warehouse", default=DEFAULT_WAREHOUSE, help="DuckDB file (%(default)s)")
+def warehouse(p: argparse.ArgumentParser, dest: str = "warehouse") -> None:
+    p.add_argument(
+        "--warehouse", dest=dest, default=DEFAULT_WAREHOUSE, help="DuckDB file (%(default)s)"
+    )
 
 
-def windows(p: argparse.ArgumentParser, default: list[str] | None = None) -> None:
+def windows(
+    p: argparse.ArgumentParser, default: list[str] | None = None, dest: str = "window"
+) -> None:
     p.add_argument(
         "--window",
+        dest=dest,
         type=name_list,
         default=default,
         help="all, last-half, steady (comma-separated)",

@@ -3,23 +3,35 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import DEFAULT_TENANT, FORMATS
-from prefixscope.pipelines.served import FLOW_GPU as DEFAULT_FLOW_GPU
-from prefixscope.pipelines.served import FLOW_MODEL as DEFAULT_FLOW_MODEL
+from prefixscope.pipelines.flow_parameters import (
+    DEFAULT_FLEET_REPLICAS,
+    DEFAULT_POLICIES,
+    DEFAULT_REPORT,
+    DEFAULT_SLO,
+    FlowParameters,
+)
+from prefixscope.pipelines.served import FLOW_GPU, FLOW_MODEL
 from prefixscope.resources import ResourceError
 
 
 def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input", nargs="+", action="extend", required=True, metavar="FILE")
-    p.add_argument("--format", default="mooncake", choices=sorted(FORMATS))
-    flags.warehouse(p)
-    p.add_argument("--out", type=flags.out_file, default="report.html")
+    """The flow's flags: each one's ``dest`` is a field of ``FlowParameters``
+    (``pipelines/flow_parameters.py``), whose defaults fill what is not given."""
+    p.add_argument(
+        "--input", dest="inputs", nargs="+", action="extend", required=True, metavar="FILE"
+    )
+    p.add_argument("--format", dest="format_name", default="mooncake", choices=sorted(FORMATS))
+    flags.warehouse(p, dest="warehouse_path")
+    p.add_argument("--out", dest="report_path", type=flags.out_file, default=DEFAULT_REPORT)
     p.add_argument(
         "--metrics-out",
+        dest="metrics_path",
         type=flags.out_file,
         metavar="FILE.prom",
         help="also write the latest figures as OpenMetrics text (docs/export.md#metrics)",
@@ -40,21 +52,35 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--isolation",
+        dest="isolations",
         type=flags.name_list,
         help="how tenants share each cache: shared (default), salted, partitioned",
     )
-    p.add_argument("--policy", type=flags.name_list, help="ceiling,lru,fifo,s3fifo,belady")
-    p.add_argument("--capacity-blocks", type=flags.int_list, metavar="N[,N...]")
+    p.add_argument(
+        "--policy", dest="policies", type=flags.name_list, help=",".join(DEFAULT_POLICIES)
+    )
+    p.add_argument(
+        "--capacity-blocks", dest="capacities_blocks", type=flags.int_list, metavar="N[,N...]"
+    )
     p.add_argument(
         "--fleet-replicas",
         type=flags.int_list,
         metavar="N[,N...]",
-        help="replica counts of the fleet step, every router at each (4,8)",
+        help="replica counts of the fleet step, every router at each "
+        f"({','.join(map(str, DEFAULT_FLEET_REPLICAS))})",
     )
-    flags.windows(p)
+    flags.windows(p, dest="windows")
     p.add_argument(
-        "--savings-model", help=f"model the report prices throughout ({DEFAULT_FLOW_MODEL})"
+        "--savings-policy",
+        help="the policy whose outcomes the savings price (lru; one of --policy)",
     )
+    p.add_argument(
+        "--savings-capacity-blocks",
+        type=flags.bounded_int(),
+        metavar="N",
+        help="the capacity whose outcomes the savings price (the deployment's KV pool)",
+    )
+    p.add_argument("--savings-model", help=f"model the report prices throughout ({FLOW_MODEL})")
     p.add_argument(
         "--savings-model-config",
         type=flags.model_config,
@@ -77,8 +103,19 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--savings-gpu",
         type=flags.gpu_or_cpu,
-        default=DEFAULT_FLOW_GPU,
+        default=FLOW_GPU,
         help="GPU the report prices on (%(default)s: the fewest that hold the model)",
+    )
+    p.add_argument(
+        "--plan-target",
+        type=flags.finite_float(0.0, 1.0),
+        metavar="SHARE",
+        help="the share of the ceiling the capacity plan sizes for (0.9)",
+    )
+    p.add_argument(
+        "--slo",
+        metavar="METRIC-pNN=S[,...]",
+        help=f"the SLO plan's latency targets ({DEFAULT_SLO})",
     )
     flags.hash_key_file(p)
     p.add_argument(
@@ -90,57 +127,35 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replay-samples",
         type=flags.count,
-        default=0,
         metavar="N",
         help="also calibrate a cost model on N replayed requests (needs torch)",
     )
 
 
-def parameters(args: argparse.Namespace) -> dict[str, object]:
-    """The flow's parameters from the command's flags."""
-    from prefixscope.pipelines.parameters import DEFAULT_CAPACITIES
-
-    return {
-        "inputs": [str(p) for p in args.input],
-        "warehouse_path": args.warehouse,
-        "report_path": args.out,
-        "metrics_path": args.metrics_out,
-        "format_name": args.format,
-        "tenant": args.tenant,
-        "tenant_from": args.tenant_from,
-        "tenant_field": args.tenant_field,
-        "isolations": args.isolation or None,
-        "synthetic_tenants": args.synthetic_tenants or None,
-        "policies": args.policy or None,
-        "capacities_blocks": args.capacity_blocks or list(DEFAULT_CAPACITIES),
-        "windows": args.window or None,
-        "savings_model": savings_model(args),
-        "savings_model_config": args.savings_model_config,
-        "savings_gpu": args.savings_gpu,
-        "replay_samples": args.replay_samples,
-        "fleet_replicas": args.fleet_replicas or None,
-        "workers": args.workers,
-        "hash_key_file": args.hash_key_file,
-    }
+def flow_parameters(args: argparse.Namespace) -> FlowParameters:
+    """The flow's parameters from the command's flags, by their ``dest``; the savings model
+    named after ``--savings-model-config``'s shape where only that is given."""
+    given = vars(args) | {"savings_model": savings_model(args)}
+    return FlowParameters.given(given)
 
 
 def savings_model(args: argparse.Namespace) -> str:
     """``--savings-model``, else the name ``--savings-model-config``'s shape takes, else the
-    flow's model (``pipelines/parameters.py``: ``DEFAULT_FLOW_MODEL``)."""
+    flow's model (``pipelines/served.py``: ``FLOW_MODEL``)."""
     return flags.model_named(
         argparse.Namespace(model=args.savings_model, model_config=args.savings_model_config),
-        DEFAULT_FLOW_MODEL,
+        FLOW_MODEL,
     )
 
 
-def check(args: argparse.Namespace, serving: bool = False) -> dict[str, object]:
+def check(args: argparse.Namespace, serving: bool = False) -> FlowParameters:
     """The flow's parameters, each checked (``pipelines/parameters.py``), and the Dask
     cluster reached, before the flow (and Prefect's temporary server) starts: a wrong flag
     stops the command in a second, with one line and nothing written."""
     from prefixscope.pipelines.parameters import check as check_parameters
 
-    params = parameters(args)
-    check_parameters(**params, dask_address=args.dask_address, serving=serving)  # type: ignore[arg-type]
+    params = flow_parameters(args)
+    check_parameters(params, serving=serving)
     if args.dask_address:
         from prefixscope.analysis.fanout import client_for
 
@@ -162,7 +177,7 @@ def fleet_report(args: argparse.Namespace) -> int:
 
     with failures_off_the_terminal():
         try:
-            outcome = flow(**params, dask_address=args.dask_address, fresh=args.fresh)
+            outcome = flow(params)
         except Exception as exc:
             lost = server_lost(exc)
             if lost is None:
@@ -213,14 +228,14 @@ def schedule(args: argparse.Namespace) -> int:
     params = check(args, serving=True)
     check_cron(args.cron)
     # Scheduled runs start elsewhere: paths must not depend on this shell's directory.
-    for key in ("warehouse_path", "report_path", "metrics_path"):
-        if params[key] is not None:
-            params[key] = str(Path(str(params[key])).resolve())
-    params["inputs"] = [
-        p if Path(p).is_absolute() else str(Path.cwd() / p)
-        for p in params["inputs"]  # type: ignore[attr-defined]
-    ]
-    serve_fleet_report(args.cron, {**params, "fresh": args.fresh}, args.name)
+    absolute = replace(
+        params,
+        inputs=tuple(p if Path(p).is_absolute() else str(Path.cwd() / p) for p in params.inputs),
+        warehouse_path=str(Path(params.warehouse_path).resolve()),
+        report_path=str(Path(params.report_path).resolve()),
+        metrics_path=params.metrics_path and str(Path(params.metrics_path).resolve()),
+    )
+    serve_fleet_report(args.cron, absolute, args.name)
     return 0
 
 

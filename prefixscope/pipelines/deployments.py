@@ -17,18 +17,22 @@ from prefect.deployments.runner import EntrypointType
 from prefect.settings import PREFECT_API_URL
 
 from prefixscope.pipelines.fleet_report import fleet_report
+from prefixscope.pipelines.flow_parameters import FlowParameters
 
 DEFAULT_NAME = "fleet-report"
 
 
 def fleet_report_deployment(
-    cron: str, parameters: dict[str, Any], name: str = DEFAULT_NAME, tags: Sequence[str] = ()
+    cron: str, params: FlowParameters, name: str = DEFAULT_NAME, tags: Sequence[str] = ()
 ) -> Any:
-    """The deployment that runs ``fleet_report`` with ``parameters`` on the ``cron`` schedule."""
+    """The deployment that runs ``fleet_report`` with ``params`` on the ``cron`` schedule. The
+    server stores them as JSON, the flow's one parameter; each run validates them back into
+    ``FlowParameters`` (Prefect's parameter validation), so a run gets what the command line
+    checked."""
     return fleet_report.to_deployment(
         name=name,
         cron=cron,
-        parameters=parameters,
+        parameters={"params": params.stored()},
         tags=list(tags),
         description=(
             "ingest → simulate → curve → structure → fleet → plan → plan-slo → savings → report "
@@ -62,10 +66,10 @@ def served_by() -> str:
     return str(url)
 
 
-def serve_fleet_report(cron: str, parameters: dict[str, Any], name: str = DEFAULT_NAME) -> None:
+def serve_fleet_report(cron: str, params: FlowParameters, name: str = DEFAULT_NAME) -> None:
     """Register the deployment with the server at ``PREFECT_API_URL`` and run its scheduled
     flow runs in this process until it is stopped."""
     served_by()
     from prefect import serve
 
-    serve(fleet_report_deployment(cron, parameters, name))
+    serve(fleet_report_deployment(cron, params, name))

@@ -41,20 +41,14 @@ from prefixscope.export.metrics import write_metrics
 from prefixscope.ingest import FORMATS, IngestOptions, IngestResult
 from prefixscope.ingest.hashkey import resolve_key
 from prefixscope.pipelines import parameters, resume
-from prefixscope.pipelines.parameters import (  # noqa: F401  (the flow's defaults, re-exported)
-    DEFAULT_CAPACITIES,
-    DEFAULT_FLEET_LOAD_SCALES,
-    DEFAULT_FLEET_REPLICAS,
-    DEFAULT_POLICIES,
-    DEFAULT_WINDOWS,
+from prefixscope.pipelines.flow_parameters import FlowParameters
+from prefixscope.pipelines.parameters import (
     RECENT_LOOKUPS,
     expand_inputs,
     fleet_settings,
-    outcomes_scenario,
     structure_settings,
 )
 from prefixscope.pipelines.progress import steps
-from prefixscope.pipelines.served import FLOW_GPU, FLOW_MODEL
 from prefixscope.resources import say
 from prefixscope.stages import curve as curve_stage
 from prefixscope.stages import fleet as fleet_stage
@@ -259,81 +253,44 @@ def _none(run_id: str) -> None:
 
 
 @flow(name="fleet_report", log_prints=True)
-def fleet_report(
-    inputs: list[str],
-    warehouse_path: str,
-    report_path: str,
-    format_name: str = "mooncake",
-    tenant: str = "default",
-    policies: list[str] | None = None,
-    capacities_blocks: list[int] | None = None,
-    windows: list[str] | None = None,
-    savings_policy: str = "lru",
-    savings_capacity_blocks: int | None = None,
-    savings_model: str = FLOW_MODEL,
-    savings_model_config: str | None = None,
-    savings_gpu: str = FLOW_GPU,
-    replay_samples: int = 0,
-    dask_address: str | None = None,
-    fleet_replicas: list[int] | None = None,
-    plan_target: float = 0.9,
-    tenant_from: str | None = None,
-    tenant_field: str | None = None,
-    isolations: list[str] | None = None,
-    synthetic_tenants: list[str] | None = None,
-    workers: int = 1,
-    metrics_path: str | None = None,
-    slo: str = parameters.DEFAULT_SLO,
-    fresh: bool = False,
-    hash_key_file: str | None = None,
-) -> FleetReportOutcome:
-    """``tenant_from``: bailian, the tenant of each request is its type; ``tenant_field``: the
-    field of each line that names its tenant (else ``tenant``);
-    ``isolations``: how tenants share each simulated cache (shared; salted answers what
-    sharing across tenants is worth); ``synthetic_tenants``: also ingest a synthetic log of
-    these tenants (``prefixscope.synthetic``), at the inputs' block size: the demo's fleet;
-    ``workers``: processes the stages that fan out use on this machine (without
-    ``dask_address``), each holding the trace once; ``metrics_path``: also write the latest
-    figures there as OpenMetrics text (node_exporter's textfile collector), after the page;
-    ``slo``: the latency target of the SLO plan (``parameters.DEFAULT_SLO``: DeepSeek-V3 on
-    8 × H200); ``fresh``: run every stage, where a run of the same flow on the same inputs
-    and settings would otherwise reuse the stages it finished (``resume.py``);
-    ``hash_key_file``: the key every stored block hash is keyed with (``ingest/hashkey.py``;
-    None: the user's own, made on first use; ``none``: plain hashes)."""
-    flow_parameters = dict(locals())
+def fleet_report(params: FlowParameters) -> FleetReportOutcome:
+    """One run of the flow (``flow_parameters.py`` says what each parameter does)."""
     # every parameter before any work (the command line has checked them too)
-    checked = parameters.check_flow(flow_parameters)
+    checked = parameters.check(params)
     capacities_blocks = list(checked.capacities_blocks)
     simulated_blocks = list(checked.simulated_blocks or capacities_blocks)
     windows = list(checked.windows)
     priced = checked.priced
-    wh = warehouse_path
+    wh = params.warehouse_path
+    synthetic_tenants, dask_address, workers = (
+        params.synthetic_tenants, params.dask_address, params.workers,
+    )  # fmt: skip
     names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else []), "simulate"]
-    names += ["curve", "structure", *(["replay"] if replay_samples > 0 else []), "fleet"]
+    names += ["curve", "structure", *(["replay"] if params.replay_samples > 0 else []), "fleet"]
     names += ["plan", "plan-slo", "validate", "savings", "report"]
-    names += [*(["metrics"] if metrics_path else []), "summary"]
+    names += [*(["metrics"] if params.metrics_path else []), "summary"]
 
     # workers, a cluster and where the page goes change no stage's results: a re-run after a
     # failure with --workers 1 resumes what the failed run finished
     key = resume.fingerprint(
         checked.paths,
-        {k: v for k, v in flow_parameters.items() if k not in resume.NOT_IN_KEY},
+        {k: v for k, v in params.stored().items() if k not in resume.NOT_IN_KEY},
     )
-    done = {} if fresh else resume.finished(wh, key)
+    done = {} if params.fresh else resume.finished(wh, key)
     steps_run = Steps(key, done)
 
     with steps(names) as step:
         step("ingest")
-        fields = (("tenant", tenant_field),) if tenant_field else ()
-        hash_key = resolve_key(hash_key_file)
+        fields = (("tenant", params.tenant_field),) if params.tenant_field else ()
+        hash_key = resolve_key(params.hash_key_file)
         options = IngestOptions(
-            tenant=tenant, tenant_from=tenant_from, fields=fields, hash_key=hash_key
+            tenant=params.tenant, tenant_from=params.tenant_from, fields=fields, hash_key=hash_key
         )
-        sources = [ingest_stage.IngestSettings(checked.paths, format_name, options)]
+        sources = [ingest_stage.IngestSettings(checked.paths, params.format_name, options)]
         ingested = [steps_run("ingest", lambda: ingest(wh, sources[0]), read_counts(wh))]
         if synthetic_tenants:
             step("synthesize")
-            block_size = FORMATS[format_name].default_block_size
+            block_size = FORMATS[params.format_name].default_block_size
             log = synthesize(wh, list(synthetic_tenants), block_size)
             step("ingest")
             options = IngestOptions(tenant_from="type", block_size=block_size, hash_key=hash_key)
@@ -362,12 +319,13 @@ def fleet_report(
         step("structure")
         steps_run("structure", lambda: structure(wh, structure_settings(capacities_blocks)), _none)
         calibrated = None
-        if replay_samples > 0:
+        if params.replay_samples > 0:
             step("replay")
-            calibrated = steps_run("replay", lambda: replay(wh, priced, replay_samples))
-        model, gpu = calibrated or (savings_model, savings_gpu)
+            calibrated = steps_run("replay", lambda: replay(wh, priced, params.replay_samples))
+        flow_model = (params.savings_model, params.savings_gpu)
+        model, gpu = calibrated or flow_model
         # a replay calibrates a catalog model; the config.json is the savings model's shape
-        config = savings_model_config if model == savings_model else None
+        config = params.savings_model_config if model == params.savings_model else None
         step("fleet")
         fleet_settings_ = fleet_settings(
             capacities_blocks,
@@ -383,7 +341,7 @@ def fleet_report(
         steps_run("fleet", lambda: fleet(wh, fleet_settings_), _none)
         step("plan")
         plan_settings = plan_stage.PlanSettings(
-            target=plan_target,
+            target=params.plan_target,
             model=model,
             gpu=gpu,
             model_config=config,
@@ -393,7 +351,7 @@ def fleet_report(
         )
         steps_run("plan", lambda: plan(wh, plan_settings), _none)
         step("plan-slo")
-        slo_settings = parameters.slo_settings(slo, dask_address, workers)
+        slo_settings = parameters.slo_settings(params.slo, dask_address, workers)
         steps_run("plan-slo", lambda: plan_slo(wh, slo_settings), _none)
         step("validate")
         if validate_stage.has_reports(wh):  # the engines' own counts: the effective capacity
@@ -413,16 +371,18 @@ def fleet_report(
             model_config=config,
             # the flow's deployment where it prices with the flow's GPU; a replay's own
             # device (calibrated) takes the fewest of its GPUs that hold its model
-            deployment=checked.deployment if (model, gpu) == (savings_model, savings_gpu) else None,
+            deployment=checked.deployment if (model, gpu) == flow_model else None,
             policy=priced.policy,
             capacity_blocks=priced.capacity_blocks,
             isolation=priced.isolation,
         )
         saved = steps_run("savings", lambda: savings(wh, savings_settings))
         step("report")
-        page = steps_run("report", lambda: report(wh, report_stage.ReportSettings(report_path)))
-        if metrics_path:
+        page_settings = report_stage.ReportSettings(params.report_path)
+        page = steps_run("report", lambda: report(wh, page_settings))
+        if params.metrics_path:
             step("metrics")
+            metrics_path = params.metrics_path
             steps_run("metrics", lambda: metrics(wh, metrics_path))
         step("summary")
         answer = summary(wh, page)
@@ -438,4 +398,4 @@ def fleet_report(
     )
 
 
-__all__ = ["FleetReportOutcome", "expand_inputs", "fleet_report"]
+__all__ = ["FleetReportOutcome", "FlowParameters", "expand_inputs", "fleet_report"]

@@ -10,7 +10,6 @@ deployment.
 from __future__ import annotations
 
 import glob
-import inspect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,20 +29,23 @@ from prefixscope.export.atomic import check_writable
 from prefixscope.ingest import FORMATS, IngestOptions
 from prefixscope.ingest.hashkey import PLAIN, read_key
 from prefixscope.ingest.lines import holds_text
-from prefixscope.pipelines.served import FLOW_GPU, FLOW_MODEL
+from prefixscope.pipelines.flow_parameters import (
+    DEFAULT_CAPACITIES,
+    DEFAULT_FLEET_REPLICAS,
+    DEFAULT_ISOLATIONS,
+    DEFAULT_POLICIES,
+    DEFAULT_SLO,
+    DEFAULT_WINDOWS,
+    FlowParameters,
+)
+from prefixscope.pipelines.served import FLOW_MODEL
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import plan as plan_stage
 from prefixscope.stages import plan_slo as plan_slo_stage
 from prefixscope.tenants import check_tenant
 
-#: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
-#: working set is 182,790 blocks, so the curve reaches the ceiling's neighbourhood).
-DEFAULT_CAPACITIES = (1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000)
-DEFAULT_POLICIES = ("ceiling", "lru", "fifo", "s3fifo", "belady")
-DEFAULT_WINDOWS = ("all", "last-half", "steady")
-#: The fleet grid: every router at two replica counts, at the traffic as logged and twice it;
-#: each replica's cache is the grid's middle capacity (the one ``structure`` simulates).
-DEFAULT_FLEET_REPLICAS = (4, 8)
+#: The fleet grid's loads: the traffic as logged and twice it (each replica's cache is the
+#: deployment's KV pool, or the grid's middle capacity: ``fleet_settings``).
 DEFAULT_FLEET_LOAD_SCALES = (1.0, 2.0)
 #: The fleet and the value of the next GiB simulate many configurations each, so on a trace
 #: larger than this they measure its most recent stretch of this many lookups
@@ -56,10 +58,8 @@ RECENT_LOOKUPS = 12_000_000
 #: hour's 95th-percentile prompt (39,551 tokens) alone with nothing cached (docs/plan.md), so
 #: both a fleet with the cache and one without can meet it, and what the cache is worth is a
 #: count of GPUs. At the logged load only: each load scale is a search of its own.
-DEFAULT_SLO = "ttft-p95=5"
 DEFAULT_SLO_MODEL = FLOW_MODEL  # one model throughout the report (``served.py``)
 DEFAULT_SLO_DEPLOYMENTS = ("h200x8",)
-DEFAULT_FLOW_MODEL, DEFAULT_FLOW_GPU = FLOW_MODEL, FLOW_GPU
 DEFAULT_SLO_LOAD_SCALES = (1.0,)
 
 
@@ -82,114 +82,99 @@ class Checked:
     simulated_blocks: tuple[int, ...] = ()
 
 
-def check_flow(values: dict[str, object]) -> Checked:
-    """The flow's parameters (``values``: the flow's arguments by name) through :func:`check`,
-    each it takes by its own name: one list of names, the flow's signature."""
-    names = inspect.signature(check).parameters
-    return check(**{k: v for k, v in values.items() if k in names})  # type: ignore[arg-type]
-
-
-def check(
-    inputs: Sequence[str],
-    *,
-    warehouse_path: str | None = None,
-    report_path: str | None = None,
-    metrics_path: str | None = None,
-    format_name: str = "mooncake",
-    tenant: str = "default",
-    tenant_from: str | None = None,
-    tenant_field: str | None = None,
-    synthetic_tenants: Sequence[str] | None = None,
-    policies: Sequence[str] | None = None,
-    capacities_blocks: Sequence[int] | None = None,
-    windows: Sequence[str] | None = None,
-    isolations: Sequence[str] | None = None,
-    savings_policy: str = "lru",
-    savings_capacity_blocks: int | None = None,
-    savings_model: str = DEFAULT_FLOW_MODEL,
-    savings_model_config: str | None = None,
-    savings_gpu: str = DEFAULT_FLOW_GPU,
-    replay_samples: int = 0,
-    fleet_replicas: Sequence[int] | None = None,
-    plan_target: float = 0.9,
-    workers: int = 1,
-    dask_address: str | None = None,
-    serving: bool = False,
-    slo: str | None = DEFAULT_SLO,
-    hash_key_file: str | None = None,
-) -> Checked:
+def check(params: FlowParameters, *, serving: bool = False) -> Checked:
     """Every parameter, before any work: ValueError (or OSError, for an input that cannot be
     read) with one line that names it. Lists take each value once: a value given twice would
     run, and write, its rows twice. ``serving``: checked when a schedule is served, before
     its logs may exist: a pattern need only name a folder that exists (each run expands it,
     and refuses a pattern that then matches nothing)."""
-    for where in (warehouse_path, report_path, metrics_path):
+    for where in (params.warehouse_path, params.report_path, params.metrics_path):
         if where is not None and Path(where).is_dir():
             raise IsADirectoryError(21, "Is a directory", where)
-    if metrics_path is not None:
-        check_writable(Path(metrics_path), "--metrics-out")
-    if format_name not in FORMATS:
-        raise ValueError(f"unknown format {format_name!r}; known: {', '.join(sorted(FORMATS))}")
-    if hash_key_file is not None and hash_key_file.strip().lower() != PLAIN:
-        read_key(Path(hash_key_file))  # the default key is made by the run, on first use
-    check_tenant(tenant, "--tenant")
-    fields = (("tenant", tenant_field),) if tenant_field else ()
-    IngestOptions(tenant=tenant, tenant_from=tenant_from, fields=fields)  # its own checks
-    for name in synthetic_tenants or ():
+    if params.metrics_path is not None:
+        check_writable(Path(params.metrics_path), "--metrics-out")
+    if params.format_name not in FORMATS:
+        raise ValueError(
+            f"unknown format {params.format_name!r}; known: {', '.join(sorted(FORMATS))}"
+        )
+    if params.hash_key_file is not None and params.hash_key_file.strip().lower() != PLAIN:
+        read_key(Path(params.hash_key_file))  # the default key is made by the run, on first use
+    check_tenant(params.tenant, "--tenant")
+    fields = (("tenant", params.tenant_field),) if params.tenant_field else ()
+    IngestOptions(
+        tenant=params.tenant, tenant_from=params.tenant_from, fields=fields
+    )  # its own checks
+    for name in params.synthetic_tenants or ():
         check_tenant(name, "--synthetic-tenants")
-    if not (tenant_field or tenant_from) and tenant in (synthetic_tenants or ()):
+    if not (params.tenant_field or params.tenant_from) and params.tenant in (
+        params.synthetic_tenants or ()
+    ):
         # one name for two logs would merge a real tenant's rows with a synthetic one's
         raise ValueError(
-            f"--synthetic-tenants names {tenant!r}, the --tenant of the logs — give the "
+            f"--synthetic-tenants names {params.tenant!r}, the --tenant of the logs — give the "
             "synthetic tenants other names"
         )
     resolved = {
-        "--synthetic-tenants": tuple(synthetic_tenants or ()),
-        "--policy": tuple(policies or DEFAULT_POLICIES),
-        "--capacity-blocks": tuple(capacities_blocks or DEFAULT_CAPACITIES),
-        "--window": tuple(windows or DEFAULT_WINDOWS),
-        "--isolation": tuple(isolations or ("shared",)),
-        "--fleet-replicas": tuple(fleet_replicas or DEFAULT_FLEET_REPLICAS),
+        "--synthetic-tenants": tuple(params.synthetic_tenants or ()),
+        "--policy": tuple(params.policies or DEFAULT_POLICIES),
+        "--capacity-blocks": tuple(params.capacities_blocks or DEFAULT_CAPACITIES),
+        "--window": tuple(params.windows or DEFAULT_WINDOWS),
+        "--isolation": tuple(params.isolations or DEFAULT_ISOLATIONS),
+        "--fleet-replicas": tuple(params.fleet_replicas or DEFAULT_FLEET_REPLICAS),
     }
     for flag, values in resolved.items():
         twice = sorted({str(v) for v in values if values.count(v) > 1})
         if twice:
             raise ValueError(f"{flag} gives {', '.join(twice)} twice — give each value once")
     check_windows(resolved["--window"])
-    shape = resolve_model(savings_model, savings_model_config)
-    gpu_key(savings_gpu)
-    deployment = fleet_deployment(savings_gpu, savings_model, savings_model_config)
-    block_size = FORMATS[format_name].default_block_size
-    pool = deployment_pool(deployment, savings_model, block_size, savings_model_config)
-    if pool is not None and savings_capacity_blocks is not None and savings_capacity_blocks > pool:
+    bounded = [name for name in resolved["--policy"] if name != "ceiling"]
+    if params.savings_policy is not None and params.savings_policy not in bounded:
         raise ValueError(
-            f"--savings-capacity-blocks {savings_capacity_blocks:,} is more KV than {deployment}'s "
-            f"pool of {pool:,} blocks of {shape.name} — give at most {pool:,}, or a GPU that holds "
-            "more (--savings-gpu)"
+            f"--savings-policy {params.savings_policy[:80]!r} is not a bounded policy the flow "
+            f"simulates ({', '.join(bounded) or 'none'}) — give one of them, or add it to --policy"
+        )
+    shape = resolve_model(params.savings_model, params.savings_model_config)
+    gpu_key(params.savings_gpu)
+    deployment = fleet_deployment(
+        params.savings_gpu, params.savings_model, params.savings_model_config
+    )
+    block_size = FORMATS[params.format_name].default_block_size
+    pool = deployment_pool(
+        deployment, params.savings_model, block_size, params.savings_model_config
+    )
+    if (
+        pool is not None
+        and params.savings_capacity_blocks is not None
+        and params.savings_capacity_blocks > pool
+    ):
+        raise ValueError(
+            f"--savings-capacity-blocks {params.savings_capacity_blocks:,} is more KV than "
+            f"{deployment}'s pool of {pool:,} blocks of {shape.name} — give at most {pool:,}, "
+            "or a GPU that holds more (--savings-gpu)"
         )
     simulated = tuple(sorted({*resolved["--capacity-blocks"], *([pool] if pool else [])}))
     grid = scenarios(resolved["--policy"], simulated, resolved["--isolation"])
-    for what, value in (("--replay-samples", replay_samples), ("--workers", workers)):
+    for what, value in (("--replay-samples", params.replay_samples), ("--workers", params.workers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{what} must be a whole number from 0, got {value!r}")
     caps = resolved["--capacity-blocks"]
-    settings = fleet_settings(caps, resolved["--window"], savings_model, savings_gpu,
-                              resolved["--fleet-replicas"], dask_address, workers,
-                              deployment, savings_model_config)  # fmt: skip
+    settings = fleet_settings(caps, resolved["--window"], params.savings_model, params.savings_gpu,
+                              resolved["--fleet-replicas"], params.dask_address, params.workers,
+                              deployment, params.savings_model_config)  # fmt: skip
     settings.check()
     plan_stage.PlanSettings(
-        target=plan_target,
-        model=savings_model,
-        gpu=savings_gpu,
-        model_config=savings_model_config,
+        target=params.plan_target,
+        model=params.savings_model,
+        gpu=params.savings_gpu,
+        model_config=params.savings_model_config,
     ).check()
-    slo_settings(slo, dask_address, workers).check()
+    slo_settings(params.slo, params.dask_address, params.workers).check()
     if serving:
-        paths = tuple(pending_inputs(inputs))
+        paths = tuple(pending_inputs(params.inputs))
     else:
-        paths = tuple(readable(expand_inputs(inputs)))
-        if not synthetic_tenants:
-            refuse_nothing_to_report(paths, warehouse_path)
+        paths = tuple(readable(expand_inputs(params.inputs)))
+        if not params.synthetic_tenants:
+            refuse_nothing_to_report(paths, params.warehouse_path)
     return Checked(
         paths=paths,
         policies=resolved["--policy"],
@@ -198,7 +183,9 @@ def check(
         isolations=resolved["--isolation"],
         fleet_replicas=resolved["--fleet-replicas"],
         grid=tuple(grid),
-        priced=outcomes_scenario(grid, savings_policy, savings_capacity_blocks or pool),
+        priced=outcomes_scenario(
+            grid, params.savings_policy or "lru", params.savings_capacity_blocks or pool
+        ),
         deployment=deployment,
         simulated_blocks=simulated,
     )
