@@ -100,7 +100,7 @@ def generated(path: Path, conversations: int, seed: int = 11) -> Path:
 def load(trace_file: Path, work: Path):  # type: ignore[no-untyped-def]
     wh = work / "w.duckdb"
     settings = ingest_stage.IngestSettings((str(trace_file),), "mooncake", IngestOptions())
-    ingest_stage.run(str(wh), settings)
+    ingest_stage.ingest_logs(str(wh), settings)
     with warehouse.connect(wh, read_only=True) as con:
         return load_trace(con), load_traffic(con)
 

@@ -77,7 +77,7 @@ def main() -> int:
         log = write_gateway_log(folder / "gateway.jsonl", GatewayWorkload(sessions=args.sessions),
                                 EngineCache(hbm_blocks=4000), seed=args.seed)  # fmt: skip
         wh = folder / "gateway.duckdb"
-        ingest.run(wh, ingest.IngestSettings((str(log.path),), "openai", INGEST_OPTIONS))
+        ingest.ingest_logs(wh, ingest.IngestSettings((str(log.path),), "openai", INGEST_OPTIONS))
         out = folder / "export.jsonl"
         export_trace(wh, ExportSettings(format="mooncake", out=str(out)))
         with warehouse.reading(wh) as con:

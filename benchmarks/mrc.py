@@ -68,7 +68,7 @@ def best(fn, repeats: int = 3) -> tuple[float, object]:  # type: ignore[no-untyp
 def bundled() -> Trace:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.duckdb"
-        ingest.run(path, ingest.IngestSettings((str(SAMPLE),)))
+        ingest.ingest_logs(path, ingest.IngestSettings((str(SAMPLE),)))
         with warehouse.reading(path) as con:
             trace = load_trace(con)
     return trace

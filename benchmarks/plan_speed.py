@@ -41,9 +41,11 @@ def main() -> int:
     failed = False
     with tempfile.TemporaryDirectory() as folder:
         wh = Path(folder) / "bench.duckdb"
-        ingest.run(wh, ingest.IngestSettings((str(SAMPLE),), "mooncake"))
+        ingest.ingest_logs(wh, ingest.IngestSettings((str(SAMPLE),), "mooncake"))
         warm = plan_slo.PlanSloSettings(("h100x1",), "ttft-p95=100", routers=("cache-aware",))
-        plan_slo.run(wh, warm)  # compiles the fleet loop (every router's path is one kernel)
+        plan_slo.plan_for_slo(
+            wh, warm
+        )  # compiles the fleet loop (every router's path is one kernel)
         for model, deployments, scales, slo in SEARCHES:
             rates = {}
             for cost in ("roofline", "measured"):
@@ -51,7 +53,7 @@ def main() -> int:
                     deployments, slo, scales, model=model, cost_model=cost
                 )
                 start = time.perf_counter()
-                result = plan_slo.run(wh, settings)
+                result = plan_slo.plan_for_slo(wh, settings)
                 took = time.perf_counter() - start
                 fleets = result.fleets.num_rows
                 ranged = 0 if result.slower is None else sum(

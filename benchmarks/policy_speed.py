@@ -92,7 +92,7 @@ def load(copies: int, trace_file: Path | None, tmp: Path) -> tuple[Trace, Path]:
         subprocess.run([sys.executable, str(make_trace_tool()), str(copies), str(path)], check=True)
     db = tmp / "policy_speed.duckdb"
     t = time.perf_counter()
-    ingest.run(db, ingest.IngestSettings((str(path),), "mooncake"))
+    ingest.ingest_logs(db, ingest.IngestSettings((str(path),), "mooncake"))
     with warehouse.reading(db) as con:
         trace = load_trace(con)
     print(f"trace: {path.name}, ingested and loaded in {time.perf_counter() - t:.1f} s")

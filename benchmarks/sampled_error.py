@@ -73,7 +73,7 @@ class Row:
 def ingested(tmp: Path, name: str, inputs: list[Path], fmt: str, **options: object) -> Path:
     wh = tmp / f"{name}.duckdb"
     settings = ingest.IngestSettings(tuple(map(str, inputs)), fmt, IngestOptions(**options))
-    ingest.run(wh, settings)
+    ingest.ingest_logs(wh, settings)
     return wh
 
 

@@ -44,7 +44,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         wh = Path(tmp) / "wh.duckdb"
-        ingest.run(wh, ingest.IngestSettings((str(SAMPLE),), "mooncake"))
+        ingest.ingest_logs(wh, ingest.IngestSettings((str(SAMPLE),), "mooncake"))
         with warehouse.reading(wh) as con:
             trace = load_trace(con)
     every = CurveSettings(points=2, capacities=tuple(range(1, trace.n_unique + 1)))

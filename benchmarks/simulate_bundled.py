@@ -36,7 +36,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.duckdb"
         t_ingest = median_seconds(
-            lambda: ingest.run(path, ingest.IngestSettings((str(SAMPLE),))), 3
+            lambda: ingest.ingest_logs(path, ingest.IngestSettings((str(SAMPLE),))), 3
         )
         con = warehouse.connect(path)
         t_load = median_seconds(lambda: load_trace(con), 3)

@@ -36,7 +36,7 @@ ROUNDS = 3
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.duckdb"
-        ingest.run(path, ingest.IngestSettings((str(SAMPLE),)))
+        ingest.ingest_logs(path, ingest.IngestSettings((str(SAMPLE),)))
         with warehouse.reading(path) as con:
             base = con.sql(
                 f"SELECT block_hashes, input_tokens FROM requests ORDER BY {REPLAY_ORDER}"

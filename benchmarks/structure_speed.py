@@ -67,7 +67,7 @@ def build(copies: int, folder: Path) -> Path:
     jsonl = folder / f"x{copies}.jsonl"
     t = time.perf_counter()
     write_tiled(copies, jsonl)
-    ingest.run(db, ingest.IngestSettings((str(jsonl),), "mooncake"))
+    ingest.ingest_logs(db, ingest.IngestSettings((str(jsonl),), "mooncake"))
     tenants = pj.read_json(jsonl).column("tenant")
     lines = pa.table({"line": pa.array(range(1, len(tenants) + 1), pa.int64()), "tenant": tenants})
     with warehouse.connect(db) as con:

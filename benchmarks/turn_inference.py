@@ -25,7 +25,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data/sample/formats/bailian.json
 def accuracy(path: Path, tmp: Path, max_forks: int, block_size: int) -> tuple[int, int, int]:
     db = tmp / f"{path.stem}-{max_forks}.duckdb"
     options = IngestOptions(tenant_from="type", block_size=block_size)
-    ingest.run(db, ingest.IngestSettings((str(path),), "bailian", options))
+    ingest.ingest_logs(db, ingest.IngestSettings((str(path),), "bailian", options))
     with warehouse.reading(db) as con:
         trace = load_trace(con)
         truth = turns.logged_parents(load_log(con, trace).ids)

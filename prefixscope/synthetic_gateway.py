@@ -87,7 +87,7 @@ class Draft:
         with tempfile.TemporaryDirectory(prefix="prefixscope-gateway-") as tmp:
             draft = _write(Path(tmp) / "draft.jsonl", lines)
             db = Path(tmp) / "draft.duckdb"
-            ingest.run(db, ingest.IngestSettings((str(draft),), "openai", INGEST_OPTIONS))
+            ingest.ingest_logs(db, ingest.IngestSettings((str(draft),), "openai", INGEST_OPTIONS))
             with warehouse.reading(db) as con:
                 trace = load_trace(con)
         if trace.n_requests != len(lines):

@@ -310,12 +310,12 @@ def append(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table, run_id: s
 class StageRun:
     """One stage's run, in the pattern that keeps readers out for the least time::
 
-        with StageRun(path, "simulate", settings) as run:   # 'running' row, tiny transaction
-            with run.reading() as con:                      # read-only: load the inputs
+        with StageRun(path, "simulate", settings) as stage_run:  # 'running' row, tiny write
+            with stage_run.reading() as con:       # read-only: load the inputs
                 trace = load_trace(con)
-            tables = compute(trace)                         # the file is closed meanwhile
-            with run.publishing() as con:                   # one short transaction
-                warehouse.append(con, "hit_rates", tables, run.run_id)
+            tables = compute(trace)                # the file is closed meanwhile
+            with stage_run.publishing() as con:    # one short transaction
+                warehouse.append(con, "hit_rates", tables, stage_run.run_id)
 
     Publishing appends and closes the run as 'succeeded' in one transaction, so a reader sees
     all of a run's rows or none. An error anywhere closes it as 'failed' (in a new short

@@ -200,7 +200,7 @@ def bundled_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Bundled:
     from prefixscope.stages import ingest
 
     path = tmp_path_factory.mktemp("bundled") / "bundled.duckdb"
-    result = ingest.run(path, ingest.IngestSettings((str(SAMPLE),), "mooncake"))
+    result = ingest.ingest_logs(path, ingest.IngestSettings((str(SAMPLE),), "mooncake"))
     return Bundled(path, result)
 
 

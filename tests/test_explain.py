@@ -256,22 +256,22 @@ def test_capacity_and_sessions_come_from_what_the_warehouse_holds(
     wh = bundled_warehouse.copy_to(tmp_path)
     rid = bundled_trace.request_ids[7000].as_py()
     with pytest.raises(ValueError, match="give --capacity-blocks"):
-        stage.run(wh, stage.ExplainSettings(rid))
-    structure.run(wh, structure.StructureSettings(capacity_blocks=3_000, simulate_top=0))
-    got = stage.run(wh, stage.ExplainSettings(rid))
+        stage.explain_requests(wh, stage.ExplainSettings(rid))
+    structure.find_structure(wh, structure.StructureSettings(capacity_blocks=3_000, simulate_top=0))
+    got = stage.explain_requests(wh, stage.ExplainSettings(rid))
     assert got.explanation.capacity_blocks == 3_000 and "structure" in got.capacity_from
     assert "turns (inferred from the block chains)" in got.sessions_from and got.session
     assert {b.last_by for b in got.explanation.blocks} <= {None, "same session", "other session"}
 
     from prefixscope.analysis.simulation.capacities import Capacities
 
-    simulate.run(
+    simulate.simulate_policies(
         wh, simulate.SimulateSettings(("fifo",), Capacities(blocks=[100, 900, 5_000, 7_000]))
     )
-    got = stage.run(wh, stage.ExplainSettings(rid, policy="fifo"))
+    got = stage.explain_requests(wh, stage.ExplainSettings(rid, policy="fifo"))
     assert got.explanation.capacity_blocks == 900  # the lower middle of four
     assert got.capacity_from == "the middle of the 4 capacities simulated for fifo"
-    got = stage.run(wh, stage.ExplainSettings(rid, policy="ceiling"))
+    got = stage.explain_requests(wh, stage.ExplainSettings(rid, policy="ceiling"))
     assert got.explanation.capacity_blocks is None and got.capacity_from is None
 
 
@@ -281,11 +281,11 @@ def test_a_log_request_id_names_its_request(tmp_path) -> None:
 
     log = write_bailian(tmp_path / "b.jsonl", Workload(sessions=20), seed=1)
     wh = tmp_path / "wh.duckdb"
-    ingest.run(wh, ingest.IngestSettings((str(log),), "bailian"))
-    got = stage.run(wh, stage.ExplainSettings("7", capacity_blocks=100))
+    ingest.ingest_logs(wh, ingest.IngestSettings((str(log),), "bailian"))
+    got = stage.explain_requests(wh, stage.ExplainSettings("7", capacity_blocks=100))
     assert got.request_id.endswith(":8")  # chat_id 7 is line 8
     with pytest.raises(ValueError, match="no request 'x' in the warehouse — give a request_id"):
-        stage.run(wh, stage.ExplainSettings("x", capacity_blocks=100))
+        stage.explain_requests(wh, stage.ExplainSettings("x", capacity_blocks=100))
 
 
 @pytest.mark.parametrize(

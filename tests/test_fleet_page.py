@@ -30,7 +30,7 @@ def fleet_warehouse(bundled: Bundled, folder: Path) -> Path:
     """The bundled trace through 3 routers × 2 replica counts, windows all and steady."""
     folder.mkdir(parents=True, exist_ok=True)
     wh = bundled.copy_to(folder)
-    fleet.run(
+    fleet.simulate_fleets(
         wh,
         FleetSettings(
             routers=ROUTERS,
@@ -49,7 +49,7 @@ def fleet_wh(bundled_warehouse: Bundled, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="module")
 def fleet_page(fleet_wh: Path) -> Path:
-    return report.run(fleet_wh, ReportSettings(out=str(fleet_wh.parent / "report.html")))
+    return report.write_report(fleet_wh, ReportSettings(out=str(fleet_wh.parent / "report.html")))
 
 
 @contextmanager
@@ -133,7 +133,7 @@ def test_a_page_without_fleet_runs_has_no_fleet_section(
     bundled_warehouse: Bundled, tmp_path: Path, browser: Any
 ) -> None:
     wh = bundled_warehouse.copy_to(tmp_path)
-    page = report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
+    page = report.write_report(wh, ReportSettings(out=str(tmp_path / "report.html")))
     html = page.read_text()
     assert 'id="fleet"' not in html and "fleet-table" not in html
     with opened(page, "h1", browser) as (tab, errors, dialogs):
@@ -155,7 +155,7 @@ def test_router_names_with_markup_show_as_text(
             con.execute(
                 f"UPDATE {table} SET router = ? WHERE router = 'round-robin'", [MARKUP_ROUTER]
             )
-    page = report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
+    page = report.write_report(wh, ReportSettings(out=str(tmp_path / "report.html")))
     html = page.read_text()
     # In the page: autoescaped text. In the charts' JSON: escaped for Plotly.
     assert MARKUP_ROUTER not in html
@@ -222,13 +222,13 @@ def test_the_page_says_whether_each_tier_pays_for_itself(
 
     wh = bundled_warehouse.copy_to(tmp_path)
     stores = (None, TierSpec(64.0), TierSpec(1024.0))
-    fleet.run(
+    fleet.simulate_fleets(
         wh,
         FleetSettings(
             replicas=(4,), deployments=("h100x1",), capacities=Capacities(), stores=stores
         ),
     )
-    page = report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
+    page = report.write_report(wh, ReportSettings(out=str(tmp_path / "report.html")))
     with duckdb.connect(str(wh), read_only=True) as con:
         rows = chosen_rows(read_view(con, "latest_fleet_hit_rates").filter(tenant="*"))
     says = tier_verdict(rows)

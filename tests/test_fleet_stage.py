@@ -70,7 +70,7 @@ def two_tenants(tmp_path, write_lines) -> Path:
 
 
 def test_tenant_rows_add_up_to_the_fleet_row(two_tenants: Path) -> None:
-    result = fleet.run(
+    result = fleet.simulate_fleets(
         two_tenants,
         fleet.FleetSettings(routers=tuple(ROUTERS), replicas=(3,), windows=("all",)),
     )
@@ -96,7 +96,7 @@ def test_capacity_in_gib_is_blocks_of_the_model(two_tenants: Path) -> None:
         capacities=Capacities(gib=[0.5]),
         model="llama-3-8b",
     )
-    result = fleet.run(two_tenants, settings)
+    result = fleet.simulate_fleets(two_tenants, settings)
     expected = resolve_model("llama-3-8b").blocks_in(0.5, 512)
     assert set(result.hit_rates.column("capacity_blocks").to_pylist()) == {expected}
     assert set(result.hit_rates.column("capacity_gib").to_pylist()) == {0.5}

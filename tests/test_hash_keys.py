@@ -120,7 +120,7 @@ def test_every_figure_is_the_same_under_any_key(tmp_path: Path) -> None:
     traces = []
     for key in (None, HashKey(os.urandom(32)), HashKey(os.urandom(16))):
         wh = tmp_path / f"{'plain' if key is None else key.fingerprint}.duckdb"
-        ingest.run(
+        ingest.ingest_logs(
             wh, ingest.IngestSettings((str(SAMPLE),), "mooncake", IngestOptions(hash_key=key))
         )
         with duckdb.connect(str(wh), read_only=True) as con:

@@ -37,8 +37,8 @@ def run_like_the_flow(wh: Path, log: Path, page: Path) -> str:
     """The flow's stages that the trend reads: ingest, simulate (keeping the priced
     configuration's outcomes), savings, report; the simulate run's id."""
     settings = IngestSettings((str(log),), "bailian", IngestOptions(tenant_from="type"))
-    assert ingest.run(wh, settings).rejected == 0
-    run_id = simulate.run(
+    assert ingest.ingest_logs(wh, settings).rejected == 0
+    run_id = simulate.simulate_policies(
         wh,
         SimulateSettings(
             policies=("ceiling", "lru", "belady"),
@@ -48,8 +48,8 @@ def run_like_the_flow(wh: Path, log: Path, page: Path) -> str:
             outcomes_for=PRICED,
         ),
     ).run_id
-    savings.run(wh, SavingsSettings(policy="lru", capacity_blocks=PRICED.capacity_blocks))
-    report.run(wh, ReportSettings(out=str(page)))
+    savings.price_savings(wh, SavingsSettings(policy="lru", capacity_blocks=PRICED.capacity_blocks))
+    report.write_report(wh, ReportSettings(out=str(page)))
     return run_id
 
 

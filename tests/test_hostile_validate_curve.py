@@ -105,7 +105,7 @@ def test_the_command_prints_and_the_page_shows_reports_beyond_the_prompt(draft, 
             "FROM latest_validation WHERE tenant = '*'"
         ).fetchone()
     assert row is not None and row[0] == over and row[1] <= row[2] and row[3] is not None
-    page = report.run(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
+    page = report.write_report(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
     assert "reports beyond the prompt (not compared)" in page
     assert f"{over:,} reports exceed their prompt" in page
 
@@ -148,7 +148,7 @@ def test_the_command_says_so_when_too_few_reports_fit(draft, tmp_path, capsys) -
     out = capsys.readouterr().out
     assert "No effective capacity (lru): too few usable reports (40) to fit one." in out
     assert "Effective capacity" not in out
-    page = report.run(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
+    page = report.write_report(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
     assert "too few usable reports (40) to fit one" in page
 
 
@@ -312,7 +312,7 @@ def test_an_older_warehouse_opens_and_its_curve_renders(tmp_path) -> None:
 def test_the_page_shades_a_sampled_curves_interval(bundled_warehouse, tmp_path) -> None:
     wh = bundled_warehouse.copy_to(tmp_path)
     assert main(["curve", "--warehouse", str(wh), "--sample-rate", "0.1", "--points", "16"]) == 0
-    page = report.run(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
+    page = report.write_report(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
     assert "(95% interval)" in page and "sampled blocks)" in page
     assert main(["curve", "--warehouse", str(wh), "--points", "16"]) == 0  # exact: no band
     rows = mrc_rows(wh).filter(pl.col("exact"))

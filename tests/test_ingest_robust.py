@@ -234,7 +234,7 @@ def test_a_bad_file_last_writes_nothing_and_the_run_fails(
     con.close()
     settings = ingest_stage.IngestSettings(tuple(str(p) for p in [*firsts, make(tmp_path)]))
     with pytest.raises(error):
-        ingest_stage.run(path, settings)
+        ingest_stage.ingest_logs(path, settings)
     with duckdb.connect(str(path)) as again:
         assert counts(again) == start
         status = again.execute("SELECT status FROM runs ORDER BY started_at DESC LIMIT 1")

@@ -257,7 +257,7 @@ def test_the_mrc_table_holds_a_drawable_monotone_curve_per_tenant(wh, write_line
                 con, [write_lines(lines)], "mooncake", IngestOptions(tenant=tenant), run_id
             )
     con.close()
-    result = curve.run(path, CurveStageSettings(CurveSettings(model="llama-3-8b")))
+    result = curve.measure_curve(path, CurveStageSettings(CurveSettings(model="llama-3-8b")))
     con = warehouse.connect(path)
     assert con.execute("SELECT DISTINCT run_id FROM mrc").fetchall() == [(result.run_id,)]
     assert con.execute("SELECT count(*) FROM mrc").fetchone() == (result.table.num_rows,)

@@ -32,7 +32,7 @@ CAPACITIES = (1_000, 4_000, 16_000, 64_000, 128_000)
 
 def simulated(bundled: Bundled, folder: Path, policies=("ceiling", "lru", "fifo"), caps=CAPACITIES):  # type: ignore[no-untyped-def]
     wh = bundled.copy_to(folder)
-    simulate.run(
+    simulate.simulate_policies(
         wh,
         simulate.SimulateSettings(
             policies=tuple(policies),
@@ -49,7 +49,7 @@ def planned(bundled_warehouse: Bundled, tmp_path_factory: pytest.TempPathFactory
     # each replica a deployment at its own pool, and a what-if no H100 holds (never chosen)
     for capacities, deployments in ((Capacities(), ("h100x1", "h100x4", "h200x8")),
                                     (Capacities(blocks=[64_000]), ())):  # fmt: skip
-        fleet.run(
+        fleet.simulate_fleets(
             wh,
             fleet.FleetSettings(
                 routers=("round-robin", "cache-aware"),
@@ -60,7 +60,9 @@ def planned(bundled_warehouse: Bundled, tmp_path_factory: pytest.TempPathFactory
             ),
         )
     # a miss priced by the roofline, whose figures the tests recompute
-    return wh, plan.run(wh, plan.PlanSettings(target=0.9, cost_model="roofline")).to_pylist()
+    return wh, plan.plan_capacity(
+        wh, plan.PlanSettings(target=0.9, cost_model="roofline")
+    ).to_pylist()
 
 
 def bisect_lru(trace: Trace, target: float) -> int:
@@ -92,7 +94,9 @@ def test_the_smallest_lru_capacity_is_the_bisections(
     bundled_warehouse, bundled_trace, tmp_path, target
 ):  # type: ignore[no-untyped-def]
     wh = simulated(bundled_warehouse, tmp_path, policies=("ceiling", "lru"))
-    lru = row(plan.run(wh, plan.PlanSettings(target=target)).to_pylist(), "capacity", "lru")
+    lru = row(
+        plan.plan_capacity(wh, plan.PlanSettings(target=target)).to_pylist(), "capacity", "lru"
+    )
     expected = bisect_lru(bundled_trace, target)
     assert lru["reached"] and lru["capacity_blocks"] == expected
     assert lru["method"].startswith("exact")
@@ -105,7 +109,7 @@ def test_a_target_beyond_the_largest_capacity_is_said_not_extrapolated(
     bundled_warehouse, tmp_path
 ) -> None:
     wh = simulated(bundled_warehouse, tmp_path, policies=("ceiling", "lru"), caps=(1_000, 4_000))
-    lru = row(plan.run(wh, plan.PlanSettings(target=0.9)).to_pylist(), "capacity", "lru")
+    lru = row(plan.plan_capacity(wh, plan.PlanSettings(target=0.9)).to_pylist(), "capacity", "lru")
     assert not lru["reached"] and lru["capacity_blocks"] is None
     assert lru["largest_capacity_blocks"] == 4_000
     assert "beyond the largest capacity simulated" in lru["note"]
@@ -121,7 +125,9 @@ def test_a_cache_the_trace_never_fills_is_no_steady_state(bundled_warehouse, tmp
     """FIFO is not a stack algorithm: its answer is the smallest stored capacity, here one
     larger than the trace's working set, which no request ever fills."""
     wh = simulated(bundled_warehouse, tmp_path, policies=("ceiling", "fifo"), caps=(400_000,))
-    fifo = row(plan.run(wh, plan.PlanSettings(target=0.9)).to_pylist(), "capacity", "fifo")
+    fifo = row(
+        plan.plan_capacity(wh, plan.PlanSettings(target=0.9)).to_pylist(), "capacity", "fifo"
+    )
     assert fifo["reached"] and fifo["capacity_blocks"] == 400_000
     assert fifo["steady"] is False and "cold-start" in fifo["note"]
     assert "between 0 and 400,000 blocks" in fifo["note"]
@@ -205,7 +211,7 @@ def test_the_command_prints_the_answer_first(planned, tmp_path, capsys) -> None:
 @needs_chromium
 def test_the_page_opens_with_the_answer(planned, tmp_path, browser) -> None:
     wh, _ = planned
-    page = report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
+    page = report.write_report(wh, ReportSettings(out=str(tmp_path / "report.html")))
     with duckdb.connect(str(wh), read_only=True) as con:  # the newest plan (other tests replan)
         rows = con.sql("SELECT * FROM latest_plan").to_arrow_table().to_pylist()
     lru = row(rows, "capacity", "lru")

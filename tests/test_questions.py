@@ -379,7 +379,7 @@ def test_the_trend_lists_runs_newest_first(con: duckdb.DuckDBPyConnection, demo_
     assert len({r["run_id"] for r in demo}) == 1 and demo[0]["tenant"] == "*"
     # a later simulate run of the same configuration, keeping its outcomes, as the next
     # scheduled run would: it comes first
-    later = simulate.run(
+    later = simulate.simulate_policies(
         demo_copy,
         SimulateSettings(
             policies=("lru",),
@@ -416,7 +416,9 @@ def test_the_rejects_show_per_file_with_their_reasons(
         )
         + "\n"
     )
-    assert ingest.run(demo_copy, ingest.IngestSettings((str(bad),), "mooncake")).rejected == 4
+    assert (
+        ingest.ingest_logs(demo_copy, ingest.IngestSettings((str(bad),), "mooncake")).rejected == 4
+    )
     with duckdb.connect(str(demo_copy), read_only=True) as after:
         found = {r["path"]: r for r in rows(after, sql)}
     mine = found[str(bad)]

@@ -42,7 +42,7 @@ def simulated(wh, write_lines):  # type: ignore[no-untyped-def]
     settings = simulate.SimulateSettings(
         ("lru",), Capacities(blocks=[8]), measure=Settings(outcomes=True)
     )
-    simulate.run(path, settings)
+    simulate.simulate_policies(path, settings)
     return path
 
 

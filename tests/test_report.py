@@ -64,7 +64,7 @@ MARKUP_TENANTS = ("<img src=x onerror=alert(1)>", "<b>bold</b>", "<script>alert(
 
 def ingest_tenant(wh: Path, write_lines: Callable[..., Path], tenant: str, root: int) -> None:
     lines = [mooncake_line(timestamp=i * 100, hash_ids=[root, root + 1 + i % 5]) for i in range(30)]
-    ingest.run(
+    ingest.ingest_logs(
         wh,
         IngestSettings(
             inputs=(str(write_lines(lines)),),
@@ -81,7 +81,7 @@ def build_warehouse(
     structure, the savings of lru at 4 blocks, and (``curves``) the LRU curve."""
     for k, tenant in enumerate(tenants):
         ingest_tenant(wh, write_lines, tenant, 1_000 * (k + 1))
-    simulate.run(
+    simulate.simulate_policies(
         wh,
         SimulateSettings(
             policies=("ceiling", "lru"),
@@ -89,11 +89,13 @@ def build_warehouse(
             measure=Settings(windows=("all", "last-half"), outcomes=True),
         ),
     )
-    structure.run(wh, StructureSettings(capacity_blocks=4))
+    structure.find_structure(wh, StructureSettings(capacity_blocks=4))
     # priced by the roofline, the cost model whose words the page is checked for
-    savings.run(wh, SavingsSettings(policy="lru", capacity_blocks=4, cost_model="roofline"))
+    savings.price_savings(
+        wh, SavingsSettings(policy="lru", capacity_blocks=4, cost_model="roofline")
+    )
     if curves:
-        curve.run(wh, CurveStageSettings())
+        curve.measure_curve(wh, CurveStageSettings())
     return wh
 
 
@@ -109,7 +111,9 @@ def warehouse_path(write_lines, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def page(warehouse_path: Path, tmp_path: Path) -> Path:
-    return report.run(warehouse_path, ReportSettings(out=str(tmp_path / "out" / "report.html")))
+    return report.write_report(
+        warehouse_path, ReportSettings(out=str(tmp_path / "out" / "report.html"))
+    )
 
 
 def test_the_page_is_self_contained_and_holds_the_figures(page: Path) -> None:
@@ -144,11 +148,11 @@ def test_the_page_is_self_contained_and_holds_the_figures(page: Path) -> None:
 def test_a_stale_simulation_is_left_out_after_a_new_ingest(write_lines, tmp_path: Path) -> None:
     wh = tmp_path / "wh.duckdb"
     options = IngestOptions()
-    ingest.run(wh, IngestSettings((str(write_lines([mooncake_line()])),), options=options))
-    simulate.run(wh, SimulateSettings(policies=("ceiling",)))
+    ingest.ingest_logs(wh, IngestSettings((str(write_lines([mooncake_line()])),), options=options))
+    simulate.simulate_policies(wh, SimulateSettings(policies=("ceiling",)))
     later = write_lines([mooncake_line(timestamp=5)])
-    ingest.run(wh, IngestSettings((str(later),), options=options))
-    html = report.run(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
+    ingest.ingest_logs(wh, IngestSettings((str(later),), options=options))
+    html = report.write_report(wh, ReportSettings(out=str(tmp_path / "r.html"))).read_text()
     assert "No simulation results yet" in html
     assert "No savings computed yet" in html
 
@@ -177,7 +181,7 @@ def test_every_latest_view_takes_the_newest_fresh_run_per_configuration(
     """A later simulation of one capacity replaces that capacity's rows in every view; the
     others keep the earlier run's. Savings of another configuration join the earlier ones. A
     new ingest leaves nothing fresh."""
-    newer = simulate.run(
+    newer = simulate.simulate_policies(
         warehouse_path,
         SimulateSettings(
             policies=("lru",),
@@ -193,7 +197,7 @@ def test_every_latest_view_takes_the_newest_fresh_run_per_configuration(
         ).fetchall()
         return {cap: set(runs) for cap, runs in rows}
 
-    savings.run(warehouse_path, SavingsSettings(policy="lru", capacity_blocks=8))
+    savings.price_savings(warehouse_path, SavingsSettings(policy="lru", capacity_blocks=8))
     with duckdb.connect(str(warehouse_path)) as con:
         rates = runs_by_capacity(con, "latest_hit_rates")
         series = runs_by_capacity(con, "latest_timeseries")
@@ -283,7 +287,7 @@ def view_rates(wh: Path, tenant: str, window: str, policy: str) -> list[float]:
 def markup_page(write_lines, tmp_path: Path) -> Path:
     """A page over tenants whose names are markup, with every section and chart filled."""
     wh = build_warehouse(tmp_path / "wh.duckdb", write_lines, MARKUP_TENANTS, curves=True)
-    return report.run(wh, ReportSettings(out=str(tmp_path / "report.html")))
+    return report.write_report(wh, ReportSettings(out=str(tmp_path / "report.html")))
 
 
 def test_names_with_markup_are_escaped_in_the_page_and_its_charts(markup_page: Path) -> None:

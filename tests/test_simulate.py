@@ -142,7 +142,7 @@ def test_the_simulate_stage_records_its_run_and_rows(wh, write_lines) -> None:
     with warehouse.recorded_run(con, "ingest", {}) as run_id:
         ingest_files(con, [src], "mooncake", IngestOptions(tenant="acme"), run_id)
     con.close()
-    result = simulate.run(
+    result = simulate.simulate_policies(
         path, SimulateSettings(("ceiling", "lru"), Capacities(tokens=[1024, 4096]))
     )
     assert [(s.policy, s.capacity_blocks) for s in result.grid] == [
@@ -178,7 +178,7 @@ def test_a_warehouse_without_requests_says_so(tmp_path) -> None:
     with warehouse.connect(path):  # an empty warehouse (a missing one is refused before this)
         pass
     with pytest.raises(ValueError, match="no requests"):
-        simulate.run(path, SimulateSettings(("ceiling",)))
+        simulate.simulate_policies(path, SimulateSettings(("ceiling",)))
     with warehouse.connect(path, read_only=True) as con:
         assert con.execute("SELECT command, status FROM runs").fetchall() == [
             ("simulate", "failed")

@@ -184,7 +184,7 @@ def test_the_answer_holds_in_every_hour_and_one_fewer_misses_the_busy_one(
         deployments=("h100x1",), slo=slo_text, model="llama-3-8b", routers=("round-robin",),
         load_scales=(40.0,),
     )  # fmt: skip
-    result = plan_slo.run(busy, settings_)
+    result = plan_slo.plan_for_slo(busy, settings_)
     searched = result.searched
     assert searched is not None and len(searched.windows) == 4
     assert searched.busiest.index == 2

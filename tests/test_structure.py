@@ -122,9 +122,9 @@ def bailian_wh(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     path = write_bailian(tmp / "log.jsonl", Workload(sessions=200), seed=7)
     db = tmp / "wh.duckdb"
     options = IngestOptions(tenant_from="type")
-    ingest.run(db, ingest.IngestSettings((str(path),), "bailian", options))
-    simulate.run(db, SimulateSettings(("ceiling", "lru"), Capacities(blocks=[3_000])))
-    result = structure.run(db, StructureSettings(capacity_blocks=3_000, simulate_top=3))
+    ingest.ingest_logs(db, ingest.IngestSettings((str(path),), "bailian", options))
+    simulate.simulate_policies(db, SimulateSettings(("ceiling", "lru"), Capacities(blocks=[3_000])))
+    result = structure.find_structure(db, StructureSettings(capacity_blocks=3_000, simulate_top=3))
     assert sorted(result.tables) == sorted(
         ("turns", "session_stats", "shared_prefixes", "hit_sources", "first_new_blocks",
          "reuse_times")

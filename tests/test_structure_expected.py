@@ -70,11 +70,11 @@ def load_case(name: str, folder: Path) -> tuple[Trace, RequestLog]:
     # plain hashes: the rows were recorded with them (prefix_hash is a stored hash)
     if name == "bundled":
         options = IngestOptions(hash_key=None)
-        ingest.run(db, ingest.IngestSettings((str(SAMPLE),), "mooncake", options))
+        ingest.ingest_logs(db, ingest.IngestSettings((str(SAMPLE),), "mooncake", options))
     else:
         path = write_bailian(folder / "log.jsonl", Workload(sessions=200), seed=7)
         options = IngestOptions(tenant_from="type", hash_key=None)
-        ingest.run(db, ingest.IngestSettings((str(path),), "bailian", options))
+        ingest.ingest_logs(db, ingest.IngestSettings((str(path),), "bailian", options))
     with warehouse.connect(db, read_only=True) as con:
         trace = load_trace(con)
         log = load_log(con, trace)

@@ -103,7 +103,7 @@ def test_the_trace_is_loaded_once_while_the_requests_stay_the_same(
     log = tmp_path / "more.jsonl"
     line = '{"timestamp": 5, "input_length": 1000, "output_length": 1, "hash_ids": [1, 2]}'
     log.write_text(line + "\n")
-    ingest.run(wh, ingest.IngestSettings((str(log),), "mooncake", IngestOptions()))
+    ingest.ingest_logs(wh, ingest.IngestSettings((str(log),), "mooncake", IngestOptions()))
     with warehouse.connect(wh, read_only=True) as con:
         grown = load.load_trace(con)
     assert grown is not first and grown.n_requests == first.n_requests + 1

@@ -262,7 +262,7 @@ def test_the_largest_disagreements_come_first(draft) -> None:
 def test_the_page_shows_validation_only_when_there_is_some(draft, tmp_path) -> None:
     engine = replace(EngineCache(700), noise_share=0.05)
     validated(draft, tmp_path, engine, "--model", "llama-3-8b")
-    html = report.run(tmp_path / "wh.duckdb", ReportSettings(out=str(tmp_path / "r.html")))
+    html = report.write_report(tmp_path / "wh.duckdb", ReportSettings(out=str(tmp_path / "r.html")))
     page = html.read_text()
     assert "Does the simulator agree with the engines?" in page
     assert "Effective capacity (lru, exact): 7" in page and "GiB of llama-3-8b KV" in page
@@ -280,5 +280,5 @@ def test_the_page_shows_validation_only_when_there_is_some(draft, tmp_path) -> N
             wh,
         ]
     )
-    page = report.run(wh, ReportSettings(out=str(tmp_path / "r2.html"))).read_text()
+    page = report.write_report(wh, ReportSettings(out=str(tmp_path / "r2.html"))).read_text()
     assert "Does the simulator agree with the engines?" not in page

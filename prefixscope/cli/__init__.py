@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     warehouse.LOCK_TIMEOUT_S = args.lock_timeout
-    handler = {c.name: c.run for c in available}[args.command]
+    handler = {c.name: c.handler for c in available}[args.command]
     prog = f"prefixscope {args.command}"
     try:
         return handler(args)

@@ -23,7 +23,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def calibrate(args: argparse.Namespace) -> int:
     from prefixscope.stages import calibrate as stage
 
-    run_id, found = stage.run(args.warehouse, stage.CalibrateSettings(args.source, args.gpu))
+    run_id, found = stage.calibrate_cost_models(
+        args.warehouse, stage.CalibrateSettings(args.source, args.gpu)
+    )
     for c in found:
         held = (
             "nothing held out"

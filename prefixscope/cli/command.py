@@ -12,4 +12,4 @@ class Command:
     name: str
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    handler: Callable[[argparse.Namespace], int]

@@ -144,7 +144,7 @@ def replay(args: argparse.Namespace) -> int:
         capacity_blocks=args.capacity_blocks,
         isolation=args.isolation,
     )
-    run_id, result = stage.run(args.warehouse, options)
+    run_id, result = stage.calibrate_by_replay(args.warehouse, options)
     m = result.model
     print(
         f"replayed {result.samples.num_rows} requests as miss and hit on "
@@ -202,7 +202,7 @@ def savings(args: argparse.Namespace) -> int:
         prices=args.prices,
     )
     settings.check()  # the deployment, before the warehouse is opened
-    rows = stage.run(args.warehouse, settings)
+    rows = stage.price_savings(args.warehouse, settings)
     print(format_savings(rows, More.of_latest(args.warehouse, "savings", "savings")))
     return 0
 

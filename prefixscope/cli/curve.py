@@ -50,7 +50,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def curve_command(args: argparse.Namespace) -> int:
     from prefixscope.analysis.curves.settings import CurveSettings
     from prefixscope.dashboards.text import format_curve
     from prefixscope.stages import curve
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         dask_address=args.dask_address,
     )
-    result = curve.run(
+    result = curve.measure_curve(
         args.warehouse, curve.CurveStageSettings(settings, flags.capacities_of(args))
     )
     for line in result.warnings:
@@ -80,5 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command(
-    "curve", "token hit rate at every cache capacity (the mrc table), per tenant", arguments, run
+    "curve",
+    "token hit rate at every cache capacity (the mrc table), per tenant",
+    arguments,
+    curve_command,
 )

@@ -57,7 +57,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
 
 
-def run(args: argparse.Namespace) -> int:
+def deployment_command(args: argparse.Namespace) -> int:
     from prefixscope.analysis.cost.deployment import format_splits, memory_split, parse_deployment
 
     shape = flags.model_shape(args, DEFAULT_MODEL)
@@ -78,5 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command(
-    "deployment", "what each GPU of a replica holds: weights, reserve, KV pool", arguments, run
+    "deployment",
+    "what each GPU of a replica holds: weights, reserve, KV pool",
+    arguments,
+    deployment_command,
 )

@@ -61,7 +61,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def events_command(args: argparse.Namespace) -> int:
     from prefixscope.ingest.kvevents.capture import capture_events, same_publisher
 
     out = Path(args.out)
@@ -96,5 +96,5 @@ COMMAND = Command(
     "capture-events",
     "record a vLLM KV events publisher's batches into a file (for ingest --format vllm-events)",
     arguments,
-    run,
+    events_command,
 )

@@ -42,10 +42,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
 
-def run(args: argparse.Namespace) -> int:
+def explain_command(args: argparse.Namespace) -> int:
     from prefixscope.stages import explain
 
-    result = explain.run(
+    result = explain.explain_requests(
         args.warehouse,
         explain.ExplainSettings(
             request=args.request,
@@ -188,5 +188,5 @@ COMMAND = Command(
     "explain",
     "one request block by block: hit or miss, last use and by whom, and why",
     arguments,
-    run,
+    explain_command,
 )

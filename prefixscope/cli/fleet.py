@@ -187,7 +187,7 @@ def stores(text: str) -> list[TierSpec | None]:
     return flags.distinct(out, text)
 
 
-def run(args: argparse.Namespace) -> int:
+def fleet_command(args: argparse.Namespace) -> int:
     from prefixscope.analysis.fleet.routers import RouterSettings
     from prefixscope.analysis.simulation.capacities import Capacities
     from prefixscope.dashboards.text import format_fleet
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
         from prefixscope.analysis.fanout import client_for
 
         client_for(args.dask_address)
-    result = fleet.run(args.warehouse, settings)
+    result = fleet.simulate_fleets(args.warehouse, settings)
     print(
         format_fleet(
             result.hit_rates, More.of_run(args.warehouse, "fleet_hit_rates", result.run_id)
@@ -247,4 +247,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMAND = Command("fleet", "simulate replicas behind a router, under load", arguments, run)
+COMMAND = Command(
+    "fleet", "simulate replicas behind a router, under load", arguments, fleet_command
+)

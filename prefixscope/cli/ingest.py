@@ -139,7 +139,7 @@ def check_files(args: argparse.Namespace) -> None:
             ) from None
 
 
-def run(args: argparse.Namespace) -> int:
+def ingest_command(args: argparse.Namespace) -> int:
     if args.format == EVENTS_FORMAT:
         return run_events(args)
     from prefixscope.ingest import IngestOptions
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         hash_key=resolve_key(args.hash_key_file),
     )
     settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)
-    result = ingest.run(args.warehouse, settings)
+    result = ingest.ingest_logs(args.warehouse, settings)
     lines = []
     for f in result.files:
         note = " (replaced an earlier ingest of the same content)" if f.replaced else ""
@@ -207,7 +207,7 @@ def run_events(args: argparse.Namespace) -> int:
     settings = kv_events.EventIngestSettings(
         tuple(args.input), args.block_size, hash_key=resolve_key(args.hash_key_file)
     )
-    results = kv_events.run(args.warehouse, settings)
+    results = kv_events.ingest_events(args.warehouse, settings)
     for r in results:
         cut = "" if r.complete else " — the file ends early (its whole frames were kept)"
         note = " (replaced an earlier ingest of the same file)" if r.replaced else ""
@@ -227,4 +227,4 @@ def run_events(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMAND = Command("ingest", "read request logs into the requests table", arguments, run)
+COMMAND = Command("ingest", "read request logs into the requests table", arguments, ingest_command)

@@ -70,7 +70,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dask-address", type=flags.dask_address, metavar="HOST:PORT")
 
 
-def run(args: argparse.Namespace) -> int:
+def plan_command(args: argparse.Namespace) -> int:
     if args.slo is not None or args.deployments is not None:
         return _run_slo(args)
     for flag, value in (("--engine", args.engine), ("--slo-window", args.slo_window)):
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from prefixscope.stages import plan
     from prefixscope.terminal import More
 
-    table = plan.run(
+    table = plan.plan_capacity(
         args.warehouse,
         plan.PlanSettings(
             target=args.target,
@@ -124,7 +124,7 @@ def _run_slo(args: argparse.Namespace) -> int:
         window_s=DEFAULT_WINDOW_S if args.slo_window is None else args.slo_window,
     )
     settings.check()  # before the warehouse is opened: nothing written on bad input
-    result = plan_slo.run(args.warehouse, settings)
+    result = plan_slo.plan_for_slo(args.warehouse, settings)
     answers = result.answers.to_pylist()
     fleets = result.fleets.to_pylist()
     kv = {f["deployment"]: f["kv_pool_gib_per_gpu"] for f in fleets}
@@ -137,7 +137,10 @@ def _run_slo(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command(
-    "plan", "the capacity and fleet that reach a target hit rate, or meet an SLO", arguments, run
+    "plan",
+    "the capacity and fleet that reach a target hit rate, or meet an SLO",
+    arguments,
+    plan_command,
 )
 
 

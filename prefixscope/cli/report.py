@@ -13,11 +13,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=flags.out_file, default="report.html")
 
 
-def run(args: argparse.Namespace) -> int:
+def report_command(args: argparse.Namespace) -> int:
     from prefixscope.stages import report
 
-    print(f"report: {report.run(args.warehouse, report.ReportSettings(args.out))}")
+    print(f"report: {report.write_report(args.warehouse, report.ReportSettings(args.out))}")
     return 0
 
 
-COMMAND = Command("report", "write the self-contained report page", arguments, run)
+COMMAND = Command("report", "write the self-contained report page", arguments, report_command)

@@ -56,7 +56,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def simulate_command(args: argparse.Namespace) -> int:
     from prefixscope.analysis.simulation.scenarios import Settings
     from prefixscope.dashboards.text import format_hit_rates
     from prefixscope.stages import simulate
@@ -78,10 +78,12 @@ def run(args: argparse.Namespace) -> int:
         block_sizes=tuple(args.block_size) if args.block_size else None,
         vllm_blocks=args.vllm_blocks,
     )
-    result = simulate.run(args.warehouse, settings)
+    result = simulate.simulate_policies(args.warehouse, settings)
     more = More.of_run(args.warehouse, "hit_rates", result.run_id)
     print(format_hit_rates(result.tables.arrow()[0], more))
     return 0
 
 
-COMMAND = Command("simulate", "replay requests through a simulated prefix cache", arguments, run)
+COMMAND = Command(
+    "simulate", "replay requests through a simulated prefix cache", arguments, simulate_command
+)

@@ -36,7 +36,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def structure_command(args: argparse.Namespace) -> int:
     from prefixscope.analysis.structure.tables import StructureSettings
     from prefixscope.dashboards.structure import format_structure
     from prefixscope.stages import structure
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         simulate_top=args.simulate_top,
         **({"max_forks": args.max_forks} if args.max_forks is not None else {}),
     )
-    result = structure.run(args.warehouse, settings)
+    result = structure.find_structure(args.warehouse, settings)
     print(f"structure run {result.run_id}")
     print(format_structure(result.tables, lambda t: More.of_run(args.warehouse, t, result.run_id)))
     return 0
@@ -58,5 +58,5 @@ COMMAND = Command(
     "structure",
     "conversation turns, shared prefixes, hit sources, reuse breaks and reuse times",
     arguments,
-    run,
+    structure_command,
 )

@@ -82,14 +82,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def validate_command(args: argparse.Namespace) -> int:
     if args.events:
         return run_events(args)
     from prefixscope.dashboards.validation import summary_text
     from prefixscope.stages import validate
     from prefixscope.terminal import More
 
-    result = validate.run(
+    result = validate.validate_capacity(
         args.warehouse,
         validate.ValidateSettings(
             policy=args.policy,
@@ -119,7 +119,9 @@ def run_events(args: argparse.Namespace) -> int:
         tpot_ms=args.tpot_ms,
         prefill_tokens_per_s=args.prefill_tokens_per_s,
     )
-    for line in event_summary(stage.run(args.warehouse, settings), settings.model):
+    for line in event_summary(
+        stage.validate_against_events(args.warehouse, settings), settings.model
+    ):
         print(line)
     return 0
 
@@ -156,5 +158,5 @@ COMMAND = Command(
     "validate",
     "compare simulated hits with the engines' reported cached tokens; the effective capacity",
     arguments,
-    run,
+    validate_command,
 )

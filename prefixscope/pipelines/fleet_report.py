@@ -100,7 +100,7 @@ class FleetReportOutcome:
 
 @task(**STAGE)
 def ingest(wh: str, settings: ingest_stage.IngestSettings) -> IngestResult:
-    result = ingest_stage.run(wh, settings)
+    result = ingest_stage.ingest_logs(wh, settings)
     get_run_logger().info(
         "ingested %d lines: %d accepted, %d rejected",
         result.lines,
@@ -122,32 +122,32 @@ def synthesize(wh: str, tenants: list[str], block_size: int) -> str:
 
 @task(**STAGE)
 def simulate(wh: str, settings: simulate_stage.SimulateSettings) -> simulate_stage.SimulateResult:
-    return simulate_stage.run(wh, settings)
+    return simulate_stage.simulate_policies(wh, settings)
 
 
 @task(**STAGE)
 def fleet(wh: str, settings: fleet_stage.FleetSettings) -> int:
-    return fleet_stage.run(wh, settings).hit_rates.num_rows
+    return fleet_stage.simulate_fleets(wh, settings).hit_rates.num_rows
 
 
 @task(**STAGE)
 def plan(wh: str, settings: plan_stage.PlanSettings) -> int:
-    return plan_stage.run(wh, settings).num_rows
+    return plan_stage.plan_capacity(wh, settings).num_rows
 
 
 @task(**STAGE)
 def plan_slo(wh: str, settings: plan_slo_stage.PlanSloSettings) -> int:
-    return plan_slo_stage.run(wh, settings).fleets.num_rows
+    return plan_slo_stage.plan_for_slo(wh, settings).fleets.num_rows
 
 
 @task(**STAGE)
 def curve(wh: str, settings: curve_stage.CurveStageSettings) -> int:
-    return curve_stage.run(wh, settings).table.num_rows
+    return curve_stage.measure_curve(wh, settings).table.num_rows
 
 
 @task(**STAGE)
 def structure(wh: str, settings: StructureSettings) -> str:
-    return structure_stage.run(wh, settings).run_id
+    return structure_stage.find_structure(wh, settings).run_id
 
 
 @task(cache_policy=NO_CACHE)
@@ -168,26 +168,26 @@ def replay(wh: str, scenario: Scenario, samples: int) -> tuple[str, str] | None:
         capacity_blocks=scenario.capacity_blocks,
         isolation=scenario.isolation,
     )
-    _, result = replay_stage.run(wh, options)
+    _, result = replay_stage.calibrate_by_replay(wh, options)
     return str(result.samples["model"][0]), result.gpu.name
 
 
 @task(**STAGE)
 def validate(wh: str, settings: validate_stage.ValidateSettings) -> int | None:
     """The fleet's effective capacity (blocks) from the engines' reported cached tokens."""
-    fleet_row = validate_stage.run(wh, settings).agreement.to_pylist()[0]
+    fleet_row = validate_stage.validate_capacity(wh, settings).agreement.to_pylist()[0]
     get_run_logger().info("effective capacity: %s blocks", f"{fleet_row['capacity_blocks']:,}")
     return fleet_row["capacity_blocks"]
 
 
 @task(**STAGE)
 def savings(wh: str, settings: savings_stage.SavingsSettings) -> str:
-    return format_savings(savings_stage.run(wh, settings))
+    return format_savings(savings_stage.price_savings(wh, settings))
 
 
 @task(**STAGE)
 def report(wh: str, settings: report_stage.ReportSettings) -> str:
-    return str(report_stage.run(wh, settings))
+    return str(report_stage.write_report(wh, settings))
 
 
 @task(**STAGE)

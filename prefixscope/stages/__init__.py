@@ -1,4 +1,6 @@
-"""The stages: one function each, ``run(warehouse, settings) -> result``.
+"""The stages: one function each, ``(warehouse, settings) -> result``, named for what it does
+(``ingest.ingest_logs``, ``simulate.simulate_policies``, ``fleet.simulate_fleets``,
+``plan_slo.plan_for_slo``, …).
 
 A stage loads its inputs from the warehouse, calls the pure computation of ``analysis`` (or
 ``ingest``, ``gpu_replay``, ``dashboards``), and appends its tables under one recorded run

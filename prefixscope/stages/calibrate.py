@@ -20,9 +20,11 @@ class CalibrateSettings:
     gpu: str | None = None
 
 
-def run(wh: str | Path, settings: CalibrateSettings) -> tuple[str, list[calibration.Calibration]]:
+def calibrate_cost_models(
+    wh: str | Path, settings: CalibrateSettings
+) -> tuple[str, list[calibration.Calibration]]:
     """The run id and the models loaded; the file is read and checked before the run starts."""
     found = calibration.read(settings.source, settings.gpu)
-    with warehouse.StageRun(wh, "calibrate", settings) as run, run.publishing() as con:
-        warehouse.append(con, "miss_cost_models", calibration.table(found), run.run_id)
-    return run.run_id, found
+    with warehouse.StageRun(wh, "calibrate", settings) as stage_run, stage_run.publishing() as con:
+        warehouse.append(con, "miss_cost_models", calibration.table(found), stage_run.run_id)
+    return stage_run.run_id, found

@@ -63,12 +63,12 @@ def sample_warnings(table: pa.Table, settings: CurveSettings) -> tuple[str, ...]
     )
 
 
-def run(wh: str | Path, settings: CurveStageSettings) -> CurveResult:
+def measure_curve(wh: str | Path, settings: CurveStageSettings) -> CurveResult:
     curve = settings.curve
     curve.check()
-    with warehouse.StageRun(wh, "curve", settings) as run:
+    with warehouse.StageRun(wh, "curve", settings) as stage_run:
         source: Trace | BlockSample
-        with run.reading() as con:
+        with stage_run.reading() as con:
             if curve.by_block:
                 source = load_block_sample(con, curve.sample_rate, curve.head, curve.hot)
             elif curve.sample_rate < 1:
@@ -86,6 +86,6 @@ def run(wh: str | Path, settings: CurveStageSettings) -> CurveResult:
             )
         table = compute(source, curve)
         warnings = sample_warnings(table, curve)  # an empty sample fails here: nothing written
-        with run.publishing() as con:
-            warehouse.append(con, "mrc", table, run.run_id)
-    return CurveResult(run.run_id, table, warnings)
+        with stage_run.publishing() as con:
+            warehouse.append(con, "mrc", table, stage_run.run_id)
+    return CurveResult(stage_run.run_id, table, warnings)

@@ -63,7 +63,7 @@ class ExplainResult:
     last_request_ids: tuple[str | None, ...]  # per block, the request id of its last use
 
 
-def run(wh: str | Path, settings: ExplainSettings) -> ExplainResult:
+def explain_requests(wh: str | Path, settings: ExplainSettings) -> ExplainResult:
     if settings.policy not in POLICIES:
         raise ValueError(
             f"unknown policy {settings.policy!r} — choose one of {', '.join(POLICIES)}"

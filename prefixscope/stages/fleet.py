@@ -195,12 +195,12 @@ class FleetResult:
     outcomes: tuple[FleetOutcome, ...]
 
 
-def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
+def simulate_fleets(wh: str | Path, settings: FleetSettings) -> FleetResult:
     settings.check()
     _precheck_pools(wh, settings)
     gpus = list(dict.fromkeys(_gpu_texts(settings)))
-    with warehouse.StageRun(wh, "fleet", settings) as run:
-        with run.reading() as con:
+    with warehouse.StageRun(wh, "fleet", settings) as stage_run:
+        with stage_run.reading() as con:
             trace = load_trace(con)
             traffic = load_traffic(con)
             # a calibrated model is one GPU's (a replay times one device): it prices TP 1 only
@@ -234,10 +234,10 @@ def run(wh: str | Path, settings: FleetSettings) -> FleetResult:
         pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
         hardware = [h for _, h in runs]
         hit_rates, replicas = tables(trace, outcomes, settings.windows, pricing, hardware)
-        with run.publishing() as con:
-            warehouse.append(con, "fleet_hit_rates", hit_rates, run.run_id)
-            warehouse.append(con, "fleet_replicas", replicas, run.run_id)
-    return FleetResult(run.run_id, hit_rates, replicas, tuple(outcomes))
+        with stage_run.publishing() as con:
+            warehouse.append(con, "fleet_hit_rates", hit_rates, stage_run.run_id)
+            warehouse.append(con, "fleet_replicas", replicas, stage_run.run_id)
+    return FleetResult(stage_run.run_id, hit_rates, replicas, tuple(outcomes))
 
 
 def _options(settings: FleetSettings, block_size: int) -> list[tuple[int, float | None, Hardware]]:

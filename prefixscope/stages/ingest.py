@@ -28,17 +28,17 @@ class IngestSettings:
         return {"inputs": list(self.inputs), "format": self.format, "options": options}
 
 
-def run(wh: str | Path, settings: IngestSettings) -> IngestResult:
+def ingest_logs(wh: str | Path, settings: IngestSettings) -> IngestResult:
     """The only stage that may create the warehouse. Every file is read and parsed first, with
     the warehouse closed; the write lock is held only while the staged rows are published, in
     one transaction (docs/ingest.md)."""
     # the user's key read once, for the record and the rows
     options = replace(settings.options, hash_key=resolved(settings.options.hash_key))
     settings = replace(settings, options=options)
-    run = warehouse.StageRun(wh, "ingest", settings.recorded(), create=True)
+    stage_run = warehouse.StageRun(wh, "ingest", settings.recorded(), create=True)
     with (
-        run,
+        stage_run,
         stage_files(settings.inputs, settings.format, settings.options) as staged,
-        run.writing() as con,
+        stage_run.writing() as con,
     ):
-        return publish(con, staged, run.run_id)
+        return publish(con, staged, stage_run.run_id)

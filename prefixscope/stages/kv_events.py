@@ -101,7 +101,7 @@ def read_capture(
     return CaptureFile(path, str(path.resolve()), file_id_of(path), parsed)
 
 
-def run(wh: str | Path, settings: EventIngestSettings) -> list[CaptureResult]:
+def ingest_events(wh: str | Path, settings: EventIngestSettings) -> list[CaptureResult]:
     check_files(settings.inputs)
     sizes = expected_block_sizes(wh, settings.block_size)
     files: list[CaptureFile] = []
@@ -113,6 +113,7 @@ def run(wh: str | Path, settings: EventIngestSettings) -> list[CaptureResult]:
             seen.update((f.file_id, f.resolved))
             files.append(f)
     key = resolved(settings.hash_key)  # the user's key read once, for the record and the rows
-    run = warehouse.StageRun(wh, "ingest", replace(settings, hash_key=key).recorded(), create=True)
-    with run, run.writing() as con:
-        return publish_captures(con, files, run.run_id, key)
+    recorded = replace(settings, hash_key=key).recorded()
+    stage_run = warehouse.StageRun(wh, "ingest", recorded, create=True)
+    with stage_run, stage_run.writing() as con:
+        return publish_captures(con, files, stage_run.run_id, key)

@@ -76,10 +76,10 @@ class PlanSettings:
         return 1 if text is None else parse_deployment(text).tp
 
 
-def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
+def plan_capacity(wh: str | Path, settings: PlanSettings) -> pa.Table:
     prices = settings.check()
-    with warehouse.StageRun(wh, "plan", settings) as run:
-        with run.reading() as con:
+    with warehouse.StageRun(wh, "plan", settings) as stage_run:
+        with stage_run.reading() as con:
             trace = load_trace(con)
             ceilings = _ceilings(con, settings.window, trace.block_size)
             points = _points(con, settings.window, trace.block_size)
@@ -133,8 +133,8 @@ def run(wh: str | Path, settings: PlanSettings) -> pa.Table:
             _gpu_files(settings.gpu),
         )
         table = plan_table(rows)
-        with run.publishing() as con:
-            warehouse.append(con, "plan", table, run.run_id)
+        with stage_run.publishing() as con:
+            warehouse.append(con, "plan", table, stage_run.run_id)
     return table
 
 

@@ -128,12 +128,12 @@ class PlanSloResult:
     slower: Searched | None = None  # the range's search (measured steps only)
 
 
-def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
+def plan_for_slo(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
     slo = settings.check()
     prices = load_prices(settings.prices)
     shape = settings.shape
-    with warehouse.StageRun(wh, "plan-slo", settings) as run:
-        with run.reading() as con:
+    with warehouse.StageRun(wh, "plan-slo", settings) as stage_run:
+        with stage_run.reading() as con:
             trace = load_trace(con)
             traffic = load_traffic(con)
             fitted = {
@@ -164,10 +164,10 @@ def run(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
             slow_rows = answer_rows(slow.outcomes, slo, slow.held, slow.windows, settings.window_s)
         with_range(rows, slow_rows, pct, "+".join(sources))
         answers = pa.Table.from_pylist(rows, schema=PLAN_SLO_ANSWERS_SCHEMA)
-        with run.publishing() as con:
-            warehouse.append(con, "plan_slo_fleets", fleets, run.run_id)
-            warehouse.append(con, "plan_slo_answers", answers, run.run_id)
-    return PlanSloResult(run.run_id, searched.outcomes, fleets, answers, searched, slow)
+        with stage_run.publishing() as con:
+            warehouse.append(con, "plan_slo_fleets", fleets, stage_run.run_id)
+            warehouse.append(con, "plan_slo_answers", answers, stage_run.run_id)
+    return PlanSloResult(stage_run.run_id, searched.outcomes, fleets, answers, searched, slow)
 
 
 def step_cost(

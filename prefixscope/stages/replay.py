@@ -11,7 +11,7 @@ from prefixscope import warehouse
 from prefixscope.stages.outcomes import choose_configuration, outcome_rows
 
 
-def run(wh: str | Path, settings: Any) -> Any:
+def calibrate_by_replay(wh: str | Path, settings: Any) -> Any:
     """``settings``: a ``gpu_replay.replay.ReplayOptions``; returns its ``ReplayResult`` and
     the run id."""
     try:
@@ -21,14 +21,14 @@ def run(wh: str | Path, settings: Any) -> Any:
             f"replay needs torch ({exc}) — install it: pip install 'prefixscope[replay]'"
         ) from None
     o = settings
-    with warehouse.StageRun(wh, "replay", o) as run:
-        with run.reading() as con:
+    with warehouse.StageRun(wh, "replay", o) as stage_run:
+        with stage_run.reading() as con:
             config = choose_configuration(
                 con, o.outcomes_run, o.policy, o.capacity_blocks, o.isolation
             )
             rows = outcome_rows(con, config)
         result = replay_requests(rows, config.run_id, o)
-        with run.publishing() as con:
-            warehouse.append(con, "replay_samples", result.samples, run.run_id)
-            warehouse.append(con, "miss_cost_models", result.cost_model_row, run.run_id)
-    return run.run_id, result
+        with stage_run.publishing() as con:
+            warehouse.append(con, "replay_samples", result.samples, stage_run.run_id)
+            warehouse.append(con, "miss_cost_models", result.cost_model_row, stage_run.run_id)
+    return stage_run.run_id, result

@@ -16,14 +16,14 @@ class ReportSettings:
     out: str = "report.html"
 
 
-def run(wh: str | Path, settings: ReportSettings) -> Path:
+def write_report(wh: str | Path, settings: ReportSettings) -> Path:
     """Reads the views from a read-only connection; the run is closed after the page is
     written. The page is written beside ``out`` and renamed onto it when whole, so a failure
     (a full disk) leaves no half page, and an earlier page at ``out`` as it was."""
     out = Path(settings.out)
     check_regular(out)  # a link, a device or a pipe is never replaced by the page
     partial = out.with_name(f".{out.name}.partial")  # same folder: the rename is atomic
-    with warehouse.StageRun(wh, "report", settings) as run, run.reading() as con:
+    with warehouse.StageRun(wh, "report", settings) as stage_run, stage_run.reading() as con:
         try:
             build_report(con, partial, Path(wh).name)
             os.replace(partial, out)

@@ -75,7 +75,7 @@ class SavingsSettings:
         return hardware
 
 
-def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
+def price_savings(wh: str | Path, settings: SavingsSettings) -> pa.Table:
     s = settings
     # the deployment as given (a TOML file's path reads back; the GPU's own name may not)
     text = s.resolved_deployment() if s.check().deployment else None
@@ -88,8 +88,8 @@ def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
             con, s.outcomes_run, s.policy, s.capacity_blocks, s.isolation, pool
         )
     gpu, tp = hardware.gpu or s.gpu, hardware.gpus or 1
-    with warehouse.StageRun(wh, "savings", s) as run:
-        with run.reading() as con:
+    with warehouse.StageRun(wh, "savings", s) as stage_run:
+        with stage_run.reading() as con:
             asked = wants_calibration(s.cost_model, tp)  # a calibration times one GPU
             fitted = calibrated(con, s.shape, gpu) if asked else None
             outcomes, traffic = load_outcomes(con, config)
@@ -97,6 +97,6 @@ def run(wh: str | Path, settings: SavingsSettings) -> pa.Table:
         spec = device(gpu)
         gpu_hour = None if spec is None else load_prices(s.prices).gpu_price(spec)
         table = savings_table(config, outcomes, traffic, cost, hardware.columns(0), gpu_hour)
-        with run.publishing() as con:
-            warehouse.append(con, "savings", table, run.run_id)
+        with stage_run.publishing() as con:
+            warehouse.append(con, "savings", table, stage_run.run_id)
     return table

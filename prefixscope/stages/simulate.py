@@ -55,10 +55,10 @@ class SimulateResult:
     grid: tuple[Scenario, ...]
 
 
-def run(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
+def simulate_policies(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
     settings.check()
-    with warehouse.StageRun(wh, "simulate", settings) as run:
-        with run.reading() as con:
+    with warehouse.StageRun(wh, "simulate", settings) as stage_run:
+        with stage_run.reading() as con:
             trace = load_trace(con)
         if settings.vllm_blocks:
             trace = full_blocks_only(trace)
@@ -81,11 +81,11 @@ def run(wh: str | Path, settings: SimulateSettings) -> SimulateResult:
             plain = replace(measure, outcomes=False)
             tables.hit_rates += simulate_scenarios(other, grid_other, plain, settings).hit_rates
         hit_rates, timeseries, outcomes = tables.arrow()
-        with run.publishing() as con:
-            warehouse.append(con, "hit_rates", hit_rates, run.run_id)
-            warehouse.append(con, "hit_rate_timeseries", timeseries, run.run_id)
-            warehouse.append(con, "request_outcomes", outcomes, run.run_id)
-    return SimulateResult(run.run_id, tables, tuple(grid))
+        with stage_run.publishing() as con:
+            warehouse.append(con, "hit_rates", hit_rates, stage_run.run_id)
+            warehouse.append(con, "hit_rate_timeseries", timeseries, stage_run.run_id)
+            warehouse.append(con, "request_outcomes", outcomes, stage_run.run_id)
+    return SimulateResult(stage_run.run_id, tables, tuple(grid))
 
 
 def at_block_size(

@@ -20,13 +20,13 @@ class StructureResult:
     tables: dict[str, pa.Table]
 
 
-def run(wh: str | Path, settings: StructureSettings) -> StructureResult:
-    with warehouse.StageRun(wh, "structure", settings) as run:
-        with run.reading() as con:
+def find_structure(wh: str | Path, settings: StructureSettings) -> StructureResult:
+    with warehouse.StageRun(wh, "structure", settings) as stage_run:
+        with stage_run.reading() as con:
             trace = load_trace(con)
             log = load_log(con, trace)
         tables = analyse(trace, log, settings)
-        with run.publishing() as con:
+        with stage_run.publishing() as con:
             for name in TABLES:
-                warehouse.append(con, name, tables[name], run.run_id)
-    return StructureResult(run.run_id, tables)
+                warehouse.append(con, name, tables[name], stage_run.run_id)
+    return StructureResult(stage_run.run_id, tables)

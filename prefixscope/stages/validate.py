@@ -52,14 +52,14 @@ def has_reports(wh: str | Path) -> bool:
     return found[0][0] > 0
 
 
-def run(wh: str | Path, settings: ValidateSettings) -> Validation:
+def validate_capacity(wh: str | Path, settings: ValidateSettings) -> Validation:
     settings.check()
     shape = None
     if settings.model or settings.model_config:
         shape = resolve_model(settings.model, settings.model_config)
         shape.kv_bytes_per_token(settings.kv_dtype)  # an unknown dtype fails before the run
-    with warehouse.StageRun(wh, "validate", settings) as run:
-        with run.reading() as con:
+    with warehouse.StageRun(wh, "validate", settings) as stage_run:
+        with stage_run.reading() as con:
             trace = load_trace(con)
             reported = load_reported(con, trace)
         sizing = Sizing()
@@ -76,7 +76,9 @@ def run(wh: str | Path, settings: ValidateSettings) -> Validation:
             settings.seed,
             sizing,
         )
-        with run.publishing() as con:
-            warehouse.append(con, "validation", result.agreement, run.run_id)
-            warehouse.append(con, "validation_disagreements", result.disagreements, run.run_id)
+        with stage_run.publishing() as con:
+            warehouse.append(con, "validation", result.agreement, stage_run.run_id)
+            warehouse.append(
+                con, "validation_disagreements", result.disagreements, stage_run.run_id
+            )
     return result

@@ -183,15 +183,15 @@ def tables(results: list[RankResult], settings: EventValidateSettings) -> tuple[
     return pa.Table.from_pylist(rows), window_table
 
 
-def run(wh: str | Path, settings: EventValidateSettings) -> list[RankResult]:
+def validate_against_events(wh: str | Path, settings: EventValidateSettings) -> list[RankResult]:
     settings.check()
-    with warehouse.StageRun(wh, "validate", settings) as run:
-        with run.reading() as con:
+    with warehouse.StageRun(wh, "validate", settings) as stage_run:
+        with stage_run.reading() as con:
             requests = load_requests(con)
             streams = load_streams(con, requests.block_size)
         results = validate_events(requests, streams, settings)
         agreement, windows = tables(results, settings)
-        with run.publishing() as con:
-            warehouse.append(con, "validation_events", agreement, run.run_id)
-            warehouse.append(con, "validation_event_windows", windows, run.run_id)
+        with stage_run.publishing() as con:
+            warehouse.append(con, "validation_events", agreement, stage_run.run_id)
+            warehouse.append(con, "validation_event_windows", windows, stage_run.run_id)
     return results
