@@ -113,9 +113,9 @@ def test_a_grid_curve_on_the_dask_workers_equals_the_one_computed_here(cluster) 
 def test_each_replica_of_a_fixed_router_runs_as_a_task_and_equals_the_run_here(
     cluster, bundled_trace, router
 ) -> None:
+    from prefixscope.analysis.fleet.grid import tables
     from prefixscope.analysis.fleet.run import Fleet
     from prefixscope.analysis.fleet.tables import Pricing
-    from prefixscope.stages.fleet import tables
 
     grid = [Fleet(router, 4, 3_000, load_scale=2.0)]
     here, there, ran = _fleet_here_and_there(cluster, bundled_trace, grid, seed=1)
@@ -133,9 +133,9 @@ def test_each_replica_of_a_fixed_router_runs_as_a_task_and_equals_the_run_here(
 def test_a_fleet_grid_runs_one_task_per_configuration_and_equals_the_run_here(
     cluster, bundled_trace
 ) -> None:
+    from prefixscope.analysis.fleet.grid import tables
     from prefixscope.analysis.fleet.run import Fleet
     from prefixscope.analysis.fleet.tables import Pricing
-    from prefixscope.stages.fleet import tables
 
     # stateful and fixed routers, so both kinds of configuration run as whole tasks
     grid = [Fleet(r, n, 2_000) for r in ("cache-aware", "round-robin", "kv-aware") for n in (2, 4)]
@@ -204,9 +204,10 @@ def _fleet_here_and_there(cluster, trace, grid, seed):  # type: ignore[no-untype
 
     from prefixscope.analysis.cost.gpus import resolve_gpu
     from prefixscope.analysis.cost.models import resolve_model
+    from prefixscope.analysis.fleet.grid import simulate_grid
     from prefixscope.analysis.fleet.run import Engine, Traffic
+    from prefixscope.analysis.fleet.settings import FleetSettings
     from prefixscope.analysis.fleet.stepcost import from_roofline
-    from prefixscope.stages.fleet import FleetSettings, simulate_grid
 
     traffic = Traffic(np.random.default_rng(seed).integers(0, 400, trace.n_requests))
     engine = Engine(from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100")))
@@ -226,10 +227,11 @@ def test_the_slo_search_on_the_dask_workers_equals_the_search_here(cluster) -> N
     from prefixscope.analysis.fleet.run import Traffic
     from prefixscope.analysis.fleet.stepcost import from_roofline
     from prefixscope.analysis.plan.slo import parse_slo
+    from prefixscope.analysis.plan.slo_plan import plan_search
+    from prefixscope.analysis.plan.slo_settings import PlanSloSettings
     from prefixscope.analysis.plan.slo_tables import answers_table, fleets_table
     from prefixscope.analysis.plan.space import replica_of
     from prefixscope.analysis.trace.csr import build_trace
-    from prefixscope.stages.plan_slo import PlanSloSettings, plan_search
 
     # 300 conversations over four system prompts, arriving within a minute
     rng = np.random.default_rng(3)

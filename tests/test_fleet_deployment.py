@@ -263,8 +263,9 @@ def test_plan_reads_a_model_config(small: Path, tmp_path: Path, capsys) -> None:
 def test_a_tp_deployment_prices_its_steps_on_its_gpus(small: Path) -> None:
     """The fleet's step cost of ``GPUxTP`` is the roofline of one GPU of TP (FLOPs and bytes
     over TP, the all-reduces added); at one what-if capacity two H100s serve faster than one."""
+    from prefixscope.analysis.fleet.grid import engine_for
+    from prefixscope.analysis.fleet.settings import FleetSettings
     from prefixscope.analysis.fleet.stepcost import from_roofline
-    from prefixscope.stages.fleet import FleetSettings, engine_for
 
     shape = resolve_model("llama-3.3-70b")
     settings = FleetSettings(model="llama-3.3-70b", gpu="h100", cost_model="roofline")

@@ -13,9 +13,9 @@ from typing import Any
 import duckdb
 import pytest
 
+from prefixscope.analysis.fleet.settings import FleetSettings
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.stages import fleet, report
-from prefixscope.stages.fleet import FleetSettings
 from prefixscope.stages.report import ReportSettings
 from tests.conftest import Bundled, needs_chromium, open_page
 from tests.test_report import figures

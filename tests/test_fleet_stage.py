@@ -9,6 +9,7 @@ import duckdb
 import pytest
 
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.fleet.grid import engine_for
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.cli import main
@@ -113,7 +114,7 @@ def test_capacity_in_gib_is_blocks_of_the_model(two_tenants: Path) -> None:
     ],
 )
 def test_steps_are_priced_by_the_calibrated_model_when_there_is_one(kind, gpu, fitted, source):
-    engine, pricing = fleet.engine_for(fleet.FleetSettings(cost_model=kind, gpu=gpu), fitted)
+    engine, pricing = engine_for(fleet.FleetSettings(cost_model=kind, gpu=gpu), fitted)
     assert engine.cost.source == pricing.cost_model == source
     if source == "calibrated":
         assert engine.cost.a == 1e-3 and pricing.cost_model_run_id == "run-1"
@@ -123,4 +124,4 @@ def test_steps_are_priced_by_the_calibrated_model_when_there_is_one(kind, gpu, f
 
 def test_calibrated_without_a_model_in_the_warehouse_says_run_replay() -> None:
     with pytest.raises(ValueError, match="run replay"):
-        fleet.engine_for(fleet.FleetSettings(cost_model="calibrated"), None)
+        engine_for(fleet.FleetSettings(cost_model="calibrated"), None)

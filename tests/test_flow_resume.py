@@ -10,15 +10,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from prefixscope.analysis.plan import slo_plan
 from prefixscope.cli import main
-from prefixscope.stages import plan_slo
 from tests.conftest import conversation_lines, mooncake_line
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 #: This test process: the killing task spares it (a round of one task runs here, not forked).
 HERE = os.getpid()
-REAL_PROBE = plan_slo.probe_task
+REAL_PROBE = slo_plan.probe_task
 
 
 def killing_probe(shared: object, task: object) -> object:
@@ -44,7 +44,7 @@ def test_a_killed_worker_ends_the_run_in_one_line_and_a_rerun_resumes(
     argv = ["fleet-report", "--input", str(log), "--warehouse", str(wh), "--out", str(page),
             "--capacity-blocks", "50,200"]  # fmt: skip
 
-    monkeypatch.setattr(plan_slo, "probe_task", killing_probe)
+    monkeypatch.setattr(slo_plan, "probe_task", killing_probe)
     assert main([*argv, "--workers", "2"]) == 1
     err = capsys.readouterr().err
     said = [x for x in err.splitlines() if x.startswith("prefixscope fleet-report:")]
@@ -59,7 +59,7 @@ def test_a_killed_worker_ends_the_run_in_one_line_and_a_rerun_resumes(
     assert not page.exists()
 
     # the same command, as the line advises with one worker: it resumes
-    monkeypatch.setattr(plan_slo, "probe_task", REAL_PROBE)
+    monkeypatch.setattr(slo_plan, "probe_task", REAL_PROBE)
     assert main([*argv, "--workers", "1"]) == 0
     err = capsys.readouterr().err
     assert "reused ingest, simulate, curve, structure, fleet, plan:" in err

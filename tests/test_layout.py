@@ -177,10 +177,12 @@ ANALYSIS = "prefixscope.analysis"
 #: trace ← policies ← structure ← simulation ← curves (each may import the ones before it);
 #: ``cost`` (pricing, KV sizes of models) reads traces only and may be imported by any part;
 #: ``fleet`` (replicas behind a router) reads traces, the turns ``structure`` finds (whose
-#: answers the engines' pools cache) and prices steps with ``cost``; ``plan``
+#: answers the engines' pools cache), prices steps with ``cost`` and takes its capacities in
+#: the form ``simulation`` resolves them (``simulation/capacities.py``); ``plan``
 #: (the capacity planner) reads curves, prices with ``cost`` and simulates fleets (the SLO
-#: search); ``validate`` (the simulator
-#: against the engines' reported hits) reads curves and runs policies;
+#: search, its rounds fanned out on workers kept from round to round: ``fanout``, ``forked``);
+#: ``validate`` (the simulator against the engines' reported hits) reads curves and runs
+#: policies;
 #: ``fanout`` imports nothing of ``analysis`` but ``forked`` (its workers here), which imports
 #: nothing.
 MAY_IMPORT = {
@@ -190,8 +192,8 @@ MAY_IMPORT = {
     "simulation": {"trace", "policies", "structure", "cost", "fanout"},
     "curves": {"trace", "policies", "structure", "simulation", "cost", "fanout"},
     "cost": {"trace"},
-    "fleet": {"trace", "policies", "structure", "cost", "fanout"},
-    "plan": {"trace", "policies", "curves", "cost", "fleet"},
+    "fleet": {"trace", "policies", "structure", "simulation", "cost", "fanout"},
+    "plan": {"trace", "policies", "curves", "cost", "fleet", "fanout", "forked"},
     "validate": {"trace", "policies", "curves"},
     "fanout": {"forked"},
     "forked": set(),

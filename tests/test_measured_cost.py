@@ -11,10 +11,11 @@ from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 from prefixscope.analysis.cost.measured import measured_model
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.savings import cost_model
+from prefixscope.analysis.fleet.settings import FleetSettings
 from prefixscope.analysis.fleet.stepcost import choose
+from prefixscope.analysis.plan.slo_settings import step_cost
 from prefixscope.cli import main
 from prefixscope.stages import plan_slo
-from prefixscope.stages.fleet import FleetSettings
 from prefixscope.stages.savings import SavingsSettings
 
 FITTED = ("run-1", (1e-3, 1e-6, 0.0, 1e-11, 1e-12), (64.0, 16.0))
@@ -192,5 +193,5 @@ def test_measured_is_refused_before_the_warehouse_is_read(settings) -> None:  # 
 )
 def test_a_plan_prices_each_deployment_by_the_rule(deployment: str, source: str) -> None:
     settings = plan_slo.PlanSloSettings(deployments=(deployment,), slo="ttft-p95=2")
-    cost = plan_slo.step_cost(settings, settings.shape, deployment, None)
+    cost = step_cost(settings, settings.shape, deployment, None)
     assert cost.source == source

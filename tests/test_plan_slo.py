@@ -24,12 +24,12 @@ from prefixscope.analysis.plan.nocache import without_prefix_cache
 from prefixscope.analysis.plan.probe import Shared, simulate_window
 from prefixscope.analysis.plan.search import Group, Probe, Result, search
 from prefixscope.analysis.plan.slo import parse_slo
+from prefixscope.analysis.plan.slo_settings import PlanSloSettings, search_groups
 from prefixscope.analysis.plan.slo_tables import HOURS_PER_MONTH
 from prefixscope.analysis.plan.space import replica_of, series_of
 from prefixscope.analysis.plan.windows import WHOLE, split
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
-from prefixscope.stages.plan_slo import PlanSloSettings, search_groups
 from tests.conftest import conversation_lines
 
 

@@ -9,9 +9,9 @@ from prefixscope.analysis.fleet.engines import ENGINES
 from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.fleet.run import DEFAULT_BUDGET, DEFAULT_MAX_SEQS, FLEET_POLICIES
+from prefixscope.analysis.fleet.tierspec import TierSpec
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
-from prefixscope.stages.fleet import TierSpec
 
 
 def arguments(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,205 @@
+"""The SLO plan on a loaded trace: the search (``search.py``) held in every window
+(``held.py``), its fleets run here, on forked workers or on a Dask cluster, and how its answer
+moves within the measured model's error (``uncertainty.py``). The ``plan-slo`` stage loads,
+calls :func:`plan_slo` and appends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from prefixscope import resources
+from prefixscope.analysis.cost.choice import Fitted
+from prefixscope.analysis.cost.prices import Prices
+from prefixscope.analysis.fanout import fan_out, on_every_worker
+from prefixscope.analysis.fleet._records import kept_nodes, release_kept
+from prefixscope.analysis.fleet.run import Traffic
+from prefixscope.analysis.forked import session
+from prefixscope.analysis.plan.held import Held, Task, hold
+from prefixscope.analysis.plan.probe import (
+    Part,
+    Shared,
+    cut,
+    simulate_run,
+    simulate_window,
+)
+from prefixscope.analysis.plan.search import Outcome
+from prefixscope.analysis.plan.slo import Slo
+from prefixscope.analysis.plan.slo_settings import (
+    PlanSloSettings,
+    answer_kind,
+    search_groups,
+    step_cost,
+)
+from prefixscope.analysis.plan.slo_tables import (
+    PLAN_SLO_ANSWERS_SCHEMA,
+    answer_rows,
+    fleets_table,
+)
+from prefixscope.analysis.plan.space import Replica, replica_of
+from prefixscope.analysis.plan.uncertainty import slower, slower_pct, with_range
+from prefixscope.analysis.plan.windows import (
+    Window,
+    busiest,
+    split,
+)
+from prefixscope.analysis.trace.csr import Trace
+
+
+@dataclass(frozen=True)
+class Searched:
+    """The search's answers, with the windows each was held in (``held.py``)."""
+
+    outcomes: tuple[Outcome, ...]
+    held: tuple[Held, ...]
+    windows: tuple[Window, ...]
+    busiest: Window
+
+
+@dataclass(frozen=True)
+class SloPlan:
+    """The search's answers (``searched``), and where the steps are priced by the measured
+    model, the search of the answer's fleet kinds with every step slower by its error
+    (``slower``); the fleets simulated and the answers as tables."""
+
+    searched: Searched
+    slower: Searched | None
+    fleets: pa.Table
+    answers: pa.Table
+
+
+def plan_slo(
+    trace: Trace,
+    traffic: Traffic,
+    settings: PlanSloSettings,
+    fitted: dict[str, Fitted | None],
+    prices: Prices,
+    slo: Slo,
+) -> SloPlan:
+    """The cheapest fleets of ``settings`` meeting ``slo`` on ``trace``, each deployment's
+    steps priced by its calibrated model in ``fitted`` where it has one (``step_cost``), and
+    how the answer moves within the measured model's error."""
+    shape = settings.shape
+    replicas = [
+        replica_of(d, shape, trace.block_size, settings.kv_dtype,
+                   step_cost(settings, shape, d, fitted.get(d)))
+        for d in settings.deployments
+    ]  # fmt: skip
+    searched = plan_search(trace, traffic, replicas, slo, settings, prices)
+    fleets = fleets_table(searched.outcomes, settings.engine, searched.windows)
+    rows = answer_rows(searched.outcomes, slo, searched.held, searched.windows,
+                       settings.window_s)  # fmt: skip
+    sources = sorted({r.engine.cost.source for r in replicas})
+    pct, slow_rows, slow = None, [], None
+    kinds = {answer_kind(r) for r in rows if r["prefix_caching"] and r["met"]}
+    if "measured" in sources and kinds:
+        # how the answer moves within the measured model's error: the answer's own fleet
+        # kinds searched again, caching on, every measured step that much slower
+        # (``plan/uncertainty.py``)
+        pct = slower_pct()
+        resources.give_back_heap()  # the first search's spans and lists, gone first
+        slow = plan_search(trace, traffic, slower(replicas, pct), slo, settings, prices,
+                           cachings=(True,), kinds=kinds)  # fmt: skip
+        slow_rows = answer_rows(slow.outcomes, slo, slow.held, slow.windows, settings.window_s)
+    with_range(rows, slow_rows, pct, "+".join(sources))
+    answers = pa.Table.from_pylist(rows, schema=PLAN_SLO_ANSWERS_SCHEMA)
+    return SloPlan(searched, slow, fleets, answers)
+
+
+def plan_search(
+    trace,
+    traffic,
+    replicas: Sequence[Replica],
+    slo: Slo,
+    settings: PlanSloSettings,
+    prices,
+    cachings: tuple[bool, ...] = (True, False),
+    kinds: set[tuple] | None = None,
+) -> Searched:  # type: ignore[no-untyped-def]
+    """Every load scale with caching on (every tier and store) and off (none: with no block
+    repeating, a tier only adds cost), searched on the busiest window and held in every window
+    (``held.py``), in rounds (``search.py``). ``cachings``: which of the two to search;
+    ``kinds``: only the series of these (deployment, router, DRAM, store) (:func:`answer_kind`)."""
+    groups = search_groups(replicas, settings, prices, trace.block_size, cachings, kinds)
+    windows = split(trace, settings.window_s)
+    start = busiest(windows)
+    spans: dict[tuple[int, bool], tuple] = {}
+    shared = Shared(trace, traffic, slo, settings.engine, windows, spans)
+    local = settings.dask_address is None and settings.workers == 1
+    shipped: dict[str, object] = {}
+
+    def run_tasks(tasks: Sequence[Task]) -> list[list[Part]]:
+        # the spans of the windows searched are cut once, here, before any worker starts
+        for t in tasks:
+            if t.search:
+                key = (t.windows[0], t.probe.prefix_caching)
+                if key not in spans:
+                    w = windows[t.windows[0]]
+                    spans[key] = cut(trace, traffic, w.warm, w.end, t.probe.prefix_caching)
+        if local:
+            return [probe_task(shared, t) for t in tasks]
+        # parts shipped apart, so that a cluster keeps the trace it was sent once while the
+        # spans grow (``fanout.scattered``); the same object while they do not, so that forked
+        # workers live from round to round with what they hold (``forked.session``)
+        if shipped.get("spans") != set(spans):
+            shipped["spans"] = set(spans)
+            shipped["parts"] = (trace, traffic, (slo, settings.engine, windows), dict(spans))
+        return fan_out(
+            probe_task,
+            shipped["parts"],
+            tasks,
+            workers=settings.workers,
+            dask_address=settings.dask_address,
+            weights=[task_weight(trace, windows, t) for t in tasks],
+            memory=[task_bytes(trace, windows, t, spans) for t in tasks],
+        )
+
+    def lookups(first: int, end: int) -> int:
+        return int(trace.offsets[end] - trace.offsets[first])
+
+    try:
+        with kept_nodes(), session():
+            outcomes, held = hold(groups, slo, windows, start, run_tasks, lookups)
+    finally:
+        if settings.dask_address:  # the cluster's workers outlive the stage
+            on_every_worker(settings.dask_address, release_kept)
+    return Searched(tuple(outcomes), tuple(held), windows, start)
+
+
+def probe_task(shared: Shared | tuple, task: Task) -> list[Part]:
+    """One task of the search (a task of ``fan_out``): a fleet on one window, or a run of
+    windows (``held.py``). ``shared``: the search's, or its parts as ``plan_search`` ships
+    them. The lists' node arrays are kept between a worker's tasks, for the stage."""
+    if isinstance(shared, tuple):
+        trace, traffic, (slo, engine, windows), spans = shared
+        shared = Shared(trace, traffic, slo, engine, windows, spans)
+    with kept_nodes(persist=True):
+        if task.search:
+            return [simulate_window(shared, task.probe, task.windows[0])]
+        return simulate_run(shared, task.probe, task.windows, task.measured)
+
+
+def task_weight(trace, windows, task: Task) -> float:  # type: ignore[no-untyped-def]
+    """A task's expected cost: its lookups × its replicas (a cache-aware router scores every
+    replica's tree: some 30 times as long)."""
+    p = task.probe
+    first, end = windows[task.windows[0]].warm, windows[task.windows[-1]].end
+    router = 30.0 if p.series.router == "cache-aware" else 1.0
+    return float(trace.offsets[end] - trace.offsets[first]) * (1 + p.replicas / 8) * router
+
+
+def task_bytes(trace, windows, task: Task, spans=None) -> int:  # type: ignore[no-untyped-def]
+    """What a task holds at most: its span (blocks, ids, hashes, parents and per-lookup tokens,
+    about 28 bytes a lookup), each replica's lists over the span's distinct blocks (8 bytes per
+    block, replica and list: the cache, the router's tree, a DRAM tier, and 8 per block for
+    their masks) and some 250 bytes a request of state and results. Distinct blocks are the
+    span's own where it was cut already (``spans``), else every lookup counts as one."""
+    p = task.probe
+    first, end = windows[task.windows[0]].warm, windows[task.windows[-1]].end
+    lookups = int(trace.offsets[end] - trace.offsets[first])
+    cut_already = (spans or {}).get((task.windows[0], p.prefix_caching)) if task.search else None
+    distinct = cut_already[0].n_unique if cut_already is not None else lookups
+    lists = 1 + (p.series.router == "cache-aware") + (p.series.tiers.dram_blocks > 0)
+    return 28 * lookups + 8 * distinct * lists * (1 + p.replicas) + 250 * (end - first)
