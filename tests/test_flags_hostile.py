@@ -248,6 +248,7 @@ PARAMETERS = [
     (["--savings-capacity-blocks", "0"], "--savings-capacity-blocks"),
     (["--plan-target", "1.5"], "--plan-target"),
     (["--slo", "ttft-p95"], "ttft-p95"),
+    (["--slo", ""], "at least one target"),
 ]
 
 

@@ -333,7 +333,7 @@ def slo_settings(
     ``DEFAULT_SLO_MODEL`` that meets ``slo`` (None: the default), with and without the cache."""
     return plan_slo_stage.PlanSloSettings(
         deployments=DEFAULT_SLO_DEPLOYMENTS,
-        slo=slo or DEFAULT_SLO,
+        slo=DEFAULT_SLO if slo is None else slo,  # an empty one is refused, not the default
         load_scales=DEFAULT_SLO_LOAD_SCALES,
         model=DEFAULT_SLO_MODEL,
         workers=workers if dask_address is None else None,
