@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -10,11 +11,12 @@ import pytest
 
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.fleet.grid import engine_for
+from prefixscope.analysis.fleet.hardware import of_deployment
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.cli import main
 from prefixscope.stages import fleet
-from tests.conftest import mooncake_line
+from tests.conftest import LLAMA_8B_CONFIG, mooncake_line
 
 
 def rows(wh: Path, sql: str) -> list[tuple]:
@@ -101,6 +103,40 @@ def test_capacity_in_gib_is_blocks_of_the_model(two_tenants: Path) -> None:
     expected = resolve_model("llama-3-8b").blocks_in(0.5, 512)
     assert set(result.hit_rates.column("capacity_blocks").to_pylist()) == {expected}
     assert set(result.hit_rates.column("capacity_gib").to_pylist()) == {0.5}
+
+
+def test_a_model_config_is_read_once_per_run(two_tenants: Path, tmp_path, monkeypatch) -> None:
+    """The settings resolve the model once: every deployment, capacity and price of one run
+    is the shape read then, even when the file changes meanwhile (here: after the first read,
+    a config of twice the KV heads, which would halve every pool)."""
+    from prefixscope.analysis.cost.models import ModelShape
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA_8B_CONFIG))
+    real, reads = ModelShape.from_hf_config.__func__, []
+
+    def read_then_change(cls, *args, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append(args)
+        shape = real(cls, *args, **kwargs)
+        config.write_text(json.dumps({**LLAMA_8B_CONFIG, "num_key_value_heads": 16}))
+        return shape
+
+    monkeypatch.setattr(ModelShape, "from_hf_config", classmethod(read_then_change))
+    settings = fleet.FleetSettings(
+        replicas=(2, 3),
+        routers=("round-robin", "kv-aware"),
+        deployments=("h100x1", "h200x1"),
+        capacities=Capacities(),  # each deployment's own KV pool
+        model="mine",
+        model_config=str(config),
+        windows=("all",),
+    )
+    result = fleet.simulate_fleets(two_tenants, settings)
+    assert len(reads) == 1
+    pools = {r["deployment"]: r["capacity_blocks"] for r in result.hit_rates.to_pylist()}
+    eight = resolve_model("llama-3-8b")
+    for deployment in ("h100x1", "h200x1"):  # the shape first read, llama-3-8b's own
+        assert pools[deployment] == of_deployment(deployment, eight, 512, "bf16").kv_pool_blocks
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ loads, calls :func:`simulate_settings` and appends."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -63,7 +62,7 @@ def simulate_settings(
         trace = full_blocks_only(trace)
     prices = load_prices(settings.prices)
     priced = {
-        (g, tp): engine_for(replace(settings, gpu=g), fitted.get((g, tp)), tp, prices)
+        (g, tp): engine_for(settings, fitted.get((g, tp)), tp, prices, gpu=g)
         for g, tp in dict.fromkeys(gpu_texts(settings))
     }
     # a deployment's DRAM tier runs on its own GPU's host link
@@ -107,11 +106,13 @@ def engine_for(
     fitted: Fitted | None,
     tp: int = 1,
     prices: Prices | None = None,
+    gpu: str | None = None,
 ) -> tuple[Engine, Pricing]:
-    """The step cost of ``model`` on one GPU of ``tp`` of ``gpu`` (``stepcost.choose``): the
-    calibrated model ``fitted`` where it is chosen, else the measured model, else the
-    roofline; priced at ``prices`` (default: ``settings.prices`` read)."""
-    shape, spec = settings.shape, device(settings.gpu)
+    """The step cost of ``model`` on one GPU of ``tp`` of ``gpu`` (default: ``settings.gpu``;
+    ``stepcost.choose``): the calibrated model ``fitted`` where it is chosen, else the measured
+    model, else the roofline; priced at ``prices`` (default: ``settings.prices`` read)."""
+    gpu = gpu or settings.gpu
+    shape, spec = settings.shape, device(gpu)
     prices = prices or load_prices(settings.prices)
     cost = choose(shape, spec, tp, fitted, settings.cost_model)
     kv_bytes = float(shape.kv_bytes_per_token(settings.kv_dtype))
@@ -125,7 +126,7 @@ def engine_for(
     )
     return engine, Pricing(
         shape.name,
-        gpu_key(settings.gpu),
+        gpu_key(gpu),
         cost.source,
         cost.run_id,
         gpus=tp,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from prefixscope.analysis.cost.choice import check_kind, device
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
@@ -120,8 +121,10 @@ class FleetSettings:
             self.router_settings,
         ).check()
 
-    @property
+    @cached_property
     def shape(self) -> ModelShape:
+        """The model, resolved once per settings: a ``model_config`` file is read once, so
+        every part of one run prices the same shape even if the file changes meanwhile."""
         return resolve_model(self.model, self.model_config)
 
     def tiers(self, block_size: int, gpu: str | None = None) -> list[Tiers]:

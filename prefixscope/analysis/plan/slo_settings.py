@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from prefixscope.analysis.cost.choice import Fitted, check_kind
 from prefixscope.analysis.cost.deployment import parse_deployment
@@ -51,8 +52,9 @@ class PlanSloSettings:
     dask_address: str | None = None
     window_s: float = DEFAULT_WINDOW_S
 
-    @property
+    @cached_property
     def shape(self) -> ModelShape:
+        """The model, resolved once per settings (a ``model_config`` file read once)."""
         return resolve_model(self.model, self.model_config)
 
     def check(self) -> Slo:
