@@ -193,5 +193,5 @@ def test_measured_is_refused_before_the_warehouse_is_read(settings) -> None:  # 
 )
 def test_a_plan_prices_each_deployment_by_the_rule(deployment: str, source: str) -> None:
     settings = plan_slo.PlanSloSettings(deployments=(deployment,), slo="ttft-p95=2")
-    cost = step_cost(settings, settings.shape, deployment, None)
+    cost = step_cost(settings, deployment, None)
     assert cost.source == source

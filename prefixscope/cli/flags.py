@@ -269,7 +269,11 @@ def timestamp(text: str) -> datetime:
 
 def warehouse(p: argparse.ArgumentParser, dest: str = "warehouse") -> None:
     p.add_argument(
-        "--warehouse", dest=dest, default=DEFAULT_WAREHOUSE, help="DuckDB file (%(default)s)"
+        "--warehouse",
+        dest=dest,
+        default=DEFAULT_WAREHOUSE,
+        metavar="WAREHOUSE",
+        help="DuckDB file (%(default)s)",
     )
 
 
@@ -280,6 +284,7 @@ def windows(
         "--window",
         dest=dest,
         type=name_list,
+        metavar="WINDOW",
         default=default,
         help="all, last-half, steady (comma-separated)",
     )

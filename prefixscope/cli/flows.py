@@ -8,27 +8,33 @@ from pathlib import Path
 
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
-from prefixscope.ingest.formats import DEFAULT_TENANT, FORMATS
-from prefixscope.pipelines.flow_parameters import (
-    DEFAULT_FLEET_REPLICAS,
-    DEFAULT_POLICIES,
-    DEFAULT_REPORT,
-    DEFAULT_SLO,
-    FlowParameters,
-)
-from prefixscope.pipelines.served import FLOW_GPU, FLOW_MODEL
+from prefixscope.ingest.formats import FORMATS
+from prefixscope.pipelines.flow_parameters import FlowParameters
+from prefixscope.pipelines.served import FLOW_MODEL
 from prefixscope.resources import ResourceError
 
 
 def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     """The flow's flags: each one's ``dest`` is a field of ``FlowParameters``
-    (``pipelines/flow_parameters.py``), whose defaults fill what is not given."""
+    (``pipelines/flow_parameters.py``), whose defaults fill what is not given: no flag keeps a
+    default of its own (``--warehouse`` shares the dataclass's constant with other commands)."""
     p.add_argument(
         "--input", dest="inputs", nargs="+", action="extend", required=True, metavar="FILE"
     )
-    p.add_argument("--format", dest="format_name", default="mooncake", choices=sorted(FORMATS))
+    p.add_argument(
+        "--format",
+        dest="format_name",
+        choices=sorted(FORMATS),
+        help=f"({FlowParameters.format_name})",
+    )
     flags.warehouse(p, dest="warehouse_path")
-    p.add_argument("--out", dest="report_path", type=flags.out_file, default=DEFAULT_REPORT)
+    p.add_argument(
+        "--out",
+        dest="report_path",
+        type=flags.out_file,
+        metavar="FILE",
+        help=f"({FlowParameters.report_path})",
+    )
     p.add_argument(
         "--metrics-out",
         dest="metrics_path",
@@ -36,7 +42,9 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE.prom",
         help="also write the latest figures as OpenMetrics text (docs/export.md#metrics)",
     )
-    p.add_argument("--tenant", type=flags.tenant_name, default=DEFAULT_TENANT)
+    p.add_argument(
+        "--tenant", type=flags.tenant_name, metavar="NAME", help=f"({FlowParameters.tenant})"
+    )
     p.add_argument("--tenant-from", choices=["type"], help="bailian: the tenant is the type")
     p.add_argument(
         "--tenant-field",
@@ -54,10 +62,15 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         "--isolation",
         dest="isolations",
         type=flags.name_list,
+        metavar="NAME[,NAME...]",
         help="how tenants share each cache: shared (default), salted, partitioned",
     )
     p.add_argument(
-        "--policy", dest="policies", type=flags.name_list, help=",".join(DEFAULT_POLICIES)
+        "--policy",
+        dest="policies",
+        type=flags.name_list,
+        metavar="NAME[,NAME...]",
+        help=",".join(FlowParameters.policies),
     )
     p.add_argument(
         "--capacity-blocks", dest="capacities_blocks", type=flags.int_list, metavar="N[,N...]"
@@ -67,11 +80,12 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         type=flags.int_list,
         metavar="N[,N...]",
         help="replica counts of the fleet step, every router at each "
-        f"({','.join(map(str, DEFAULT_FLEET_REPLICAS))})",
+        f"({','.join(map(str, FlowParameters.fleet_replicas))})",
     )
     flags.windows(p, dest="windows")
     p.add_argument(
         "--savings-policy",
+        metavar="NAME",
         help="the policy whose outcomes the savings price (lru; one of --policy)",
     )
     p.add_argument(
@@ -96,26 +110,27 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workers",
         type=flags.count,
-        default=1,
         metavar="N",
-        help="without --dask-address: processes the simulations fan out on here (%(default)s)",
+        help="without --dask-address: processes the simulations fan out on here "
+        f"({FlowParameters.workers})",
     )
     p.add_argument(
         "--savings-gpu",
         type=flags.gpu_or_cpu,
-        default=FLOW_GPU,
-        help="GPU the report prices on (%(default)s: the fewest that hold the model)",
+        metavar="GPU",
+        help=f"GPU the report prices on ({FlowParameters.savings_gpu}: the fewest that hold the "
+        "model)",
     )
     p.add_argument(
         "--plan-target",
         type=flags.finite_float(0.0, 1.0),
         metavar="SHARE",
-        help="the share of the ceiling the capacity plan sizes for (0.9)",
+        help=f"the share of the ceiling the capacity plan sizes for ({FlowParameters.plan_target})",
     )
     p.add_argument(
         "--slo",
         metavar="METRIC-pNN=S[,...]",
-        help=f"the SLO plan's latency targets ({DEFAULT_SLO})",
+        help=f"the SLO plan's latency targets ({FlowParameters.slo})",
     )
     flags.hash_key_file(p)
     p.add_argument(

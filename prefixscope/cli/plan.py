@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from prefixscope.analysis.plan.windows import DEFAULT_WINDOW_S
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 
@@ -118,10 +117,10 @@ def _run_slo(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         cost_model=args.cost_model,
         prices=args.prices,
-        engine=args.engine or "ideal",
+        engine=args.engine or plan_slo.PlanSloSettings.engine,
         workers=args.workers if args.dask_address is None else None,
         dask_address=args.dask_address,
-        window_s=DEFAULT_WINDOW_S if args.slo_window is None else args.slo_window,
+        window_s=plan_slo.PlanSloSettings.window_s if args.slo_window is None else args.slo_window,
     )
     settings.check()  # before the warehouse is opened: nothing written on bad input
     result = plan_slo.plan_for_slo(args.warehouse, settings)

@@ -84,7 +84,7 @@ def plan_slo(
     shape = settings.shape
     replicas = [
         replica_of(d, shape, trace.block_size, settings.kv_dtype,
-                   step_cost(settings, shape, d, fitted.get(d)))
+                   step_cost(settings, d, fitted.get(d)))
         for d in settings.deployments
     ]  # fmt: skip
     searched = plan_search(trace, traffic, replicas, slo, settings, prices)

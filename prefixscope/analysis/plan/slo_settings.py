@@ -82,17 +82,12 @@ class PlanSloSettings:
         return slo
 
 
-def step_cost(
-    settings: PlanSloSettings,
-    shape: ModelShape,
-    deployment: str,
-    fitted: Fitted | None,
-) -> StepCost:
-    """What prices a step of ``deployment`` (``stepcost.choose``): the calibrated model at
-    TP 1 where allowed and held, else the measured model at TP where it covers, else the
-    roofline at TP."""
+def step_cost(settings: PlanSloSettings, deployment: str, fitted: Fitted | None) -> StepCost:
+    """What prices a step of ``deployment`` serving ``settings.shape`` (``stepcost.choose``):
+    the calibrated model at TP 1 where allowed and held, else the measured model at TP where
+    it covers, else the roofline at TP."""
     d = parse_deployment(deployment)
-    return choose(shape, d.gpu, d.tp, fitted, settings.cost_model)
+    return choose(settings.shape, d.gpu, d.tp, fitted, settings.cost_model)
 
 
 def search_groups(
