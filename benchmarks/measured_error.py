@@ -179,7 +179,7 @@ def kernel_parts(runs: list[Run]) -> tuple[list, dict[str, int]]:
             plus = how(one.step_seconds, run.concurrency, run.isl, run.osl, pool_tokens=pool)
             row.append((base.ttft_s * 1e3, (plus.ttft_s - base.ttft_s) * 1e3,
                         base.tpot_s * 1e3, (plus.tpot_s - base.tpot_s) * 1e3))  # fmt: skip
-        parts.append((row[0], row[1], model.shape.num_hidden_layers))
+        parts.append((row[0], row[1], model.shape.num_hidden_layers, model.shape.qk_norm))
     return parts, uncovered
 
 
@@ -200,23 +200,24 @@ class Fit:
 
 
 def _columns(part, run: Run, share: float):
-    (st, st_n, tp, tp_n), (wv, wv_n, wtp, wtp_n), layers = part
+    (st, st_n, tp, tp_n), (wv, wv_n, wtp, wtp_n), layers, qk_norm = part
     ttft, ttft_n = (1 - share) * st + share * wv, (1 - share) * st_n + share * wv_n
     tpot, tpot_n = (1 - share) * tp + share * wtp, (1 - share) * tp_n + share * wtp_n
-    return ((ttft, ttft_n, run.ttft_ms), (tpot, tpot_n, run.tpot_ms)), layers
+    return ((ttft, ttft_n, run.ttft_ms), (tpot, tpot_n, run.tpot_ms)), layers, qk_norm
 
 
 def fit(rows: list) -> Fit:
-    """The wave share (a grid) and α, β and the request's own costs (≥ 0) minimising Huber's
-    loss of the relative errors of TTFT and TPOT together."""
+    """The wave share (a grid) and α, β, γ (a layer's q and k norms) and the request's own
+    costs (≥ 0) minimising Huber's loss of the relative errors of TTFT and TPOT together."""
     best = None
     for share in WAVE_SHARES:
         a, b = [], []
         for part, run in rows:
-            cols, layers = _columns(part, run, share)
+            cols, layers, qk_norm = _columns(part, run, share)
             for i, (base, steps, y) in enumerate(cols):
                 first = i == 0  # TTFT: the request's own overhead too
-                a.append([steps / y, steps * layers / y, first / y, first * run.isl / 1e3 / y])
+                a.append([steps / y, steps * layers / y, first / y, first * run.isl / 1e3 / y,
+                          steps * layers * qk_norm / y])  # fmt: skip
                 b.append((y - base) / y)
         a_arr, b_arr = np.array(a), np.array(b)
         weight = np.ones(len(b_arr))
@@ -230,15 +231,20 @@ def fit(rows: list) -> Fit:
         if best is None or loss < best[0]:
             best = (
                 loss,
-                Fit(Fixed(float(x[0]), float(x[1])), float(share), float(x[2]), float(x[3])),
+                Fit(
+                    Fixed(float(x[0]), float(x[1]), float(x[4])),
+                    float(share),
+                    float(x[2]),
+                    float(x[3]),
+                ),
             )
     assert best is not None
     return best[1]
 
 
 def predict(part, run: Run, how: Fit) -> tuple[float, float]:
-    cols, layers = _columns(part, run, how.wave_share)
-    f = how.fixed.ms(layers)
+    cols, _, _ = _columns(part, run, how.wave_share)
+    f = how.fixed.ms(resolve_model(run.model))
     (ttft, ttft_n, _), (tpot, tpot_n, _) = cols
     front = how.request_ms + how.per_kilotoken_ms * run.isl / 1e3
     return ttft + f * ttft_n + front, tpot + f * tpot_n
@@ -295,7 +301,8 @@ def main() -> int:
     frame, held = errors_table(runs, parts)
     for fam, how in held.items():
         print(f"  fit without {fam}: α = {how.fixed.alpha_ms:.3f} ms, β = "
-              f"{how.fixed.beta_ms:.4f} ms/layer, wave share {how.wave_share}, request "
+              f"{how.fixed.beta_ms:.4f} ms/layer (+ {how.fixed.qk_norm_ms:.4f} with q and k "
+              f"norms), wave share {how.wave_share}, request "
               f"{how.request_ms:.1f} ms + {how.per_kilotoken_ms:.2f} ms per 1k tokens")  # fmt: skip
     print(f"runs: {len(runs) + sum(skipped.values())} in the file, {len(runs)} expressible, "
           f"{len(frame)} priced by the measured tables")  # fmt: skip
@@ -325,10 +332,15 @@ def main() -> int:
             pl.concat_list("measured_ttft", "measured_tpot").explode().quantile(0.9)
         ).item()
         payload = {
-            "what": "fixed cost per step, ms: alpha_ms + beta_ms × layers",
+            "what": "fixed cost per step, ms: alpha_ms + (beta_ms + qk_norm_ms if the model "
+            "normalises q and k) × layers",
             "fitted_on": f"{len(covered)} vLLM serving runs, benchmarks/data/silicon_vllm.csv",
             "command": "python benchmarks/measured_error.py --write",
-            "default": {"alpha_ms": round(fixed.alpha_ms, 4), "beta_ms": round(fixed.beta_ms, 5)},
+            "default": {
+                "alpha_ms": round(fixed.alpha_ms, 4),
+                "beta_ms": round(fixed.beta_ms, 5),
+                "qk_norm_ms": round(fixed.qk_norm_ms, 5),
+            },
             "wave_share": whole.wave_share,
             "request_ms": round(whole.request_ms, 2),
             "per_kilotoken_ms": round(whole.per_kilotoken_ms, 3),
@@ -342,7 +354,8 @@ def main() -> int:
             "sources": kernels.provenance()["commit"],
         }
         OUT.write_text(json.dumps(payload, indent=1) + "\n")
-        print(f"wrote {OUT}: α = {fixed.alpha_ms:.3f} ms, β = {fixed.beta_ms:.4f} ms per layer, "
+        print(f"wrote {OUT}: α = {fixed.alpha_ms:.3f} ms, β = {fixed.beta_ms:.4f} ms per layer "
+              f"(+ {fixed.qk_norm_ms:.4f} with q and k norms), "
               f"wave share {whole.wave_share}")  # fmt: skip
     return 0
 

@@ -208,6 +208,24 @@ def test_sliding_layers_from_config_json(
 
 
 @pytest.mark.parametrize(
+    ("extra", "qk_norm"),
+    [
+        ('"model_type": "qwen3"', True),
+        ('"model_type": "qwen3_moe"', True),
+        ('"model_type": "minimax_m2", "use_qk_norm": true', True),
+        ('"model_type": "qwen3", "use_qk_norm": false', False),  # the config's word wins
+        ('"model_type": "llama"', False),
+        ('"model_type": ["qwen3"]', False),  # not a name: no claim
+        ("", False),
+    ],
+)
+def test_q_and_k_norms_from_config_json(tmp_path: Path, extra: str, qk_norm: bool) -> None:
+    base = '"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4'
+    body = "{" + base + (", " + extra if extra else "") + "}"
+    assert ModelShape.from_hf_config(_write(tmp_path, body)).qk_norm is qk_norm
+
+
+@pytest.mark.parametrize(
     "config",
     [
         '"num_local_experts": 8, "num_experts_per_tok": 9',
@@ -215,6 +233,8 @@ def test_sliding_layers_from_config_json(
         '"num_local_experts": 8',
         '"n_routed_experts": 8, "num_experts_per_tok": 2, "first_k_dense_replace": 99',
         '"sliding_window": 8, "layer_types": ["sliding_attention"]',
+        '"use_qk_norm": "yes"',
+        '"use_qk_norm": 1',
     ],
 )
 def test_bad_expert_or_window_keys_are_refused(tmp_path: Path, config: str) -> None:

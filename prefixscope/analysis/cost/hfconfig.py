@@ -87,7 +87,24 @@ def read_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: key 'tie_word_embeddings' must be true or false — {FIX}")
     out["tie_word_embeddings"] = tied
+    out["qk_norm"] = _qk_norm(c, path)
     return out
+
+
+#: ``model_type``s whose attention RMS-normalises q and k per head in every layer (vLLM's
+#: ``model_executor/models/qwen3.py`` and ``qwen3_moe.py``: ``q_norm``, ``k_norm``).
+QK_NORM_TYPES = ("qwen3", "qwen3_moe")
+
+
+def _qk_norm(c: dict[str, Any], path: str | Path) -> bool:
+    """Whether every layer normalises q and k: ``use_qk_norm`` (MiniMax-M2) where the config
+    says, else by its ``model_type``."""
+    said = c.get("use_qk_norm")
+    if said is not None:
+        if not isinstance(said, bool):
+            raise ValueError(f"{path}: key 'use_qk_norm' must be true or false — {FIX}")
+        return said
+    return isinstance(c.get("model_type"), str) and c["model_type"] in QK_NORM_TYPES
 
 
 def _experts(out: dict[str, Any], path: str | Path) -> None:

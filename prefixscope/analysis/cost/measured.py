@@ -24,7 +24,9 @@ and prefill chunks of ``new`` tokens after ``cached`` ones) as, per layer:
   custom all-reduce);
 
 and once per step the LM head over the sequences that sample (a GEMM, bf16) and a **fixed cost**
-``α + β·layers`` (norms, rotary embeddings, activations, sampling, scheduling, launch gaps),
+``α + β·layers`` (norms, rotary embeddings, activations, sampling, scheduling, launch gaps), plus
+``γ·layers`` for a model that normalises q and k in every layer (Qwen3, MiniMax-M2: two more
+norms a layer, and under TP MiniMax's all-reduce their statistics across the GPUs),
 fitted on real serving runs by ``benchmarks/measured_error.py``, which reports the model's error
 against them (docs/miss_cost.md).
 
@@ -74,11 +76,16 @@ def expert_dtype(shape: ModelShape, dtype: str | None) -> str:
 
 @dataclass(frozen=True)
 class Fixed:
+    """A step's cost outside the measured kernels, ms per GPU: ``alpha_ms`` once, ``beta_ms``
+    per layer, and ``qk_norm_ms`` more per layer of a model that normalises q and k there."""
+
     alpha_ms: float
     beta_ms: float
+    qk_norm_ms: float = 0.0
 
-    def ms(self, layers: int) -> float:
-        return self.alpha_ms + self.beta_ms * layers
+    def ms(self, shape: ModelShape) -> float:
+        per_layer = self.beta_ms + (self.qk_norm_ms if shape.qk_norm else 0.0)
+        return self.alpha_ms + per_layer * shape.num_hidden_layers
 
 
 def fixed_costs() -> dict:
@@ -95,7 +102,9 @@ def error_pct() -> dict:
 def fixed_for(gpu: str) -> Fixed:
     data = fixed_costs()
     entry = data.get("gpus", {}).get(gpu) or data.get("default") or {"alpha_ms": 0, "beta_ms": 0}
-    return Fixed(float(entry["alpha_ms"]), float(entry["beta_ms"]))
+    return Fixed(
+        float(entry["alpha_ms"]), float(entry["beta_ms"]), float(entry.get("qk_norm_ms", 0.0))
+    )
 
 
 @dataclass(frozen=True)
@@ -209,7 +218,7 @@ class MeasuredModel:
         """A step of ``decodes`` decode tokens (mean context ``decode_keys``) and prefill
         ``chunks`` (``(new, cached)`` each)."""
         m = decodes + sum(n for n, _ in chunks)
-        ms = float(self.linear_ms(m)) + self.fixed.ms(self.shape.num_hidden_layers)
+        ms = float(self.linear_ms(m)) + self.fixed.ms(self.shape)
         if decodes:
             ms += float(self.decode_attention_ms(decodes, decode_keys))
         if chunks:
@@ -226,7 +235,7 @@ class MeasuredModel:
             self.linear_ms(new)
             + self.prefill_attention_ms(new, cached)
             + self.head_ms(1.0)
-            + self.fixed.ms(self.shape.num_hidden_layers)
+            + self.fixed.ms(self.shape)
         )
         return ms / 1e3
 

@@ -57,6 +57,9 @@ class ModelShape:
     tie_word_embeddings: bool = False
     weight_dtype: str = "bf16"  # as published
     expert_dtype: str | None = None  # the routed experts', where it differs (gpt-oss: mxfp4)
+    # q and k RMS-normalised in every layer before attention (Qwen3, MiniMax-M2): kernels the
+    # measured tables do not time, priced by the fitted fixed cost (``cost/measured.py``)
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         # what a shape must satisfy for the counts and the KV sizes to mean anything
@@ -154,6 +157,7 @@ class ModelShape:
             sliding_window=c.get("sliding_window"),
             sliding_layers=c.get("sliding_layers", 0),
             tie_word_embeddings=c.get("tie_word_embeddings", False),
+            qk_norm=c.get("qk_norm", False),
         )
 
 
@@ -208,6 +212,7 @@ CATALOG: dict[str, ModelShape] = {
             experts=128,
             experts_per_token=8,
             moe_intermediate_size=1536,
+            qk_norm=True,
         ),
         # openai/gpt-oss-120b config.json: 117 B total (116.83 B), 5.1 B active (5.13 B) per
         # its model card; 128 experts of width 2,880, 4 per token; every other layer of the 36
@@ -229,7 +234,7 @@ CATALOG: dict[str, ModelShape] = {
             expert_dtype="mxfp4",
         ),
         # Qwen/Qwen3-32B config.json: dense, 64 layers, grouped-query attention (8 KV heads).
-        ModelShape("qwen3-32b", 64, 5120, 25600, 64, 8, 128, 151936),
+        ModelShape("qwen3-32b", 64, 5120, 25600, 64, 8, 128, 151936, qk_norm=True),
         # MiniMaxAI/MiniMax-M2 config.json (M2.5 keeps its shape): 256 experts of width 1,536,
         # 8 per token, no shared expert, every layer sparse; weights published in fp8.
         ModelShape(
@@ -244,6 +249,7 @@ CATALOG: dict[str, ModelShape] = {
             experts=256,
             experts_per_token=8,
             moe_intermediate_size=1536,
+            qk_norm=True,
             weight_dtype="fp8",
         ),
         # moonshotai/Kimi-K2-Instruct config.json (Kimi-K2.5's language model has its shape):
