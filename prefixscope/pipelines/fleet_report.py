@@ -328,15 +328,15 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
         config = params.savings_model_config if model == params.savings_model else None
         step("fleet")
         fleet_settings_ = fleet_settings(
-            capacities_blocks,
-            windows,
-            model,
-            gpu,
-            checked.fleet_replicas,
-            dask_address,
-            workers,
-            checked.deployment,
-            config,
+            capacities_blocks=capacities_blocks,
+            windows=windows,
+            model=model,
+            gpu=gpu,
+            replicas=checked.fleet_replicas,
+            dask_address=dask_address,
+            workers=workers,
+            deployment=checked.deployment,
+            model_config=config,
         )
         steps_run("fleet", lambda: fleet(wh, fleet_settings_), _none)
         step("plan")
@@ -351,7 +351,9 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
         )
         steps_run("plan", lambda: plan(wh, plan_settings), _none)
         step("plan-slo")
-        slo_settings = parameters.slo_settings(params.slo, dask_address, workers)
+        slo_settings = parameters.slo_settings(
+            slo=params.slo, dask_address=dask_address, workers=workers
+        )
         steps_run("plan-slo", lambda: plan_slo(wh, slo_settings), _none)
         step("validate")
         if validate_stage.has_reports(wh):  # the engines' own counts: the effective capacity

@@ -157,10 +157,17 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
     for what, value in (("--replay-samples", params.replay_samples), ("--workers", params.workers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{what} must be a whole number from 0, got {value!r}")
-    caps = resolved["--capacity-blocks"]
-    settings = fleet_settings(caps, resolved["--window"], params.savings_model, params.savings_gpu,
-                              resolved["--fleet-replicas"], params.dask_address, params.workers,
-                              deployment, params.savings_model_config)  # fmt: skip
+    settings = fleet_settings(
+        capacities_blocks=resolved["--capacity-blocks"],
+        windows=resolved["--window"],
+        model=params.savings_model,
+        gpu=params.savings_gpu,
+        replicas=resolved["--fleet-replicas"],
+        dask_address=params.dask_address,
+        workers=params.workers,
+        deployment=deployment,
+        model_config=params.savings_model_config,
+    )
     settings.check()
     plan_stage.PlanSettings(
         target=params.plan_target,
@@ -168,7 +175,7 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
         gpu=params.savings_gpu,
         model_config=params.savings_model_config,
     ).check()
-    slo_settings(params.slo, params.dask_address, params.workers).check()
+    slo_settings(slo=params.slo, dask_address=params.dask_address, workers=params.workers).check()
     if serving:
         paths = tuple(pending_inputs(params.inputs))
     else:
@@ -178,7 +185,7 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
     return Checked(
         paths=paths,
         policies=resolved["--policy"],
-        capacities_blocks=caps,
+        capacities_blocks=resolved["--capacity-blocks"],
         windows=resolved["--window"],
         isolations=resolved["--isolation"],
         fleet_replicas=resolved["--fleet-replicas"],
@@ -297,6 +304,7 @@ def structure_settings(capacities_blocks: Sequence[int]) -> StructureSettings:
 
 
 def fleet_settings(
+    *,
     capacities_blocks: Sequence[int],
     windows: Sequence[str],
     model: str,
@@ -327,7 +335,7 @@ def fleet_settings(
 
 
 def slo_settings(
-    slo: str | None, dask_address: str | None, workers: int = 1
+    *, slo: str | None, dask_address: str | None, workers: int = 1
 ) -> plan_slo_stage.PlanSloSettings:
     """The flow's SLO plan: the cheapest fleet of ``DEFAULT_SLO_DEPLOYMENTS`` serving
     ``DEFAULT_SLO_MODEL`` that meets ``slo`` (None: the default), with and without the cache."""
