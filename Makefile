@@ -59,6 +59,7 @@ bench: setup peers-vllm peers-sglang
 	$(BIN)/python benchmarks/turn_inference.py
 	$(BIN)/python benchmarks/miss_cost_cpu.py
 	$(BIN)/python benchmarks/measured_error.py
+	$(BIN)/python benchmarks/restructure_whatif.py
 	$(BIN)/python benchmarks/fifo_order.py
 	$(BIN)/python benchmarks/fleet_speed.py
 	$(BIN)/python benchmarks/plan_speed.py

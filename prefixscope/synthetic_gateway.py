@@ -49,6 +49,9 @@ class GatewayWorkload:
     mean_gap_s: float = 40.0
     duration_s: float = 1800.0
     start_s: float = 1_790_000_000.0  # epoch seconds of the first possible arrival
+    # tenants whose system prompt opens with the request's own time (``Current time: …Z.``), as
+    # clients that stamp each request do: every prompt of theirs is new from its first block
+    stamped_tenants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -279,7 +282,11 @@ def conversation_lines(workload: GatewayWorkload, seed: int = 0) -> list[dict]:
         for _ in range(int(rng.geometric(1 / w.mean_turns))):
             messages = [*messages, {"role": "user", "content": text(w.message_words)}]
             answer = text(w.answer_words)
-            events.append((clock, tenant, messages, answer))
+            sent = messages
+            if tenant in w.stamped_tenants:
+                sent = [{"role": "system", "content": _stamped(w.start_s + clock, system)}]
+                sent += messages[1:]
+            events.append((clock, tenant, sent, answer))
             messages = [*messages, {"role": "assistant", "content": answer}]
             clock += float(rng.exponential(w.mean_gap_s)) + 1.0
     events.sort(key=lambda e: e[0])
@@ -298,6 +305,14 @@ def conversation_lines(workload: GatewayWorkload, seed: int = 0) -> list[dict]:
     ]
 
 
+def _stamped(at_s: float, system: str) -> str:
+    """``system`` opened with the time it is sent at, to the millisecond (ISO 8601, UTC)."""
+    from datetime import UTC, datetime
+
+    stamp = datetime.fromtimestamp(round(at_s, 3), UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    return f"Current time: {stamp}Z. {system}"
+
+
 def _word(i: int) -> str:
     letters = "abcdefghijklmnopqrstuvwxyz"
     out = letters[i % 26]
@@ -306,6 +321,11 @@ def _word(i: int) -> str:
         out += letters[i % 26]
         i //= 26
     return out
+
+
+def write_lines(path: Path, lines: list[dict]) -> Path:
+    """``lines`` as a JSON-lines file at ``path`` (its folder made)."""
+    return _write(path, lines)
 
 
 def _write(path: Path, lines: list[dict]) -> Path:

@@ -36,6 +36,7 @@ MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("curve", ("curve",)),
     ("structure", ("structure",)),
     ("explain", ("explain",)),
+    ("compare", ("compare",)),
     ("validate", ("validate",)),
     ("report", ("report",)),
     ("flows", ("fleet-report", "schedule")),

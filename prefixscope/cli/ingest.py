@@ -15,6 +15,8 @@ from prefixscope.terminal import More, clip
 #: read by its own stage (``stages/kv_events.py``) rather than through :data:`FORMATS`.
 EVENTS_FORMAT = "vllm-events"
 
+#: The formats whose prompts are text (``--move-to-end``).
+TEXT_FORMATS = ("openai", "otlp")
 #: Field-mapping flags (``--NAME-field PATH``) of the token and gateway-log formats; the tenant
 #: field is read by every format.
 FIELD_FLAGS = (
@@ -84,6 +86,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="openai: whose usage the lines carry (auto: told apart line by line)",
     )
     p.add_argument(
+        "--move-to-end",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="openai, otlp: move what REGEX matches (a timestamp, a request id) to the end of its "
+        "message before hashing: a what-if warehouse for `prefixscope compare` (repeatable)",
+    )
+    p.add_argument(
         "--replace",
         action="store_true",
         help="replace a file's earlier rows even when lines accepted before would be rejected",
@@ -150,6 +160,11 @@ def ingest_command(args: argparse.Namespace) -> int:
     check_files(args)
     if args.full_blocks and args.format != "mooncake":
         raise ValueError("--full-blocks is for --format mooncake — leave it out")
+    if args.move_to_end and args.format not in TEXT_FORMATS:
+        raise ValueError(
+            f"--move-to-end moves text, and --format {args.format} carries none — it is for "
+            f"{' and '.join(TEXT_FORMATS)} logs"
+        )
     # Before the warehouse is created or opened: a missing or unreadable input leaves no file
     # and no failed run behind.
     check_inputs(args.input, args.format)
@@ -172,6 +187,7 @@ def ingest_command(args: argparse.Namespace) -> int:
         pseudonymize_key=args.pseudonymize_tenants,
         replace=args.replace,
         full_blocks=args.full_blocks,
+        move_to_end=tuple(args.move_to_end),
         hash_key=resolve_key(args.hash_key_file),
     )
     settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)

@@ -109,7 +109,8 @@ def finding(
             f"Spike near the start: {share:.0%} of requests meet their first never-seen block "
             f"{where}; {cause}. From there on their prompts are new to the cache: "
             f"{cost:.1%} of input tokens, the most that moving such content to the end of the "
-            "prompt could win back."
+            "prompt could win back (for logs with text, `prefixscope ingest --move-to-end "
+            "REGEX` into a second warehouse and `prefixscope compare` measure it)."
         )
     return (
         f"No spike near the start: the most common place for a first never-seen block is {where}"

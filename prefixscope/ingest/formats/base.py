@@ -90,6 +90,9 @@ class IngestOptions:
     # mooncake: the ids name full blocks only and the last prompt token is always computed (a
     # token source's rules: what `prefixscope export` writes of a gateway-log warehouse).
     full_blocks: bool = False
+    # openai, otlp: what these patterns match is moved to the end of its message before the
+    # prompt is rendered and hashed (``ingest/restructure.py``): a what-if restructuring
+    move_to_end: tuple[str, ...] = ()
     # Every stored block hash keyed by it (``ingest/hashkey.py``); None: plain hashes; the
     # default, ``USER_KEY``: the user's own key, made on first use (resolved when staging).
     hash_key: HashKey | str | None = USER_KEY
@@ -112,6 +115,10 @@ class IngestOptions:
         if self.start.tzinfo is None:
             raise ValueError("start must carry a time zone (e.g. 2026-01-01T00:00:00Z)")
         check_tenant(self.tenant, "--tenant")
+        if self.move_to_end:
+            from prefixscope.ingest.formats.restructure import check_patterns
+
+            check_patterns(self.move_to_end)
         for name, path in self.fields:  # a path that does not parse stops before any work
             parse_path(path, field_flag(name))
         if self.field("tenant") and self.tenant_from:

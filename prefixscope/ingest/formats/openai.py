@@ -50,6 +50,7 @@ from prefixscope.ingest.formats.prompts import (
     flatten_content,
     prompt_of,
 )
+from prefixscope.ingest.formats.restructure import TIMEOUT_S, RestructureTimeout, move_to_end
 from prefixscope.ingest.formats.tokensource import arrival_field, finish_token_rows
 from prefixscope.ingest.formats.usage import AUTO, LAYOUTS, Counts, Usage, check, detect
 
@@ -348,8 +349,9 @@ def finish_requests(
 ) -> pa.Table:
     """Stage rows from parsed ``rows`` (``line``, ``reason``, ``detail``, ``arrival_us``,
     ``tenant``, ...) and each accepted row's :class:`Request` (None where rejected): prompts
-    rendered and tokenized, counts kept, full blocks hashed. A template that fails is that
-    row's ``template_error``; a prompt of no tokens is ``out_of_range``."""
+    restructured (``--move-to-end``), rendered and tokenized, counts kept, full blocks hashed.
+    A pattern that runs too long is that row's ``restructure_timeout``, a template that fails
+    its ``template_error``; a prompt of no tokens is ``out_of_range``."""
     template = (
         Path(options.chat_template).read_text("utf-8")
         if options.chat_template
@@ -369,7 +371,13 @@ def finish_requests(
             token_ids[i] = list(got.prompt.token_ids)
         else:
             try:
-                prompts.append(render(got.prompt, template))
+                prompt = move_to_end(got.prompt, options.move_to_end)
+            except RestructureTimeout:
+                reasons[i] = "restructure_timeout"
+                details[i] = f"a --move-to-end pattern ran past {TIMEOUT_S:g} s on a message"
+                continue
+            try:
+                prompts.append(render(prompt, template))
                 where.append(i)
             except Exception as exc:  # noqa: BLE001 -- any template failure is this row's reject
                 reasons[i] = "template_error"
