@@ -227,6 +227,41 @@ def test_the_command_writes_both_tables_and_answers_in_gpus(
     assert "Searched:" in out and "latest_plan_slo_fleets" in out
 
 
+def test_each_window_sized_alone_costs_no_more_than_the_static_answer(
+    small: Path, tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    """``--per-window``: every window's cheapest fleet, searched alone, is no dearer than the
+    answer held in every window (which meets in each), so window by window the dollars never
+    exceed the static fleet's; the GPU-hours stored are the windows' own, summed."""
+    import shutil
+
+    wh = tmp_path / "wh.duckdb"
+    shutil.copy(small, wh)
+    assert main(["plan", "--warehouse", str(wh), "--deployments", "h100x1", "--model",
+                 "llama-3-8b", "--slo", "ttft-p95=1", "--load-scale", "100", "--slo-window",
+                 "60", "--per-window"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    answers = rows(wh, "SELECT prefix_caching, met, windows, usd_per_hour, gpu_hours_static, "
+                       "gpu_hours_per_window, windows_unmet_alone, gpus "
+                       "FROM latest_plan_slo_answers")  # fmt: skip
+    assert len(answers) == 2
+    for caching, met, n_windows, usd, static_h, scaled_h, unmet, gpus in answers:
+        assert met and n_windows > 2
+        every = rows(wh, "SELECT prefix_caching, window_start_s, window_end_s, met, gpus, "
+                         "usd_per_hour FROM latest_plan_slo_windows")  # fmt: skip
+        got = [w[1:] for w in every if w[0] == caching]
+        assert len(got) == n_windows
+        assert sum(not m for _, _, m, _, _ in got) == unmet
+        hours = [(end - start) / 3600 for start, end, *_ in got]
+        assert scaled_h == pytest.approx(
+            sum(h * (g if m else gpus) for h, (_, _, m, g, _) in zip(hours, got, strict=True))
+        )
+        assert static_h == pytest.approx(gpus * (got[-1][1] - got[0][0]) / 3600)
+        for _, _, m, _, window_usd in got:
+            assert not m or window_usd <= usd + 1e-9
+    assert "Window by window" in out and "GPU-hours against" in out
+
+
 @pytest.mark.parametrize(("engine", "tiered"), [("ideal", True), ("vllm", False)])
 def test_an_engines_pool_is_searched_without_tiers(engine: str, tiered: bool) -> None:
     """A KV pool is HBM alone, so ``--engine vllm`` searches its fleets untiered (the search
@@ -274,6 +309,7 @@ def test_a_target_no_fleet_meets_is_said_in_words(small: Path, tmp_path: Path, c
          "unknown engine 'tgi'"),
         (["--slo", "ttft-p95=2", "--deployments", "h100x1", "--engine", "vllm,ideal"],
          "one engine at a time"),
+        (["--slo", "ttft-p95=2", "--per-window", "--slo-window", "all"], "sizes each SLO window"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_writes_nothing(

@@ -60,6 +60,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "search run on the busiest; all: over the whole trace at once",
     )
     p.add_argument(
+        "--per-window",
+        action="store_true",
+        help="with --slo: also size each window alone, as a perfect autoscaler would, and set "
+        "its GPU-hours beside the static answer's (writes plan_slo_windows)",
+    )
+    p.add_argument(
         "--workers",
         type=flags.count,
         default=1,
@@ -72,7 +78,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def plan_command(args: argparse.Namespace) -> int:
     if args.slo is not None or args.deployments is not None:
         return _run_slo(args)
-    for flag, value in (("--engine", args.engine), ("--slo-window", args.slo_window)):
+    for flag, value in (
+        ("--engine", args.engine),
+        ("--slo-window", args.slo_window),
+        ("--per-window", args.per_window or None),
+    ):
         if value is not None:  # it would be ignored
             raise ValueError(f"{flag} applies to plan --slo — give --slo and --deployments")
     if len(args.load_scale) != 1:
@@ -121,6 +131,7 @@ def _run_slo(args: argparse.Namespace) -> int:
         workers=args.workers if args.dask_address is None else None,
         dask_address=args.dask_address,
         window_s=plan_slo.PlanSloSettings.window_s if args.slo_window is None else args.slo_window,
+        per_window=args.per_window,
     )
     settings.check()  # before the warehouse is opened: nothing written on bad input
     result = plan_slo.plan_for_slo(args.warehouse, settings)
@@ -128,6 +139,8 @@ def _run_slo(args: argparse.Namespace) -> int:
     fleets = result.fleets.to_pylist()
     kv = {f["deployment"]: f["kv_pool_gib_per_gpu"] for f in fleets}
     for line in words.sentences(answers, settings.shape.name, kv):
+        print(line)
+    for line in words.per_window_lines(answers, result.windows.to_pylist()):
         print(line)
     print(words.searched(result.outcomes))
     print()

@@ -273,3 +273,43 @@ def searched(outcomes: Sequence) -> str:  # type: ignore[type-arg]
             + (f", {o.non_monotone:,} not monotone in replicas" if o.non_monotone else "")
         )
     return "Searched: " + "; ".join(parts) + "."
+
+
+def per_window_lines(answers: Sequence[dict], windows: Sequence[dict]) -> list[str]:
+    """Each window sized alone (``plan_slo_windows``) beside the static answer, per load scale
+    and caching: the GPUs a window needs (fewest, median, most) and the GPU-hours of both
+    (``plan_slo_answers``' ``gpu_hours_*``); nothing when the windows were not sized."""
+    if not windows:
+        return []
+    lines = [
+        "Window by window, each sized alone as a perfect autoscaler would run it (resizing free: "
+        "a lower bound):"
+    ]
+    for a in answers:
+        key = (a["load_scale"], a["prefix_caching"])
+        rows = [w for w in windows if (w["load_scale"], w["prefix_caching"]) == key]
+        if not rows:
+            continue
+        gpus = sorted(w["gpus"] for w in rows if w["met"])
+        cache = "cache on" if a["prefix_caching"] else "cache off"
+        head = f"  {_load(a['load_scale']).lower()}, {cache}: "
+        if gpus:
+            head += (
+                f"{gpus[0]:,} to {gpus[-1]:,} GPUs (median {gpus[len(gpus) // 2]:,}) over "
+                f"{len(rows):,} windows"
+            )
+        else:
+            head += f"no fleet meets in any of its {len(rows):,} windows alone"
+        unmet = a.get("windows_unmet_alone") or 0
+        if unmet:
+            head += f", {unmet:,} of them met by none (counted at the static answer)"
+        scaled, static = a.get("gpu_hours_per_window"), a.get("gpu_hours_static")
+        if scaled is not None and static:
+            head += (
+                f"; {scaled:,.1f} GPU-hours against {static:,.1f} static "
+                f"({(scaled - static) / static:+.0%})"
+            )
+        elif scaled is not None:
+            head += f"; {scaled:,.1f} GPU-hours (no static answer)"
+        lines.append(head)
+    return lines

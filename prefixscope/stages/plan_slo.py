@@ -1,7 +1,8 @@
 """Stage ``plan-slo``: the cheapest fleet of deployments that meets a latency SLO in every
 window of the trace, per load scale, with prefix caching on and off → ``plan_slo_fleets`` and
-``plan_slo_answers`` (``analysis/plan/slo_plan.py`` runs it, ``analysis/plan/search.py`` says
-how the space is searched, ``analysis/plan/held.py`` how the windows are)."""
+``plan_slo_answers``, and with ``per_window`` each window sized alone → ``plan_slo_windows``
+(``analysis/plan/slo_plan.py`` runs it, ``analysis/plan/search.py`` says how the space is
+searched, ``analysis/plan/held.py`` how the windows are, ``per_window.py`` each alone)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class PlanSloResult:
     answers: pa.Table
     searched: Searched | None = None
     slower: Searched | None = None  # the range's search (measured steps only)
+    windows: pa.Table | None = None  # each window sized alone (``per_window``), else empty
 
 
 def plan_for_slo(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
@@ -51,5 +53,7 @@ def plan_for_slo(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
         with stage_run.publishing() as con:
             warehouse.append(con, "plan_slo_fleets", plan.fleets, stage_run.run_id)
             warehouse.append(con, "plan_slo_answers", plan.answers, stage_run.run_id)
+            if plan.windows.num_rows:
+                warehouse.append(con, "plan_slo_windows", plan.windows, stage_run.run_id)
     return PlanSloResult(stage_run.run_id, plan.searched.outcomes, plan.fleets, plan.answers,
-                         plan.searched, plan.slower)  # fmt: skip
+                         plan.searched, plan.slower, plan.windows)  # fmt: skip

@@ -18,6 +18,7 @@ from prefixscope.analysis.fleet._records import kept_nodes, release_kept
 from prefixscope.analysis.fleet.run import Traffic
 from prefixscope.analysis.forked import session
 from prefixscope.analysis.plan.held import Held, Task, hold
+from prefixscope.analysis.plan.per_window import Sized, gpu_hours, size_each_window
 from prefixscope.analysis.plan.probe import (
     Part,
     Shared,
@@ -37,6 +38,8 @@ from prefixscope.analysis.plan.slo_tables import (
     PLAN_SLO_ANSWERS_SCHEMA,
     answer_rows,
     fleets_table,
+    windows_table,
+    with_gpu_hours,
 )
 from prefixscope.analysis.plan.space import Replica, replica_of
 from prefixscope.analysis.plan.uncertainty import slower, slower_pct, with_range
@@ -56,6 +59,7 @@ class Searched:
     held: tuple[Held, ...]
     windows: tuple[Window, ...]
     busiest: Window
+    sized: tuple[Sized, ...] = ()  # each window alone, where asked (``per_window.py``)
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class SloPlan:
     slower: Searched | None
     fleets: pa.Table
     answers: pa.Table
+    windows: pa.Table  # ``plan_slo_windows``: empty unless each window was sized alone
 
 
 def plan_slo(
@@ -87,7 +92,8 @@ def plan_slo(
                    step_cost(settings, d, fitted.get(d)))
         for d in settings.deployments
     ]  # fmt: skip
-    searched = plan_search(trace, traffic, replicas, slo, settings, prices)
+    searched = plan_search(trace, traffic, replicas, slo, settings, prices,
+                           per_window=settings.per_window)  # fmt: skip
     fleets = fleets_table(searched.outcomes, settings.engine, searched.windows)
     rows = answer_rows(searched.outcomes, slo, searched.held, searched.windows,
                        settings.window_s)  # fmt: skip
@@ -104,8 +110,12 @@ def plan_slo(
                            cachings=(True,), kinds=kinds)  # fmt: skip
         slow_rows = answer_rows(slow.outcomes, slo, slow.held, slow.windows, settings.window_s)
     with_range(rows, slow_rows, pct, "+".join(sources))
+    if searched.sized:
+        static = {(r["load_scale"], r["prefix_caching"]): r["gpus"] if r["met"] else None
+                  for r in rows}  # fmt: skip
+        with_gpu_hours(rows, gpu_hours(searched.sized, static))
     answers = pa.Table.from_pylist(rows, schema=PLAN_SLO_ANSWERS_SCHEMA)
-    return SloPlan(searched, slow, fleets, answers)
+    return SloPlan(searched, slow, fleets, answers, windows_table(searched.sized))
 
 
 def plan_search(
@@ -117,11 +127,13 @@ def plan_search(
     prices,
     cachings: tuple[bool, ...] = (True, False),
     kinds: set[tuple] | None = None,
+    per_window: bool = False,
 ) -> Searched:  # type: ignore[no-untyped-def]
     """Every load scale with caching on (every tier and store) and off (none: with no block
     repeating, a tier only adds cost), searched on the busiest window and held in every window
     (``held.py``), in rounds (``search.py``). ``cachings``: which of the two to search;
-    ``kinds``: only the series of these (deployment, router, DRAM, store) (:func:`answer_kind`)."""
+    ``kinds``: only the series of these (deployment, router, DRAM, store) (:func:`answer_kind`);
+    ``per_window``: then each window searched alone too (``per_window.py``)."""
     groups = search_groups(replicas, settings, prices, trace.block_size, cachings, kinds)
     windows = split(trace, settings.window_s)
     start = busiest(windows)
@@ -159,13 +171,16 @@ def plan_search(
     def lookups(first: int, end: int) -> int:
         return int(trace.offsets[end] - trace.offsets[first])
 
+    sized: list[Sized] = []
     try:
         with kept_nodes(), session():
             outcomes, held = hold(groups, slo, windows, start, run_tasks, lookups)
+            if per_window:  # a window's spans are dropped once it is sized
+                sized = size_each_window(groups, slo, windows, run_tasks, spans.clear)
     finally:
         if settings.dask_address:  # the cluster's workers outlive the stage
             on_every_worker(settings.dask_address, release_kept)
-    return Searched(tuple(outcomes), tuple(held), windows, start)
+    return Searched(tuple(outcomes), tuple(held), windows, start, tuple(sized))
 
 
 def probe_task(shared: Shared | tuple, task: Task) -> list[Part]:

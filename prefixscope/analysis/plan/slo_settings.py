@@ -36,7 +36,8 @@ class PlanSloSettings:
     holds one, else the measured model at the deployment's TP where it covers, else the
     roofline); ``prices``: a TOML file (``prices.py``); ``engine``: the
     fleet's KV pool model where this version's fleet has one; ``window_s``: the SLO is held
-    in every window of this many seconds (``windows.WHOLE``: over the whole trace at once)."""
+    in every window of this many seconds (``windows.WHOLE``: over the whole trace at once);
+    ``per_window``: each window also searched alone, what a perfect autoscaler would run."""
 
     deployments: tuple[str, ...]
     slo: str
@@ -51,6 +52,7 @@ class PlanSloSettings:
     workers: int | None = 1
     dask_address: str | None = None
     window_s: float = DEFAULT_WINDOW_S
+    per_window: bool = False  # each window also sized alone (``per_window.py``)
 
     @cached_property
     def shape(self) -> ModelShape:
@@ -72,6 +74,11 @@ class PlanSloSettings:
             raise ValueError(
                 f"an SLO window is at least {MIN_WINDOW_S:g} s, got {self.window_s:g} — "
                 "give --slo-window SECONDS or all"
+            )
+        if self.per_window and self.window_s == WHOLE:
+            raise ValueError(
+                "--per-window sizes each SLO window alone, and --slo-window all makes one — give "
+                "--slo-window SECONDS (e.g. 15m)"
             )
         shape = self.shape
         dummy = StepCost(0, 0, 0, 0, 0, 1, 1, "check")

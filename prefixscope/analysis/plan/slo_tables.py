@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from prefixscope.analysis.plan.held import Held
+from prefixscope.analysis.plan.per_window import GpuHours, Sized
 from prefixscope.analysis.plan.search import Fleet, Outcome
 from prefixscope.analysis.plan.slo import Slo
 from prefixscope.analysis.plan.windows import Window
@@ -75,6 +76,30 @@ PLAN_SLO_ANSWERS_SCHEMA = pa.schema(
         ("slower_pct", pa.float64()),
         ("gpus_if_slower", pa.int32()),
         ("usd_per_hour_if_slower", pa.float64()),
+        ("gpu_hours_static", pa.float64()),
+        ("gpu_hours_per_window", pa.float64()),
+        ("windows_unmet_alone", pa.int32()),
+    ]
+)
+
+PLAN_SLO_WINDOWS_SCHEMA = pa.schema(
+    [
+        ("load_scale", pa.float64()),
+        ("prefix_caching", pa.bool_()),
+        ("window_start_s", pa.float64()),
+        ("window_end_s", pa.float64()),
+        ("requests", pa.int64()),
+        ("met", pa.bool_()),
+        ("deployment", pa.string()),
+        ("replicas", pa.int32()),
+        ("gpus", pa.int32()),
+        ("router", pa.string()),
+        ("dram_gib_per_replica", pa.float64()),
+        ("store_gib", pa.float64()),
+        ("usd_per_hour", pa.float64()),
+        ("token_hit_rate", pa.float64()),
+        ("ttft_p95_s", pa.float64()),
+        ("binding", pa.string()),
     ]
 )
 
@@ -161,6 +186,9 @@ def answer_rows(
                 "slower_pct": None,
                 "gpus_if_slower": None,
                 "usd_per_hour_if_slower": None,
+                "gpu_hours_static": None,
+                "gpu_hours_per_window": None,
+                "windows_unmet_alone": None,
             }
         )
     for row in rows:
@@ -182,3 +210,44 @@ def answers_table(
 ) -> pa.Table:
     rows = answer_rows(outcomes, slo, held, windows, window_s)
     return pa.Table.from_pylist(rows, schema=PLAN_SLO_ANSWERS_SCHEMA)
+
+
+def windows_table(sized: Sequence[Sized]) -> pa.Table:
+    """``plan_slo_windows``: each group's answer in each window searched alone
+    (``per_window.py``); ``met`` false: no fleet searched meets there, fleet columns NULL."""
+    rows = []
+    for z in sized:
+        f, w = z.best, z.window
+        s = None if f is None else f.probe.series
+        rows.append(
+            {
+                "load_scale": z.group.load_scale,
+                "prefix_caching": z.group.prefix_caching,
+                "window_start_s": w.start_s,
+                "window_end_s": w.end_s,
+                "requests": w.requests,
+                "met": f is not None,
+                "deployment": None if s is None else s.replica.deployment,
+                "replicas": None if f is None else f.probe.replicas,
+                "gpus": None if f is None else f.gpus,
+                "router": None if s is None else s.router,
+                "dram_gib_per_replica": None if s is None else s.dram_gib,
+                "store_gib": None if s is None else s.store_gib,
+                "usd_per_hour": None if f is None else f.usd_per_hour,
+                "token_hit_rate": None if f is None else f.result.token_hit_rate,
+                "ttft_p95_s": None if f is None else f.result.metrics["ttft-p95"],
+                "binding": None if f is None else f.binding,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=PLAN_SLO_WINDOWS_SCHEMA)
+
+
+def with_gpu_hours(rows: list[dict], hours: Sequence[GpuHours]) -> None:
+    """The answers' GPU-hours, static and window by window (``per_window.gpu_hours``)."""
+    by = {(h.group.load_scale, h.group.prefix_caching): h for h in hours}
+    for row in rows:
+        h = by.get((row["load_scale"], row["prefix_caching"]))
+        if h is not None:
+            row["gpu_hours_static"] = h.static
+            row["gpu_hours_per_window"] = h.scaled
+            row["windows_unmet_alone"] = h.windows_unmet

@@ -43,3 +43,10 @@ ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS cost_model VARCHAR;
 ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS slower_pct DOUBLE;
 ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS gpus_if_slower INTEGER;
 ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS usd_per_hour_if_slower DOUBLE;
+-- With --per-window (added later; NULL otherwise): the GPU-hours of the static answer (gpus
+-- over every window from the first to the last) and of each window's answer searched alone
+-- (plan_slo_windows; a window where none meets at the static answer's gpus, counted in
+-- windows_unmet_alone): what a perfect autoscaler would run, a lower bound.
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS gpu_hours_static DOUBLE;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS gpu_hours_per_window DOUBLE;
+ALTER TABLE plan_slo_answers ADD COLUMN IF NOT EXISTS windows_unmet_alone INTEGER;
