@@ -144,6 +144,62 @@ def test_the_fleet_section_shows_cost_against_ttft_when_the_warehouse_holds_an_s
     assert [a["saved"] for a in answers] == ["1 GPUs, $2,920 a month"]
 
 
+#: (load, caching, window start h, window end h, met, gpus): each window sized alone.
+SLO_WINDOWS = [
+    (1.0, True, 0.0, 0.25, True, 1),
+    (1.0, True, 0.25, 0.5, True, 2),
+    (1.0, True, 0.5, 0.75, False, None),
+    (1.0, False, 0.0, 0.25, True, 2),
+    (1.0, False, 0.25, 0.5, True, 3),
+    (1.0, False, 0.5, 0.75, True, 3),
+]
+
+
+def _slo_windows(con: duckdb.DuckDBPyConnection) -> None:
+    """:data:`SLO_WINDOWS` as ``latest_plan_slo_windows``."""
+    con.execute(
+        "CREATE TABLE t_slo_windows (run_id VARCHAR, load_scale DOUBLE, prefix_caching BOOLEAN, "
+        "window_start_s DOUBLE, window_end_s DOUBLE, requests BIGINT, met BOOLEAN, gpus INTEGER)"
+    )
+    for load, caching, start, end, met, gpus in SLO_WINDOWS:
+        con.execute(
+            "INSERT INTO t_slo_windows VALUES ('r', ?, ?, ?, ?, 10, ?, ?)",
+            [load, caching, start * 3600, end * 3600, met, gpus],
+        )
+    con.execute("CREATE OR REPLACE VIEW latest_plan_slo_windows AS SELECT * FROM t_slo_windows")
+
+
+def test_the_slo_section_draws_gpus_window_by_window_beside_the_static_fleet(
+    wh: tuple[Path, duckdb.DuckDBPyConnection], demo_run: DemoRun, tmp_path: Path
+) -> None:
+    """``--per-window``: a step of GPUs per window (a gap where none meets) and the static
+    answer flat over the same span, with and without the cache; the page says so."""
+    from prefixscope.dashboards.slo import slo_section
+
+    _, con = wh
+    slo_tables(con)
+    assert slo_section(con)["gpus_chart"] is None  # no per-window rows: no chart
+    _slo_windows(con)
+    section = slo_section(con)
+    (data, layout), *_ = figures(section["gpus_chart"])
+    mine = [t for t in data if t["meta"]["sloload"] == 0]
+    by_name = {t["name"]: t for t in mine}
+    scaled = by_name["each window sized alone, prefix caching"]
+    on = [w for w in SLO_WINDOWS if w[0] == 1.0 and w[1]]
+    assert [y for y in scaled["y"] if y is not None] == [g for w in on if w[4] for g in (w[5],) * 2]
+    assert scaled["x"][:2] == [0.0, 0.25]
+    static = by_name["static, prefix caching"]  # the answer of slo_tables: 2 GPUs
+    assert static["y"] == [2, 2] and static["x"] == [0.0, 0.75]
+    assert "each window sized alone, no cache" in by_name
+    # on a page with a fleet section (the demo's warehouse, a copy)
+    copy = tmp_path / "demo.duckdb"
+    shutil.copy(demo_run.warehouse, copy)
+    with duckdb.connect(str(copy)) as demo:
+        assert 'id="slo-windows"' not in build_report(demo, tmp_path / "a.html", "d").read_text()
+        _slo_windows(demo)
+        assert 'id="slo-windows"' in build_report(demo, tmp_path / "b.html", "d").read_text()
+
+
 def test_a_warehouse_without_an_slo_plan_or_engines_shows_neither(
     wh: tuple[Path, duckdb.DuckDBPyConnection], tmp_path: Path
 ) -> None:

@@ -18,6 +18,14 @@ from prefixscope.dashboards.views import has_view, read_view
 
 FLEETS = "latest_plan_slo_fleets"
 ANSWERS = "latest_plan_slo_answers"
+WINDOWS = "latest_plan_slo_windows"
+#: How each line of the window-by-window chart is drawn: (prefix caching, scaled) -> name, dash.
+GPU_LINES = {
+    (True, True): ("each window sized alone, prefix caching", "solid", "#1f77b4"),
+    (True, False): ("static, prefix caching", "dash", "#1f77b4"),
+    (False, True): ("each window sized alone, no cache", "solid", "#7f7f7f"),
+    (False, False): ("static, no cache", "dash", "#7f7f7f"),
+}
 #: How each kind of fleet is drawn: (prefix caching, meets the SLO) -> name, symbol, colour.
 KINDS = {
     (True, True): ("prefix caching, meets the SLO", "circle", "#1f77b4"),
@@ -50,12 +58,69 @@ def slo_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         return None
     loads = sorted(fleets["load_scale"].unique().to_list())
     answers = read_view(con, ANSWERS).to_dicts() if has_view(con, ANSWERS) else []
+    windows = read_view(con, WINDOWS) if has_view(con, WINDOWS) else pl.DataFrame()
     return {
         "loads": [f"load ×{x:g}" for x in loads],
         "chart": frontier_figure(fleets, loads),
+        "gpus_chart": None if windows.is_empty() else gpus_figure(windows, answers, loads),
         "answers": [answer_cells(r) for r in answers],
         "columns": ANSWER_COLUMNS,
     }
+
+
+def gpus_figure(windows: pl.DataFrame, answers: list[dict[str, Any]], loads: list[float]) -> Markup:
+    """GPUs over the trace (``plan --slo --per-window``): each window's answer searched alone
+    (a step per window; a gap where none meets) beside the static answer held in every window,
+    with prefix caching and without, per load scale (the same selector as the frontier)."""
+    fig = go.Figure()
+    titles = {}
+    for i, load in enumerate(loads):
+        meta = {"sloload": i}
+        hours = []
+        for caching in (True, False):
+            rows = windows.filter(
+                (pl.col("load_scale") == load) & (pl.col("prefix_caching") == caching)
+            ).sort("window_start_s")
+            if rows.is_empty():
+                continue
+            xs, ys = [], []
+            for r in rows.iter_rows(named=True):
+                xs += [r["window_start_s"] / 3600, r["window_end_s"] / 3600, None]
+                gpus = r["gpus"] if r["met"] else None
+                ys += [gpus, gpus, None]
+            name, dash, colour = GPU_LINES[(caching, True)]
+            fig.add_trace(_gpu_line(xs, ys, name, dash, colour, meta))
+            static = next((a for a in answers if a["load_scale"] == load
+                           and a["prefix_caching"] == caching and a["met"]), None)  # fmt: skip
+            if static is not None:
+                span = [rows["window_start_s"][0] / 3600, rows["window_end_s"][-1] / 3600]
+                name, dash, colour = GPU_LINES[(caching, False)]
+                fig.add_trace(_gpu_line(span, [static["gpus"]] * 2, name, dash, colour, meta))
+                scaled, fixed = static.get("gpu_hours_per_window"), static.get("gpu_hours_static")
+                if scaled is not None and fixed:
+                    cache = "cache" if caching else "no cache"
+                    hours.append(f"{cache} {scaled:,.1f} against {fixed:,.1f} GPU-hours")
+        titles[str(i)] = f"GPUs window by window — load ×{load:g}" + (
+            f" ({'; '.join(hours)})" if hours else ""
+        )
+    fig.update_layout(base_layout("", "hours after the first request", height=380))
+    fig.update_yaxes(title="GPUs", tickformat=",d", rangemode="tozero")
+    return figure_markup(selectable(fig, ["sloload"], titles))
+
+
+def _gpu_line(
+    xs: list, ys: list, name: str, dash: str, colour: str, meta: dict[str, int]
+) -> go.Scatter:
+    return go.Scatter(
+        x=xs,
+        y=ys,
+        mode="lines",
+        name=name,
+        meta=meta,
+        line={"dash": dash, "color": colour, "width": 2},
+        connectgaps=False,
+        hovertemplate=f"%{{y:,d}} GPUs at %{{x:.2f}} h<extra>{name}</extra>",
+    )
 
 
 def frontier_figure(fleets: pl.DataFrame, loads: list[float]) -> Markup:
