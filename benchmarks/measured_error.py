@@ -179,7 +179,7 @@ def kernel_parts(runs: list[Run]) -> tuple[list, dict[str, int]]:
             plus = how(one.step_seconds, run.concurrency, run.isl, run.osl, pool_tokens=pool)
             row.append((base.ttft_s * 1e3, (plus.ttft_s - base.ttft_s) * 1e3,
                         base.tpot_s * 1e3, (plus.tpot_s - base.tpot_s) * 1e3))  # fmt: skip
-        parts.append((row[0], row[1], model.shape.num_hidden_layers, model.shape.qk_norm))
+        parts.append((row[0], row[1], model.shape))
     return parts, uncovered
 
 
@@ -200,10 +200,10 @@ class Fit:
 
 
 def _columns(part, run: Run, share: float):
-    (st, st_n, tp, tp_n), (wv, wv_n, wtp, wtp_n), layers, qk_norm = part
+    (st, st_n, tp, tp_n), (wv, wv_n, wtp, wtp_n), shape = part
     ttft, ttft_n = (1 - share) * st + share * wv, (1 - share) * st_n + share * wv_n
     tpot, tpot_n = (1 - share) * tp + share * wtp, (1 - share) * tp_n + share * wtp_n
-    return ((ttft, ttft_n, run.ttft_ms), (tpot, tpot_n, run.tpot_ms)), layers, qk_norm
+    return ((ttft, ttft_n, run.ttft_ms), (tpot, tpot_n, run.tpot_ms)), shape
 
 
 def fit(rows: list) -> Fit:
@@ -213,7 +213,8 @@ def fit(rows: list) -> Fit:
     for share in WAVE_SHARES:
         a, b = [], []
         for part, run in rows:
-            cols, layers, qk_norm = _columns(part, run, share)
+            cols, shape = _columns(part, run, share)
+            layers, qk_norm = shape.num_hidden_layers, shape.qk_norm
             for i, (base, steps, y) in enumerate(cols):
                 first = i == 0  # TTFT: the request's own overhead too
                 a.append([steps / y, steps * layers / y, first / y, first * run.isl / 1e3 / y,
@@ -243,8 +244,8 @@ def fit(rows: list) -> Fit:
 
 
 def predict(part, run: Run, how: Fit) -> tuple[float, float]:
-    cols, _, _ = _columns(part, run, how.wave_share)
-    f = how.fixed.ms(resolve_model(run.model))
+    cols, shape = _columns(part, run, how.wave_share)
+    f = how.fixed.ms(shape)
     (ttft, ttft_n, _), (tpot, tpot_n, _) = cols
     front = how.request_ms + how.per_kilotoken_ms * run.isl / 1e3
     return ttft + f * ttft_n + front, tpot + f * tpot_n

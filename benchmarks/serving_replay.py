@@ -286,7 +286,7 @@ def replay_parts(runs: list[me.Run]) -> list:
         base = latencies(plan, steps_ms(model, plan) / 1e3)
         steps = latencies(plan, np.full(plan.records, 1e-3))  # 1 ms a step: the steps carried
         cols = (base.ttft_s * 1e3, steps.ttft_s * 1e3, base.tpot_s * 1e3, steps.tpot_s * 1e3)
-        parts.append((cols, cols, model.shape.num_hidden_layers, model.shape.qk_norm))
+        parts.append((cols, cols, model.shape))
     return parts
 
 

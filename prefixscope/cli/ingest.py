@@ -90,8 +90,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="REGEX",
-        help="openai, otlp: move what REGEX matches (a timestamp, a request id) to the end of its "
-        "message before hashing: a what-if warehouse for `prefixscope compare` (repeatable)",
+        help="openai, otlp: move what REGEX matches (a timestamp, a request id) to the end of the "
+        "prompt before hashing: a what-if warehouse for `prefixscope compare` (repeatable)",
     )
     p.add_argument(
         "--replace",

@@ -82,6 +82,7 @@ class GpuHours:
 
 
 def key(group: Group) -> tuple[float, bool]:
+    """A group's key among the answers: its load scale and caching."""
     return group.load_scale, group.prefix_caching
 
 
@@ -102,6 +103,6 @@ def gpu_hours(
             else:
                 unmet += 1
                 scaled += (static or 0) * hours
-        span = (rows[-1].window.end_s - rows[0].window.start_s) / 3600.0 if rows else 0.0
+        span = (rows[-1].window.end_s - rows[0].window.start_s) / 3600.0
         out.append(GpuHours(group, scaled, None if static is None else static * span, unmet))
     return out

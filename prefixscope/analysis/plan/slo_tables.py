@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from prefixscope.analysis.plan.held import Held
-from prefixscope.analysis.plan.per_window import GpuHours, Sized
+from prefixscope.analysis.plan.per_window import GpuHours, Sized, key
 from prefixscope.analysis.plan.search import Fleet, Outcome
 from prefixscope.analysis.plan.slo import Slo
 from prefixscope.analysis.plan.windows import Window
@@ -140,6 +140,23 @@ def fleets_table(
     return pa.Table.from_pylist(rows, schema=PLAN_SLO_FLEETS_SCHEMA)
 
 
+def answer_fleet(f: Fleet | None) -> dict:
+    """The fleet columns an answer row carries (``plan_slo_answers``, ``plan_slo_windows``):
+    all None without a fleet."""
+    s = None if f is None else f.probe.series
+    return {
+        "deployment": None if s is None else s.replica.deployment,
+        "replicas": None if f is None else f.probe.replicas,
+        "gpus": None if f is None else f.gpus,
+        "router": None if s is None else s.router,
+        "dram_gib_per_replica": None if s is None else s.dram_gib,
+        "store_gib": None if s is None else s.store_gib,
+        "usd_per_hour": None if f is None else f.usd_per_hour,
+        "ttft_p95_s": None if f is None else f.result.metrics["ttft-p95"],
+        "binding": None if f is None else f.binding,
+    }
+
+
 def answer_rows(
     outcomes: Sequence[Outcome],
     slo: Slo,
@@ -155,7 +172,6 @@ def answer_rows(
     rows = []
     for i, o in enumerate(outcomes):
         f = o.best or o.closest
-        s = None if f is None else f.probe.series
         h = held[i] if held else None
         bound = None if h is None or h.bound is None else windows[h.bound]
         rows.append(
@@ -164,15 +180,7 @@ def answer_rows(
                 "slo": slo.text,
                 "prefix_caching": o.group.prefix_caching,
                 "met": o.best is not None,
-                "deployment": None if s is None else s.replica.deployment,
-                "replicas": None if f is None else f.probe.replicas,
-                "gpus": None if f is None else f.gpus,
-                "router": None if s is None else s.router,
-                "dram_gib_per_replica": None if s is None else s.dram_gib,
-                "store_gib": None if s is None else s.store_gib,
-                "usd_per_hour": None if f is None else f.usd_per_hour,
-                "ttft_p95_s": None if f is None else f.result.metrics["ttft-p95"],
-                "binding": None if f is None else f.binding,
+                **answer_fleet(f),
                 "fleets_searched": len(o.fleets),
                 "gpus_saved": None,
                 "usd_saved_per_month": None,
@@ -218,7 +226,6 @@ def windows_table(sized: Sequence[Sized]) -> pa.Table:
     rows = []
     for z in sized:
         f, w = z.best, z.window
-        s = None if f is None else f.probe.series
         rows.append(
             {
                 "load_scale": z.group.load_scale,
@@ -227,16 +234,8 @@ def windows_table(sized: Sequence[Sized]) -> pa.Table:
                 "window_end_s": w.end_s,
                 "requests": w.requests,
                 "met": f is not None,
-                "deployment": None if s is None else s.replica.deployment,
-                "replicas": None if f is None else f.probe.replicas,
-                "gpus": None if f is None else f.gpus,
-                "router": None if s is None else s.router,
-                "dram_gib_per_replica": None if s is None else s.dram_gib,
-                "store_gib": None if s is None else s.store_gib,
-                "usd_per_hour": None if f is None else f.usd_per_hour,
+                **answer_fleet(f),
                 "token_hit_rate": None if f is None else f.result.token_hit_rate,
-                "ttft_p95_s": None if f is None else f.result.metrics["ttft-p95"],
-                "binding": None if f is None else f.binding,
             }
         )
     return pa.Table.from_pylist(rows, schema=PLAN_SLO_WINDOWS_SCHEMA)
@@ -244,7 +243,7 @@ def windows_table(sized: Sequence[Sized]) -> pa.Table:
 
 def with_gpu_hours(rows: list[dict], hours: Sequence[GpuHours]) -> None:
     """The answers' GPU-hours, static and window by window (``per_window.gpu_hours``)."""
-    by = {(h.group.load_scale, h.group.prefix_caching): h for h in hours}
+    by = {key(h.group): h for h in hours}
     for row in rows:
         h = by.get((row["load_scale"], row["prefix_caching"]))
         if h is not None:

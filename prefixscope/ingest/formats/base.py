@@ -90,8 +90,8 @@ class IngestOptions:
     # mooncake: the ids name full blocks only and the last prompt token is always computed (a
     # token source's rules: what `prefixscope export` writes of a gateway-log warehouse).
     full_blocks: bool = False
-    # openai, otlp: what these patterns match is moved to the end of its message before the
-    # prompt is rendered and hashed (``ingest/restructure.py``): a what-if restructuring
+    # openai, otlp: what these patterns match is moved to the end of the prompt before it is
+    # rendered and hashed (``formats/restructure.py``): a what-if restructuring
     move_to_end: tuple[str, ...] = ()
     # Every stored block hash keyed by it (``ingest/hashkey.py``); None: plain hashes; the
     # default, ``USER_KEY``: the user's own key, made on first use (resolved when staging).
