@@ -325,6 +325,12 @@ def main() -> int:
     )
     bias = frame.select(pl.col("signed_ttft").median(), pl.col("signed_tpot").median()).row(0)
     print(f"median signed error (prediction − run): TTFT {bias[0]:+.1f}%, TPOT {bias[1]:+.1f}%")
+    signed = frame.group_by("gpu", "family").agg(
+        pl.col("signed_ttft").median().round(1).alias("TTFT %"),
+        pl.col("signed_tpot").median().round(1).alias("TPOT %"),
+    )
+    print("\nmedian signed error per GPU and family (prediction − run):")
+    print(markdown(signed.sort("gpu", "family")))
     if args.write:
         covered = [(p, r) for p, r in zip(parts, runs, strict=True) if p is not None]
         whole = fit(covered)
