@@ -52,6 +52,7 @@ test-fast: setup
 bench: setup peers-vllm peers-sglang
 	$(BIN)/python benchmarks/simulate_bundled.py
 	$(BIN)/python benchmarks/ingest_scale.py
+	$(BIN)/python benchmarks/agent_ingest.py
 	$(BIN)/python benchmarks/keyed_ingest.py
 	$(BIN)/python benchmarks/hashing.py
 	$(BIN)/python benchmarks/simulator_core.py

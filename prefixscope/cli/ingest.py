@@ -8,6 +8,7 @@ from pathlib import Path
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import DEFAULT_START, DEFAULT_TENANT, FORMATS
+from prefixscope.ingest.formats.arrival import DEFAULT_ARRIVAL
 from prefixscope.ingest.formats.usage import LAYOUT_CHOICES
 from prefixscope.terminal import More, clip
 
@@ -35,7 +36,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", required=True, choices=sorted([*FORMATS, EVENTS_FORMAT]))
     p.add_argument(
         "--input", nargs="+", action="extend", required=True, metavar="FILE",
-        help="plain or .gz; repeat it or list several",
+        help="plain or .gz; repeat it or list several (agent-json: also a folder, .tar.gz "
+        "or .zip of conversations)",
     )  # fmt: skip
     flags.warehouse(p)
     p.add_argument(
@@ -92,6 +94,20 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="REGEX",
         help="openai, otlp: move what REGEX matches (a timestamp, a request id) to the end of the "
         "prompt before hashing: a what-if warehouse for `prefixscope compare` (repeatable)",
+    )
+    p.add_argument(
+        "--arrival",
+        default=DEFAULT_ARRIVAL,
+        metavar="SPEC",
+        help="agent-json: where conversations start: uniform:WINDOW (uniform:1h) or "
+        "poisson:RATE (poisson:30/h) (%(default)s)",
+    )
+    p.add_argument(
+        "--arrival-seed",
+        type=flags.bounded_int(0),
+        default=0,
+        metavar="N",
+        help="agent-json: the placement's random seed (%(default)s)",
     )
     p.add_argument(
         "--replace",
@@ -160,6 +176,11 @@ def ingest_command(args: argparse.Namespace) -> int:
     check_files(args)
     if args.full_blocks and args.format != "mooncake":
         raise ValueError("--full-blocks is for --format mooncake — leave it out")
+    if args.format != "agent-json" and (args.arrival != DEFAULT_ARRIVAL or args.arrival_seed != 0):
+        raise ValueError(
+            "--arrival places conversations of --format agent-json — other formats carry "
+            "their own times (--start shifts them)"
+        )
     if args.move_to_end and args.format not in TEXT_FORMATS:
         raise ValueError(
             f"--move-to-end moves text, and --format {args.format} carries none — it is for "
@@ -188,15 +209,19 @@ def ingest_command(args: argparse.Namespace) -> int:
         replace=args.replace,
         full_blocks=args.full_blocks,
         move_to_end=tuple(args.move_to_end),
+        arrival=args.arrival,
+        arrival_seed=args.arrival_seed,
         hash_key=resolve_key(args.hash_key_file),
     )
     settings = ingest.IngestSettings(tuple(str(p) for p in args.input), args.format, options)
     result = ingest.ingest_logs(args.warehouse, settings)
+    # an agent trace's row is a request (or a conversation that could not be read)
+    unit = "requests" if args.format == "agent-json" else "lines"
     lines = []
     for f in result.files:
         note = " (replaced an earlier ingest of the same content)" if f.replaced else ""
         cut = "" if f.complete else " — the file ends early"
-        counts = f"{f.lines:,} lines, {f.accepted:,} accepted, {f.rejected:,} rejected"
+        counts = f"{f.lines:,} {unit}, {f.accepted:,} accepted, {f.rejected:,} rejected"
         line = f"{f.path}: {counts}{cut}{note}"
         if f.reasons:
             line += "\n  rejected: " + ", ".join(f"{r} {n:,}" for r, n in f.reasons)
@@ -208,7 +233,7 @@ def ingest_command(args: argparse.Namespace) -> int:
     more = More.of_run(args.warehouse, "sources", result.run_id, column="ingest_run_id")
     for line in clip(lines, more, "files"):
         print(line)
-    total = f"{result.lines:,} lines = {result.accepted:,} accepted + {result.rejected:,} rejected"
+    total = f"{result.lines:,} {unit} = {result.accepted:,} accepted + {result.rejected:,} rejected"
     print(f"total: {total}")
     if result.rejected:
         print(f"see the rejects table for reasons: {args.warehouse}")

@@ -160,6 +160,26 @@ def chain_block_ids(offsets: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return hashes
 
 
+def chain_id_groups(
+    offsets: np.ndarray, ids: np.ndarray, per_block: int, salts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix-chain per-block content ids in groups of ``per_block`` (a block ``per_block``
+    times the trace's), each request's first block keyed by its salt:
+    ``h_j = xxh64(h_{j-1} ‖ salt_j ‖ ids[j·g : (j+1)·g])``, the salt in the first block only.
+    A trailing group of fewer ids is no full block and gets no hash. Returns CSR
+    ``(hash_offsets, hashes)``; with ``per_block`` 1 and zero salts it is
+    :func:`chain_block_ids` but for the (always zero) salt bytes."""
+    items = np.ascontiguousarray(ids, dtype="<u8").view(np.uint8)
+    return _chain(
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        items,
+        8,
+        int(per_block),
+        _extra(salts, len(offsets) - 1),
+        True,
+    )
+
+
 def salt_of(name: str) -> np.uint64:
     """The 64-bit salt of a tenant name: xxh64 of its UTF-8 bytes."""
     data = np.frombuffer(name.encode("utf-8"), dtype=np.uint8)

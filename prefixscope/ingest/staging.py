@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
+from prefixscope.ingest.formats.agent_inputs import own_settings as agent_settings
 from prefixscope.ingest.formats.base import (
     MAX_ARRIVAL_US,
     MIN_ARRIVAL_US,
@@ -142,6 +143,8 @@ def check_inputs(paths: Sequence[str | Path], format_name: str) -> None:
             mode = os.stat(p).st_mode
         except OSError as exc:
             raise ValueError(f"cannot read {p}: {exc.strerror}") from exc
+        if stat.S_ISDIR(mode) and format_name in DIRECTORY_FORMATS:
+            continue  # a folder of conversations (formats/agent_inputs.py)
         if not stat.S_ISREG(mode):
             kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
             raise ValueError(
@@ -155,6 +158,9 @@ def check_inputs(paths: Sequence[str | Path], format_name: str) -> None:
         if head == b"PAR1" and format_name != "tokens":
             raise FormatMismatch(f"{p} is a Parquet file; only --format tokens reads Parquet")
 
+
+#: Formats whose input may be a directory (of per-conversation files).
+DIRECTORY_FORMATS = ("agent-json",)
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -177,6 +183,8 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
         check_chat_template(options)
     if format_name == "mooncake" and paths:  # a line may say its block size: the first one's
         options = own_settings(Path(paths[0]), options)
+    if format_name == "agent-json" and paths:  # the first conversation's block size
+        options = agent_settings(Path(paths[0]), options)
     result = Staged(format_name, options, [], (), Path(tempfile.mkdtemp(prefix="prefixscope-")))
     # Removed by close(); else when the object is collected or the interpreter exits.
     weakref.finalize(result, shutil.rmtree, result.staging_dir, True)

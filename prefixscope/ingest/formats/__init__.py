@@ -7,6 +7,7 @@ A format is a small object behind the :class:`LogFormat` protocol, registered by
 
 from __future__ import annotations
 
+from prefixscope.ingest.formats.agent import AgentJson
 from prefixscope.ingest.formats.bailian import Bailian
 from prefixscope.ingest.formats.base import (
     DEFAULT_START,
@@ -21,7 +22,7 @@ from prefixscope.ingest.formats.otlp import Otlp
 from prefixscope.ingest.formats.tokens import Tokens
 
 FORMATS: dict[str, LogFormat] = {
-    f.name: f for f in (Mooncake(), Bailian(), OpenAI(), Otlp(), Tokens())
+    f.name: f for f in (Mooncake(), Bailian(), OpenAI(), Otlp(), Tokens(), AgentJson())
 }
 
 __all__ = [

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prefixscope.ingest.formats.arrival import DEFAULT_ARRIVAL, Arrival
 from prefixscope.ingest.formats.paths import parse_path
 from prefixscope.ingest.hashkey import USER_KEY
 from prefixscope.ingest.lines import FileReadState, read_line_batches
@@ -46,6 +47,7 @@ STAGE_SCHEMA = pa.schema(
         ("arrival_ts", pa.timestamp("us", tz="UTC")),
         ("tenant", pa.string()),
         ("session_id", pa.string()),
+        ("parent_session_id", pa.string()),
         ("log_request_id", pa.string()),
         ("input_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
@@ -61,6 +63,12 @@ STAGE_SCHEMA = pa.schema(
         # True: the engine always computes the prompt's last token (a token source's rule,
         # Trace.recomputes_last_block); NULL: by the row's format (analysis/trace/load.py).
         ("last_token_rule", pa.bool_()),
+        # agent-json: the model that served the request, why its output stopped, and the
+        # server's and the client's seconds as the trace records them
+        ("model", pa.string()),
+        ("stop_reason", pa.string()),
+        ("api_time_s", pa.float64()),
+        ("think_time_s", pa.float64()),
     ]
 )
 
@@ -93,6 +101,9 @@ class IngestOptions:
     # openai, otlp: what these patterns match is moved to the end of the prompt before it is
     # rendered and hashed (``formats/restructure.py``): a what-if restructuring
     move_to_end: tuple[str, ...] = ()
+    # agent-json: where each conversation starts on the timeline (``formats/arrival.py``)
+    arrival: str = DEFAULT_ARRIVAL
+    arrival_seed: int = 0
     # Every stored block hash keyed by it (``ingest/hashkey.py``); None: plain hashes; the
     # default, ``USER_KEY``: the user's own key, made on first use (resolved when staging).
     hash_key: HashKey | str | None = USER_KEY
@@ -115,6 +126,7 @@ class IngestOptions:
         if self.start.tzinfo is None:
             raise ValueError("start must carry a time zone (e.g. 2026-01-01T00:00:00Z)")
         check_tenant(self.tenant, "--tenant")
+        Arrival.parse(self.arrival, self.arrival_seed)  # a bad placement stops before any work
         if self.move_to_end:
             from prefixscope.ingest.formats.restructure import check_patterns
 

@@ -34,3 +34,12 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS reported_cache_creation_tokens BIG
 -- always computes the prompt's last token, the rule of token sources, for Mooncake lines
 -- ingested with --full-blocks (an export of a gateway-log warehouse).
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS last_token_rule BOOLEAN;
+-- Added for agent traces (--format agent-json; NULL for other formats): a sub-agent's parent
+-- session, the model that served the request (blocks are keyed by it), why its output stopped
+-- (`tool_use`, `end_turn`), and the server's and the client's seconds as the trace records
+-- them (`api_time`, `think_time`).
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS parent_session_id VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS model VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS stop_reason VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS api_time_s DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS think_time_s DOUBLE;
