@@ -22,6 +22,7 @@ from prefixscope.analysis.simulation.tables import (
 )
 from prefixscope.analysis.structure import turns
 from prefixscope.analysis.structure.log import RequestLog
+from prefixscope.analysis.structure.schemas import AGENT_SESSIONS_SCHEMA
 from prefixscope.analysis.structure.tables import (
     FIRST_NEW_SCHEMA,
     HIT_SOURCES_SCHEMA,
@@ -105,6 +106,7 @@ CASES: list[tuple[str, Callable[[], pa.Schema], set[str]]] = [
     ("plan", lambda: PLAN_SCHEMA, set()),
     ("miss_cost_models", cost_model_schema, set()),
     *((name, lambda name=name: structure_schemas()[name], set()) for name in TABLES),
+    ("agent_sessions", lambda: AGENT_SESSIONS_SCHEMA, set()),
 ]
 
 

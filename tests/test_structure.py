@@ -127,8 +127,9 @@ def bailian_wh(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     result = structure.find_structure(db, StructureSettings(capacity_blocks=3_000, simulate_top=3))
     assert sorted(result.tables) == sorted(
         ("turns", "session_stats", "shared_prefixes", "hit_sources", "first_new_blocks",
-         "reuse_times")
+         "reuse_times", "agent_sessions")
     )  # fmt: skip
+    assert result.tables["agent_sessions"].num_rows == 0  # Bailian names no session
     return db
 
 

@@ -34,6 +34,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="F",
         help="turn inference: continuations a parent's last full block may have (2)",
     )
+    p.add_argument(
+        "--loop-gap",
+        type=flags.finite_float(0.0, 86_400.0, strict=False),
+        default=None,
+        metavar="SECONDS",
+        help="agent sessions: the most idle time between a tool_use stop and the next request "
+        "of a tool-call loop (10)",
+    )
 
 
 def structure_command(args: argparse.Namespace) -> int:
@@ -47,6 +55,7 @@ def structure_command(args: argparse.Namespace) -> int:
         top=args.top,
         simulate_top=args.simulate_top,
         **({"max_forks": args.max_forks} if args.max_forks is not None else {}),
+        **({"loop_gap_s": args.loop_gap} if args.loop_gap is not None else {}),
     )
     result = structure.find_structure(args.warehouse, settings)
     print(f"structure run {result.run_id}")

@@ -15,6 +15,8 @@ import pyarrow as pa
 
 from prefixscope.analysis.structure import firstnew
 from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.agents import distribution_rows
+from prefixscope.dashboards.agents import summary_lines as agent_lines
 from prefixscope.dashboards.views import read_view
 from prefixscope.terminal import More, clip
 
@@ -34,6 +36,7 @@ def structure_section(con: duckdb.DuckDBPyConnection, block_size: int) -> dict[s
         "prefixes_capacity": None if cap is None else f"{cap:,}",
         "first_new": first_new_lines(read_view(con, "latest_first_new_blocks"), block_size),
         "reuse": reuse_rows(_tenants_only(read_view(con, "latest_reuse_shares"))),
+        "agents": distribution_rows(read_view(con, "latest_agent_sessions")),
     }
 
 
@@ -88,6 +91,9 @@ def format_structure(tables: dict[str, pa.Table], more: Callable[[str], More] | 
     lines += clip(
         hit_source_lines(pl.DataFrame(tables["hit_sources"])), more and more("hit_sources")
     )
+    agents = pl.DataFrame(tables["agent_sessions"]) if "agent_sessions" in tables else None
+    if agents is not None and not agents.is_empty():
+        lines += clip(agent_lines(agents), more and more("agent_sessions"), "tenants")
     top = pl.DataFrame(tables["shared_prefixes"]).head(3)
     for r in top.iter_rows(named=True):
         saved = "" if r["tokens_saved"] is None else f", pinning saves {r['tokens_saved']:,} tokens"

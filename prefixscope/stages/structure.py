@@ -1,5 +1,5 @@
 """Stage ``structure``: turns, session statistics, shared prefixes, hit sources, first new
-blocks and reuse times → six tables under one run (docs/structure.md)."""
+blocks, reuse times and agent sessions → seven tables under one run (docs/structure.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from prefixscope import warehouse
+from prefixscope.analysis.structure import agents as agent_tables
 from prefixscope.analysis.structure.log import load_log
 from prefixscope.analysis.structure.tables import TABLES, StructureSettings, analyse
 from prefixscope.analysis.trace.load import load_trace
@@ -25,8 +26,10 @@ def find_structure(wh: str | Path, settings: StructureSettings) -> StructureResu
         with stage_run.reading() as con:
             trace = load_trace(con)
             log = load_log(con, trace)
+            agents = agent_tables.load_agent_requests(con)
         tables = analyse(trace, log, settings)
+        tables[agent_tables.TABLE] = agent_tables.agent_sessions(agents, settings.loop_gap_s)
         with stage_run.publishing() as con:
-            for name in TABLES:
+            for name in (*TABLES, agent_tables.TABLE):
                 warehouse.append(con, name, tables[name], stage_run.run_id)
     return StructureResult(stage_run.run_id, tables)

@@ -83,3 +83,23 @@ REUSE_SCHEMA = pa.schema(
         ("reuse_tokens", pa.int64()),
     ]
 )
+AGENT_SESSIONS_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("session", pa.string()),
+        ("parent_session", pa.string()),
+        ("models", pa.string()),
+        ("requests", pa.int64()),
+        ("first_ts", pa.timestamp("us", tz="UTC")),
+        ("lifetime_s", pa.float64()),
+        ("busy_s", pa.float64()),
+        ("duty_cycle", pa.float64()),
+        ("median_gap_s", pa.float64()),
+        ("p90_gap_s", pa.float64()),
+        ("tool_loops", pa.int64()),
+        ("tool_loop_requests", pa.int64()),
+        ("longest_tool_loop", pa.int64()),
+        ("subagents", pa.int64()),
+        ("subagent_models", pa.string()),
+    ]
+)

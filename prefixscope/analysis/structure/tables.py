@@ -22,6 +22,7 @@ from prefixscope.analysis.structure import (
     reuse,
     turns,
 )
+from prefixscope.analysis.structure.agents import LOOP_GAP_S
 from prefixscope.analysis.structure.log import RequestLog
 from prefixscope.analysis.structure.scan import scan
 from prefixscope.analysis.structure.schemas import (
@@ -49,12 +50,14 @@ TABLES = (
 class StructureSettings:
     """``capacity_blocks``: the simulated configuration (LRU, and pinned per prefix);
     ``top``: shared-prefix rows kept; ``simulate_top``: of those, how many are simulated
-    pinned; ``max_forks``: rule 4 of turn inference."""
+    pinned; ``max_forks``: rule 4 of turn inference; ``loop_gap_s``: the most idle seconds
+    between a ``tool_use`` stop and the next request of a tool-call loop (``agents.py``)."""
 
     capacity_blocks: int | None = 16_000
     top: int = 20
     simulate_top: int = 10
     max_forks: int = turns.MAX_FORKS
+    loop_gap_s: float = LOOP_GAP_S
 
 
 def analyse(trace: Trace, log: RequestLog, settings: StructureSettings) -> dict[str, pa.Table]:
