@@ -40,6 +40,7 @@ VIEWS = (
     "latest_fleet_replicas",
     "latest_hit_rates",
     "latest_hit_sources",
+    "latest_misses_by_gap",
     "latest_mrc",
     "latest_plan",
     "latest_plan_slo_answers",
@@ -170,7 +171,8 @@ def test_every_view_is_in_the_warehouse_for_a_plain_duckdb_client(warehouse_path
     unwritten = {"latest_mrc", "latest_fleet_hit_rates", "latest_fleet_replicas", "latest_plan"}
     unwritten |= {"latest_validation", "latest_validation_disagreements"}
     unwritten |= {"latest_plan_slo_answers", "latest_plan_slo_fleets", "latest_validation_events"}
-    unwritten |= {"latest_plan_slo_windows", "latest_agent_sessions"}  # no log names sessions
+    # no log names sessions
+    unwritten |= {"latest_plan_slo_windows", "latest_agent_sessions", "latest_misses_by_gap"}
     assert all(counts[v] == 0 for v in unwritten)  # no curve, no fleet run, no validation
     assert all(n > 0 for v, n in counts.items() if v not in unwritten), counts
     assert counts["latest_structure_run"] == 1 and commands[structure_run[0][0]] == "structure"

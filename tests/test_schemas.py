@@ -21,6 +21,7 @@ from prefixscope.analysis.simulation.tables import (
     TIMESERIES_SCHEMA,
 )
 from prefixscope.analysis.structure import turns
+from prefixscope.analysis.simulation.gaps import MISSES_BY_GAP_SCHEMA
 from prefixscope.analysis.structure.log import RequestLog
 from prefixscope.analysis.structure.schemas import AGENT_SESSIONS_SCHEMA
 from prefixscope.analysis.structure.tables import (
@@ -107,6 +108,7 @@ CASES: list[tuple[str, Callable[[], pa.Schema], set[str]]] = [
     ("miss_cost_models", cost_model_schema, set()),
     *((name, lambda name=name: structure_schemas()[name], set()) for name in TABLES),
     ("agent_sessions", lambda: AGENT_SESSIONS_SCHEMA, set()),
+    ("misses_by_gap", lambda: MISSES_BY_GAP_SCHEMA, set()),
 ]
 
 

@@ -49,6 +49,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="also write request_outcomes for every configuration",
     )
     p.add_argument(
+        "--gap-bounds",
+        type=flags.floats(30 * 86_400.0),
+        metavar="S[,S...]",
+        help="misses_by_gap: where to cut the gap before a request within its session, in "
+        "seconds, increasing (10,60,300)",
+    )
+    p.add_argument(
         "--vllm-blocks",
         action="store_true",
         help="count blocks as vLLM does: a hash-id trace's partial last block never cached, "
@@ -77,10 +84,21 @@ def simulate_command(args: argparse.Namespace) -> int:
         ),
         block_sizes=tuple(args.block_size) if args.block_size else None,
         vllm_blocks=args.vllm_blocks,
+        **({"gap_bounds": tuple(args.gap_bounds)} if args.gap_bounds else {}),
     )
     result = simulate.simulate_policies(args.warehouse, settings)
     more = More.of_run(args.warehouse, "hit_rates", result.run_id)
     print(format_hit_rates(result.tables.arrow()[0], more))
+    if result.tables.misses_by_gap:
+        import polars as pl
+        import pyarrow as pa
+
+        from prefixscope.dashboards.agents import gap_lines
+        from prefixscope.terminal import clip
+
+        gaps = pa.concat_tables(result.tables.misses_by_gap)
+        lines = gap_lines(pl.from_arrow(gaps))
+        print("\n".join(clip(lines, More.of_run(args.warehouse, "misses_by_gap", result.run_id))))
     return 0
 
 

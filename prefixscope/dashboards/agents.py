@@ -70,3 +70,58 @@ def _shown(value: float | None, unit: str) -> str:
             return f"{value / 60:,.1f} min"
         return f"{value:,.1f} s"
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def gap_lines(misses: pl.DataFrame) -> list[str]:
+    """Per configuration, the fleet's missed tokens by the gap before the request in its
+    session: each bucket's share, sub-agents' requests in brackets where there are any."""
+    fleet = misses.filter(pl.col("tenant") == "*")
+    order = ["policy", "isolation", "capacity_blocks"]
+    lines = []
+    for key, rows in fleet.group_by(order, maintain_order=True):
+        policy, isolation, capacity = key
+        cap = "unbounded" if capacity is None else f"{capacity:,} blocks"
+        shares = rows.group_by("gap_bucket", maintain_order=True).agg(
+            share=pl.col("share").sum(),
+            sub=pl.col("share").filter(pl.col("subagent")).sum(),
+        )
+        parts = [
+            f"{r['gap_bucket']} {r['share']:.1%}"
+            + (f" (sub-agents {r['sub']:.1%})" if r["sub"] else "")
+            for r in shares.iter_rows(named=True)
+            if r["share"] is not None
+        ]
+        lines.append(f"missed tokens by gap, {policy} {isolation} {cap}: " + ", ".join(parts))
+    return lines
+
+
+def gap_table(misses: pl.DataFrame) -> tuple[list[tuple[str, str, bool]], list[dict[str, str]]]:
+    """The page's table of missed tokens by gap: a row per tenant and configuration, a column
+    per gap bucket (its share of the missed tokens, sub-agents' part in brackets)."""
+    if misses.is_empty():
+        return [], []
+    buckets = misses["gap_bucket"].unique(maintain_order=True).to_list()
+    columns = [("tenant", "tenant", True), ("configuration", "configuration", True)]
+    columns += [(f"b{i}", name, False) for i, name in enumerate(buckets)]
+    columns.append(("missed", "missed tokens", False))
+    rows = []
+    order = ["tenant", "policy", "isolation", "capacity_blocks"]
+    for key, part in misses.group_by(order, maintain_order=True):
+        tenant, policy, isolation, capacity = key
+        cap = "unbounded" if capacity is None else f"{capacity:,} blocks"
+        row = {"tenant": "fleet" if tenant == "*" else str(tenant)}
+        row["configuration"] = f"{policy}, {isolation}, {cap}"
+        shares = part.group_by("gap_bucket").agg(
+            share=pl.col("share").sum(), sub=pl.col("share").filter(pl.col("subagent")).sum()
+        )
+        by = {r["gap_bucket"]: r for r in shares.iter_rows(named=True)}
+        for i, name in enumerate(buckets):
+            r = by.get(name)
+            if r is None or r["share"] is None:
+                row[f"b{i}"] = "—"
+            else:
+                sub = f" ({r['sub']:.1%} sub-agents)" if r["sub"] else ""
+                row[f"b{i}"] = f"{r['share']:.1%}{sub}"
+        row["missed"] = f"{int(part['missed_tokens'].sum()):,}"
+        rows.append(row)
+    return columns, rows

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from prefixscope.analysis.structure import firstnew
 from prefixscope.analysis.trace.measure import FLEET
-from prefixscope.dashboards.agents import distribution_rows
+from prefixscope.dashboards.agents import distribution_rows, gap_table
 from prefixscope.dashboards.agents import summary_lines as agent_lines
 from prefixscope.dashboards.views import read_view
 from prefixscope.terminal import More, clip
@@ -37,6 +37,7 @@ def structure_section(con: duckdb.DuckDBPyConnection, block_size: int) -> dict[s
         "first_new": first_new_lines(read_view(con, "latest_first_new_blocks"), block_size),
         "reuse": reuse_rows(_tenants_only(read_view(con, "latest_reuse_shares"))),
         "agents": distribution_rows(read_view(con, "latest_agent_sessions")),
+        "gaps": gap_table(read_view(con, "latest_misses_by_gap")),
     }
 
 

@@ -10,6 +10,12 @@ from pathlib import Path
 from prefixscope import warehouse
 from prefixscope.analysis.fanout import fan_out
 from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.analysis.simulation.gaps import (
+    DEFAULT_BOUNDS,
+    GapBuckets,
+    check_bounds,
+    load_gap_buckets,
+)
 from prefixscope.analysis.simulation.grid import Replayed, measure_replayed, replay_scenarios
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
 from prefixscope.analysis.simulation.tables import Tables
@@ -40,12 +46,15 @@ class SimulateSettings:
     #: block never cached, a prompt's last token always computed. Off: the documented
     #: convention (docs/simulation.md), every block named is cached.
     vllm_blocks: bool = False
+    #: Where ``misses_by_gap`` cuts the gaps before a request within its session (seconds).
+    gap_bounds: tuple[float, ...] = DEFAULT_BOUNDS
 
     def check(self) -> None:
         """Names first, before any work."""
         given = self.capacities.blocks or self.capacities.tokens or self.capacities.gib
         scenarios(self.policies, [1] if given else [], self.isolations)
         check_windows(self.measure.windows)
+        check_bounds(self.gap_bounds)
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,7 @@ def simulate_policies(wh: str | Path, settings: SimulateSettings) -> SimulateRes
     with warehouse.StageRun(wh, "simulate", settings) as stage_run:
         with stage_run.reading() as con:
             trace = load_trace(con)
+            gaps = load_gap_buckets(con, trace, settings.gap_bounds)
         if settings.vllm_blocks:
             trace = full_blocks_only(trace)
         for size in settings.block_sizes or ():
@@ -71,7 +81,7 @@ def simulate_policies(wh: str | Path, settings: SimulateSettings) -> SimulateRes
         )
         blocks, gibs = settings.capacities.resolve(trace.block_size)
         grid = scenarios(settings.policies, blocks, settings.isolations, gibs)
-        tables = simulate_scenarios(trace, grid, measure, settings)
+        tables = simulate_scenarios(trace, grid, measure, settings, gaps)
         for size in sorted(set(settings.block_sizes or ()) - {trace.block_size}):
             # the same caches in tokens (or GiB), in blocks of the other size; its rows carry
             # their block size, and only hit_rates: the series and outcomes stay the log's own
@@ -85,6 +95,8 @@ def simulate_policies(wh: str | Path, settings: SimulateSettings) -> SimulateRes
             warehouse.append(con, "hit_rates", hit_rates, stage_run.run_id)
             warehouse.append(con, "hit_rate_timeseries", timeseries, stage_run.run_id)
             warehouse.append(con, "request_outcomes", outcomes, stage_run.run_id)
+            for rows in tables.misses_by_gap:
+                warehouse.append(con, "misses_by_gap", rows, stage_run.run_id)
     return SimulateResult(stage_run.run_id, tables, tuple(grid))
 
 
@@ -112,7 +124,11 @@ def replay_bytes(trace: Trace) -> int:
 
 
 def simulate_scenarios(
-    trace: Trace, grid: Sequence[Scenario], measure: Settings, settings: SimulateSettings
+    trace: Trace,
+    grid: Sequence[Scenario],
+    measure: Settings,
+    settings: SimulateSettings,
+    gaps: GapBuckets | None = None,
 ) -> Tables:
     """Every scenario, where ``settings`` says; rows in scenario order. Two passes: the tasks
     replay the scenarios (each returns its per-request outcome and own warm-up), then this
@@ -136,7 +152,7 @@ def simulate_scenarios(
             memory=[replay_bytes(trace)] * len(grid),
         )
     trace.forget("next_use")  # only belady reads it; the later stages keep the room
-    return measure_replayed(trace, replayed, measure, settings.outcomes_for)
+    return measure_replayed(trace, replayed, measure, settings.outcomes_for, gaps)
 
 
 def simulate_scenario(trace: Trace, job: tuple[Scenario, Settings]) -> Replayed:

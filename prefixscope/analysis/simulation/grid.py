@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.policies import POLICIES, Outcome, PolicyOptions
+from prefixscope.analysis.simulation.gaps import GapBuckets
 from prefixscope.analysis.simulation.replay import replay
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings
 from prefixscope.analysis.simulation.sums import Buckets, Groups, buckets_of, groups_of
@@ -146,11 +147,13 @@ def measure_replayed(
     replayed: Sequence[Replayed],
     settings: Settings,
     outcomes_for: Scenario | None = None,
+    gaps: GapBuckets | None = None,
 ) -> Tables:
     """The second pass: the rows, every steady row from the run's shared start, every row with
     the ceiling's rate over its own measured requests (one ``ceiling`` replay per isolation
     mode, reused when the run has it). ``request_outcomes`` rows: of ``outcomes_for`` alone
-    when given, else of every scenario when ``settings.outcomes``."""
+    when given, else of every scenario when ``settings.outcomes``; ``misses_by_gap`` rows of
+    every scenario, over the whole trace, when ``gaps`` (the requests' buckets) is given."""
     start = shared_start(trace, replayed)
     ceilings: dict[str, np.ndarray] = {
         r.scenario.isolation: hit_tokens(trace, r.hit_blocks)
@@ -182,6 +185,8 @@ def measure_replayed(
         tables.timeseries.append(_timeseries(trace, r.scenario, tokens, settings.bucket_s, buckets))
         if r.scenario == outcomes_for or (outcomes_for is None and settings.outcomes):
             tables.outcomes.append(_outcomes(trace, r, tokens))
+        if gaps is not None:
+            tables.misses_by_gap.append(gaps.rows(trace, r.scenario, tokens))
     return tables
 
 

@@ -72,12 +72,14 @@ class Tables:
     hit_rates: list[dict[str, object]] = field(default_factory=list)
     timeseries: list[pa.Table] = field(default_factory=list)  # one table a scenario
     outcomes: list[pa.Table] = field(default_factory=list)
+    misses_by_gap: list[pa.Table] = field(default_factory=list)  # one table a scenario
 
     def extend(self, other: Tables) -> None:
         """Add another simulation's rows (a fan-out's parts come back one scenario each)."""
         self.hit_rates += other.hit_rates
         self.timeseries += other.timeseries
         self.outcomes += other.outcomes
+        self.misses_by_gap += other.misses_by_gap
 
     def arrow(self) -> tuple[pa.Table, pa.Table, pa.Table]:
         outcomes = (
