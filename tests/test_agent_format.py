@@ -318,3 +318,19 @@ def test_other_formats_still_refuse_a_folder(tmp_path, capsys) -> None:
     code = main(["ingest", "--format", "mooncake", "--input", str(folder),
                  "--warehouse", str(tmp_path / "wh.duckdb")])  # fmt: skip
     assert code != 0 and "is a directory" in capsys.readouterr().err
+
+
+def test_the_trace_carries_the_sessions_tenant_by_tenant(tmp_path, empty_warehouse) -> None:
+    """Each conversation and sub-agent is a session of the trace; the same conversation id
+    again, in any tenant, repeats its request ids (``duplicate_request_id``)."""
+    first = write(tmp_path / "t", {"a.json": conversation("c", [request(0.0, [1]), SUBAGENT])})
+    second = write(tmp_path / "u", {"b.json": conversation("d", [request(1.0, [1]), SUBAGENT])})
+    path = tmp_path / "w.duckdb"
+    shutil.copy(empty_warehouse, path)
+    with duckdb.connect(str(path)) as con:
+        ingest(con, [first], tenant="x")
+        ingest(con, [second], tenant="y")
+        trace = load_trace(con)
+        sessions = dict(con.execute(
+            "SELECT tenant || session_id, count(*) FROM requests GROUP BY 1").fetchall())  # fmt: skip
+    assert trace.sessions is not None and len(set(trace.sessions.tolist())) == 4 == len(sessions)

@@ -17,9 +17,16 @@ def make_trace(
     tenants: list[str] | None = None,
     bs: int = 4,
     times: list[float] | None = None,
+    sessions: list[int | None] | None = None,
 ) -> Trace:
+    names = None if sessions is None else [None if s is None else f"s{s}" for s in sessions]
     return build_trace(
-        requests, [len(r) * bs for r in requests], tenants or ["t"] * len(requests), bs, times
+        requests,
+        [len(r) * bs for r in requests],
+        tenants or ["t"] * len(requests),
+        bs,
+        times,
+        sessions=names,
     )
 
 
@@ -151,12 +158,16 @@ def test_every_policy_matches_its_reference_request_by_request(name, requests, c
     pins = frozenset(data.draw(st.lists(st.sampled_from(ids), max_size=2)) if ids else [])
     assume(name != "pinned" or len(pins) <= capacity)  # pins that do not fit are refused
     mask = np.isin(trace.hashes, list(pins))
+    sessions = data.draw(st.lists(st.one_of(st.none(), st.integers(0, 3)), min_size=n, max_size=n))
+    trace = make_trace(requests, [str(t) for t in tenants], times=times, sessions=sessions)
     got = POLICIES[name].replay(
         trace,
         capacity if POLICIES[name].bounded else None,
         PolicyOptions(ttl_s=3.0, pinned=mask),
     )
-    want = reference_replay(name, requests, capacity, tenants, times, ttl=3.0, pinned=pins)
+    want = reference_replay(
+        name, requests, capacity, tenants, times, ttl=3.0, pinned=pins, sessions=sessions
+    )
     assert got.hit_blocks.tolist() == want.hit_blocks
     # an empty cross array means the trace has one tenant: no hit can cross tenants
     assert (got.cross.tolist() or [False] * trace.n_lookups) == want.cross
@@ -371,3 +382,61 @@ def test_pin_sets_that_do_not_fit_are_refused() -> None:
     trace = make_trace([[0, 1, 2], [0, 3]])
     with pytest.raises(ValueError, match="do not fit"):
         pinned_hit_blocks_many(trace, 2, [np.array([0, 1, 2])])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    requests=st.one_of(prefix_chains(max_requests=60), arbitrary),
+    capacity=st.integers(1, 12),
+    data=st.data(),
+)
+@pytest.mark.parametrize("name", ["session", "liveness"])
+def test_session_policies_match_their_reference_over_minutes(name, requests, capacity, data):
+    """Gaps of up to two minutes, so that sessions outlive their patience (60 s at least) and
+    liveness tells gone sessions from quiet ones."""
+    n = len(requests)
+    gaps = data.draw(st.lists(st.sampled_from([0.0, 1.0, 5.0, 30.0, 61.0, 120.0]), min_size=n,
+                              max_size=n))  # fmt: skip
+    times = list(np.cumsum(gaps) - gaps[0])
+    sessions = data.draw(st.lists(st.one_of(st.none(), st.integers(0, 4)), min_size=n, max_size=n))
+    tenants = data.draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
+    trace = make_trace(requests, [str(t) for t in tenants], times=times, sessions=sessions)
+    got = POLICIES[name].replay(trace, capacity, PolicyOptions())
+    want = reference_replay(name, requests, capacity, tenants, times, sessions=sessions)
+    assert got.hit_blocks.tolist() == want.hit_blocks
+    assert (got.cross.tolist() or [False] * trace.n_lookups) == want.cross
+    assert got.filled_at == want.filled_at
+
+
+@pytest.mark.parametrize(
+    ("name", "hits"),
+    [
+        # B comes back after 200 s (patience 400 s); A, in a tool loop, after 5 s (patience
+        # 60 s) and is then quiet 85 s. When C needs room, session and LRU evict B, the less
+        # recently active; liveness presumes A gone and evicts it, so B hits when it returns.
+        ("session", [0, 2, 0, 2, 0, 0]),
+        ("lru", [0, 2, 0, 2, 0, 0]),
+        ("liveness", [0, 2, 0, 2, 0, 2]),
+    ],
+)
+def test_liveness_evicts_the_session_that_outlived_its_patience(name, hits) -> None:
+    requests = [[5, 6], [5, 6], [1, 2], [1, 2], [8, 9], [5, 6]]
+    sessions = [1, 1, 0, 0, 2, 1]
+    times = [0.0, 200.0, 210.0, 215.0, 300.0, 301.0]
+    trace = make_trace(requests, times=times, sessions=sessions)
+    got = POLICIES[name].replay(trace, 4, PolicyOptions()).hit_blocks.tolist()
+    if name != "lru":
+        assert got == reference_replay(name, requests, 4, times=times, sessions=sessions).hit_blocks
+    assert got == hits
+
+
+def test_slices_of_a_trace_keep_each_requests_session() -> None:
+    from prefixscope.analysis.trace.isolation import subset
+    from prefixscope.analysis.trace.tail import span
+
+    trace = make_trace([[1], [2], [3], [4]], sessions=[0, None, 1, 0])
+    assert trace.sessions is not None and trace.sessions.tolist()[1] == -1
+    assert subset(trace, np.array([0, 3])).sessions.tolist() == [trace.sessions[0]] * 2
+    assert span(trace, 1, 3).sessions.tolist() == trace.sessions[1:3].tolist()
+    assert make_trace([[1], [2]]).sessions is None
+    assert make_trace([[1], [2]], sessions=[None, None]).sessions is None

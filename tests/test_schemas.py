@@ -15,13 +15,13 @@ from prefixscope.analysis.cost.savings import SAVINGS_SCHEMA
 from prefixscope.analysis.curves.curve import MRC_SCHEMA
 from prefixscope.analysis.fleet.tables import FLEET_HIT_RATES_SCHEMA, FLEET_REPLICAS_SCHEMA
 from prefixscope.analysis.plan.plan import PLAN_SCHEMA
+from prefixscope.analysis.simulation.gaps import MISSES_BY_GAP_SCHEMA
 from prefixscope.analysis.simulation.tables import (
     HIT_RATES_SCHEMA,
     OUTCOMES_SCHEMA,
     TIMESERIES_SCHEMA,
 )
 from prefixscope.analysis.structure import turns
-from prefixscope.analysis.simulation.gaps import MISSES_BY_GAP_SCHEMA
 from prefixscope.analysis.structure.log import RequestLog
 from prefixscope.analysis.structure.schemas import AGENT_SESSIONS_SCHEMA
 from prefixscope.analysis.structure.tables import (

@@ -225,7 +225,7 @@ def ingest_command(args: argparse.Namespace) -> int:
         line = f"{f.path}: {counts}{cut}{note}"
         if f.reasons:
             line += "\n  rejected: " + ", ".join(f"{r} {n:,}" for r, n in f.reasons)
-        if f.out_of_order:
+        if f.out_of_order and args.format != "agent-json":  # conversations interleave
             line += (
                 f"\n  {f.out_of_order:,} accepted requests arrive before an earlier line's (kept)"
             )

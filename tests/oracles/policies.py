@@ -35,11 +35,18 @@ def reference_replay(
     times: Sequence[float] | None = None,
     ttl: float | None = None,
     pinned: frozenset[int] = frozenset(),
+    sessions: Sequence[int | None] | None = None,
 ) -> ReferenceResult:
-    """Replay ``requests`` (lists of block ids) under ``policy``; see docs/simulation.md."""
+    """Replay ``requests`` (lists of block ids) under ``policy``; see docs/simulation.md.
+    ``sessions``: per request its session (None: a session of its own), for ``session`` and
+    ``liveness``."""
     n = len(requests)
     tenants = tenants if tenants is not None else [0] * n
     times = times if times is not None else list(range(n))
+    if policy in ("session", "liveness"):
+        named = sessions if sessions is not None else [None] * n
+        own = [("alone", r) if s is None else ("named", s) for r, s in enumerate(named)]
+        return _sessions(policy, requests, capacity, tenants, times, own)  # type: ignore[arg-type]
     if policy == "s3fifo":
         return _s3fifo(requests, capacity, tenants)  # type: ignore[arg-type]
     parent: dict[int, int] = {}
@@ -92,6 +99,62 @@ def reference_replay(
                 break
             del cache[min(eligible, key=key)]
         if result.filled_at == -1 and len(cache) >= capacity:  # type: ignore[operator]
+            result.filled_at = r
+    return result
+
+
+def _sessions(
+    policy: str,
+    requests: Sequence[Sequence[int]],
+    capacity: int,
+    tenants: Sequence[int],
+    times: Sequence[float],
+    sessions: Sequence[object],
+) -> ReferenceResult:
+    """``session`` and ``liveness`` read off their definitions (policies/sessions.py): each
+    eviction scans every cached leaf for the smallest key."""
+    parent: dict[int, int] = {}
+    for blocks in requests:
+        for i, b in enumerate(blocks):
+            parent.setdefault(b, blocks[i - 1] if i else -1)
+    last_r: dict[object, int] = {}
+    last_t: dict[object, float] = {}
+    longest: dict[object, float] = {}
+    cache: dict[int, _Block] = {}
+    owner: dict[int, object] = {}
+    result = ReferenceResult([])
+    clock = 0
+    for r, blocks in enumerate(requests):
+        s, now = sessions[r], times[r]
+        if s in last_r:
+            longest[s] = max(longest.get(s, 0.0), now - last_t[s])
+        last_r[s], last_t[s] = r, now
+        k = 0
+        while k < len(blocks) and blocks[k] in cache:
+            k += 1
+        result.hit_blocks.append(k)
+        result.cross += [i < k and cache[b].owner != tenants[r] for i, b in enumerate(blocks)]
+        for b in reversed(blocks):
+            clock += 1
+            if b not in cache:
+                cache[b] = _Block(tenants[r], clock, clock, now)
+            cache[b].touched = clock
+            owner[b] = s
+        while len(cache) > capacity:
+            with_children = {parent[c] for c in cache}
+            leaves = [b for b in cache if b not in with_children]
+
+            def gone_at(b: int) -> float:
+                o = owner[b]
+                return last_t[o] + max(60.0, 2.0 * longest.get(o, 0.0))
+
+            gone = [b for b in leaves if policy == "liveness" and gone_at(b) < now]
+            if gone:
+                victim = min(gone, key=lambda b: (gone_at(b), cache[b].touched))
+            else:
+                victim = min(leaves, key=lambda b: (last_r[owner[b]], cache[b].touched))
+            del cache[victim]
+        if result.filled_at == -1 and len(cache) >= capacity:
             result.filled_at = r
     return result
 

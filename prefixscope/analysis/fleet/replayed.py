@@ -1,7 +1,8 @@
 """Policies a replica replays on its own request stream.
 
 The loop keeps ``lru``, ``fifo`` and ``ttl`` per replica itself (``_cache.py``). Every other
-bounded policy of the registry (``lfu``, ``s3fifo``, ``belady``, ``pinned``) runs in a fleet
+bounded policy of the registry (``lfu``, ``s3fifo``, ``belady``, ``pinned``, ``session``,
+``liveness``) runs in a fleet
 whose routing is fixed: a fixed router (``round-robin``, ``random``, ``session``), or one
 replica. There what reaches a replica depends on no cache, so each replica's routed requests
 (``trace/isolation.subset``) are replayed by the policy's own kernel, the code ``simulate`` runs,
@@ -24,7 +25,7 @@ from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.isolation import subset
 
 #: The registry's policies a fleet replays per replica (under a fixed routing).
-REPLAYED_POLICIES = ("lfu", "s3fifo", "belady", "pinned")
+REPLAYED_POLICIES = ("lfu", "s3fifo", "belady", "pinned", "session", "liveness")
 
 
 @dataclass(frozen=True)

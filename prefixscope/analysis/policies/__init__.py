@@ -8,9 +8,14 @@ from prefixscope.analysis.policies.base import Outcome, Policy, PolicyOptions
 from prefixscope.analysis.policies.ceiling import Ceiling
 from prefixscope.analysis.policies.lru import LRU, TTL, Pinned
 from prefixscope.analysis.policies.others import FIFO, LFU, S3FIFO, Belady
+from prefixscope.analysis.policies.sessions import Liveness, SessionLRU
 
 POLICIES: dict[str, Policy] = {
-    p.name: p for p in (Ceiling(), LRU(), FIFO(), LFU(), TTL(), S3FIFO(), Belady(), Pinned())
-}
+    p.name: p
+    for p in (
+        Ceiling(), LRU(), FIFO(), LFU(), TTL(), S3FIFO(), Belady(), Pinned(), SessionLRU(),
+        Liveness(),
+    )
+}  # fmt: skip
 
 __all__ = ["POLICIES", "Outcome", "Policy", "PolicyOptions"]

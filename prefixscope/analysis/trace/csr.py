@@ -13,6 +13,7 @@ from functools import cached_property
 import numba
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,6 +35,10 @@ class Trace:
     #: bool per request: the engine always computes the prompt's last token (vLLM's rule, for
     #: token sources); None: never (hash-id traces). See :attr:`recomputes_last_block`.
     last_token_rule: np.ndarray | None = None
+    #: int32 per request: the session it belongs to (codes of (tenant, session id) pairs), -1
+    #: where the log names none; None: no request names one. Read by the session-aware
+    #: policies (``policies/sessions.py``).
+    sessions: np.ndarray | None = None
 
     @property
     def n_requests(self) -> int:
@@ -290,10 +295,12 @@ def build_trace(
     times: Sequence[float] | np.ndarray | None = None,
     request_ids: Sequence[str] | None = None,
     last_token_rule: Sequence[bool] | np.ndarray | None = None,
+    sessions: Sequence[str | None] | pa.Array | pa.ChunkedArray | None = None,
 ) -> Trace:
     """A trace from per-request hash lists (already in replay order); ``times`` in seconds
     (default: one request a second); ``last_token_rule``: per request, whether the engine always
-    computes the last prompt token (token sources; :attr:`Trace.recomputes_last_block`)."""
+    computes the last prompt token (token sources; :attr:`Trace.recomputes_last_block`);
+    ``sessions``: per request, a name of its session (unique across tenants) or None."""
     if not isinstance(block_hashes, (pa.ListArray, pa.LargeListArray, pa.ChunkedArray)):
         block_hashes = pa.array(block_hashes, type=pa.list_(pa.uint64()))
     offsets, values = _flat(block_hashes)
@@ -319,4 +326,21 @@ def build_trace(
         last_token_rule=None
         if last_token_rule is None
         else np.asarray(last_token_rule, dtype=bool).ravel(),
+        sessions=session_codes_of(sessions),
     )
+
+
+def session_codes_of(
+    sessions: Sequence[str | None] | pa.Array | pa.ChunkedArray | None,
+) -> np.ndarray | None:
+    """int32 codes of session names (-1: none); None when no request names one."""
+    if sessions is None:
+        return None
+    array = sessions if isinstance(sessions, (pa.Array, pa.ChunkedArray)) else pa.array(
+        list(sessions), pa.string()
+    )
+    if array.null_count == len(array):
+        return None
+    encoded = pc.dictionary_encode(array)
+    encoded = encoded.combine_chunks() if isinstance(encoded, pa.ChunkedArray) else encoded
+    return np.asarray(encoded.indices.fill_null(-1), dtype=np.int32)

@@ -55,6 +55,7 @@ def subset(trace: Trace, requests: np.ndarray) -> Trace:
         hashes=trace.hashes[unique],
         request_ids=None,
         last_token_rule=None if trace.last_token_rule is None else trace.last_token_rule[requests],
+        sessions=None if trace.sessions is None else trace.sessions[requests],
     )
 
 

@@ -38,16 +38,19 @@ def block_size_of(con: duckdb.DuckDBPyConnection) -> int:
 
 def replay_relation(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
     """Every request in replay order: id, tenant, input tokens, block hashes, arrival (``t``,
-    epoch seconds), and whether the last prompt token is always computed (a token source)."""
+    epoch seconds), whether the last prompt token is always computed (a token source), and its
+    session (``tenant ␟ session_id``; NULL where the log names none)."""
     by_format = f"format NOT IN {HASH_ID_FORMATS!r}"
     # A row's own rule where it has one (Mooncake lines ingested with --full-blocks), else its
     # format's; a requests table from before the column was added (opened read-only, never
     # brought up to date) has only the format.
     rule = f"coalesce(last_token_rule, {by_format})" if _has_rule(con) else by_format
+    # a session is a (tenant, session id) pair: the same id in two tenants is two sessions
     return con.sql(
         "SELECT request_id, tenant, input_tokens, block_hashes, "
         "epoch_us(arrival_ts) / 1e6 AS t, "
-        f"{rule} AS last_token_rule "
+        f"{rule} AS last_token_rule, "
+        "CASE WHEN session_id IS NOT NULL THEN tenant || chr(31) || session_id END AS session "
         f"FROM requests ORDER BY {REPLAY_ORDER}"
     )
 
@@ -75,6 +78,7 @@ def trace_from_table(table: pa.Table, block_size: int) -> Trace:
         last_token_rule=table.column("last_token_rule").to_numpy(zero_copy_only=False)
         if rule
         else None,
+        sessions=table.column("session") if "session" in table.column_names else None,
     )
 
 

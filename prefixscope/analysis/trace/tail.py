@@ -50,6 +50,7 @@ def tail(trace: Trace, first: int) -> Trace:
         request_ids=None if trace.request_ids is None else trace.request_ids[first:],
         start_s=trace.start_s + float(times[0]),
         last_token_rule=None if trace.last_token_rule is None else trace.last_token_rule[first:],
+        sessions=None if trace.sessions is None else trace.sessions[first:],
     )
 
 
@@ -86,6 +87,7 @@ def span(trace: Trace, first: int, end: int, *, fresh: bool = False) -> Trace:
         request_ids=None if trace.request_ids is None else trace.request_ids[first:end],
         start_s=trace.start_s + float(times[0]),
         last_token_rule=None if rule is None else rule[first:end],
+        sessions=None if trace.sessions is None else trace.sessions[first:end],
     )
 
 
