@@ -331,6 +331,6 @@ def test_the_trace_carries_the_sessions_tenant_by_tenant(tmp_path, empty_warehou
         ingest(con, [first], tenant="x")
         ingest(con, [second], tenant="y")
         trace = load_trace(con)
-        sessions = dict(con.execute(
-            "SELECT tenant || session_id, count(*) FROM requests GROUP BY 1").fetchall())  # fmt: skip
+        query = "SELECT tenant || session_id, count(*) FROM requests GROUP BY 1"
+        sessions = dict(con.execute(query).fetchall())
     assert trace.sessions is not None and len(set(trace.sessions.tolist())) == 4 == len(sessions)
