@@ -7,6 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
+AGENTS := data/sample/agents/claude_code_traces.tar.gz
 BUILD := build
 
 .PHONY: setup demo test test-fast browser bench bench-week peers peers-vllm peers-sglang \
@@ -24,11 +25,13 @@ $(STAMP): pyproject.toml Makefile
 
 # The bundled Kimi hour as tenant kimi, beside three synthetic tenants (prefixscope/synthetic.py)
 # that share a preamble, so that per-tenant results, cross-tenant hits and shared against
-# salted caches show.
+# salted caches show, and 41 Claude Code conversations (data/sample/agents/) as tenant
+# claude-code, started over the hour's first 20 minutes.
 demo: setup
 	@rm -f $(BUILD)/demo.duckdb $(BUILD)/demo.duckdb.wal
 	@$(BIN)/prefixscope fleet-report --input $(SAMPLE) --tenant kimi \
 		--synthetic-tenants chat,search,agent --isolation shared,salted \
+		--agent-input $(AGENTS) --agent-tenant claude-code --agent-arrival uniform:20m \
 		--warehouse $(BUILD)/demo.duckdb --out $(BUILD)/report.html
 
 # The page test drives a real headless Chromium; install Debian's when it is missing.

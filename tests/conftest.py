@@ -59,6 +59,7 @@ from prefixscope.ingest import IngestResult  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "mooncake" / "conversation_trace.jsonl.gz"
+AGENT_SAMPLE = REPO / "data" / "sample" / "agents" / "claude_code_traces.tar.gz"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -225,7 +226,8 @@ def prefect_server() -> Iterator[None]:
 #: `make demo`'s command line, less its paths.
 DEMO = (
     "fleet-report --input {sample} --tenant kimi --synthetic-tenants chat,search,agent "
-    "--isolation shared,salted --warehouse {wh} --out {page}"
+    "--isolation shared,salted --agent-input {agents} --agent-tenant claude-code "
+    "--agent-arrival uniform:20m --warehouse {wh} --out {page}"
 )
 
 
@@ -251,7 +253,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     # Prefect's logging as a user's shell has it (the tests quiet it for their own process).
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
     env.pop("PREFECT_SERVER_LOGGING_LEVEL", None)
-    argv = DEMO.format(sample=SAMPLE, wh=wh, page=page).split()
+    argv = DEMO.format(sample=SAMPLE, agents=AGENT_SAMPLE, wh=wh, page=page).split()
     out = subprocess.run(
         [sys.executable, "-m", "prefixscope.cli", *argv],
         env=env,

@@ -249,6 +249,10 @@ PARAMETERS = [
     (["--plan-target", "1.5"], "--plan-target"),
     (["--slo", "ttft-p95"], "ttft-p95"),
     (["--slo", ""], "at least one target"),
+    (["--agent-input", "{tmp}/missing"], "missing"),
+    (["--agent-input", "{tmp}/*.tar.gz"], "no input file matches"),
+    (["--agent-input", "{tmp}", "--agent-tenant", "default"], "--agent-tenant 'default'"),
+    (["--agent-input", "{tmp}", "--agent-arrival", "soon"], "--agent-arrival"),
 ]
 
 

@@ -29,11 +29,12 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
     assert len(lines) <= 15, out.stdout
     text = out.stdout
     assert "INFO" not in text and "temporary server" not in text
-    # the key figures: 12,031 Kimi requests and 2,792 synthetic ones; the ceiling; each policy
-    # at the priced capacity; the gap to belady; shared against salted; the plan; the savings
-    assert lines[0].startswith("trace:     14,823 requests (0 lines rejected) from 2 files")
-    assert "4 tenants: kimi" in lines[0]
-    assert re.search(r"^ceiling: +41\.98% ", text, re.M)
+    # the key figures: 12,031 Kimi requests, 2,792 synthetic ones and 1,064 of coding agents; the
+    # ceiling; each policy at the priced capacity; the gap to belady; shared against salted;
+    # the plan; the savings
+    assert lines[0].startswith("trace:     15,887 requests (0 lines rejected) from 3 files")
+    assert "5 tenants: kimi, claude-code" in lines[0]
+    assert re.search(r"^ceiling: +62\.87% ", text, re.M)
     # the priced capacity is the KV pool of the fewest H200s that hold the flow's model
     # (deepseek-v3, the architecture of Kimi's published model: pipelines/served.py): eight
     pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
@@ -71,7 +72,7 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
             "SELECT list(DISTINCT tenant ORDER BY tenant), list(DISTINCT isolation ORDER BY "
             "isolation) FROM latest_hit_rates"
         ).fetchone()
-    assert found == (["*", "agent", "chat", "kimi", "search"], ["salted", "shared"])
+    assert found == (["*", "agent", "chat", "claude-code", "kimi", "search"], ["salted", "shared"])
     assert 'id="history"' in page.read_text()
 
 

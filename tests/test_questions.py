@@ -154,7 +154,7 @@ def test_each_query_returns_rows_and_no_column_all_null(
 
 def test_the_trace_is_the_demos(con: duckdb.DuckDBPyConnection) -> None:
     (row,) = rows(con, query("What does the warehouse hold"))
-    assert (row["requests"], row["files"], row["tenants"]) == (14_823, 2, 4)
+    assert (row["requests"], row["files"], row["tenants"]) == (15_887, 3, 5)
     assert row["rejected_lines"] == 0 and row["block_sizes"] == "512"
     assert row["unique_blocks"] <= row["block_lookups"]
 
@@ -179,7 +179,7 @@ def test_the_eviction_loss_is_the_ceiling_minus_lru_from_the_hit_tokens(
             [PRICED],
         ).fetchall()
     )
-    tenants = ["*", "agent", "chat", "kimi", "search"]
+    tenants = ["*", "agent", "chat", "claude-code", "kimi", "search"]
     assert sorted(r["tenant"] for r in found) == sorted(expected) == tenants
     for r in found:
         assert 0 <= r["lost_to_eviction"] <= 1 and 0 <= r["share_of_ceiling_lost"] <= 1
@@ -238,7 +238,7 @@ def test_sharing_adds_up_over_tenants_and_never_hurts_an_unbounded_cache(
     found = rows(con, query("sharing one cache"))
     for policy in ("ceiling", "lru"):
         mine = {r["tenant"]: r for r in found if r["policy"] == policy}
-        assert len(mine) == 5
+        assert len(mine) == 6
         fleet = mine.pop("*")["sharing_gains_tokens"]
         assert fleet == sum(r["sharing_gains_tokens"] for r in mine.values())
         for r in mine.values():
@@ -322,7 +322,7 @@ def test_the_plans_lru_answer_is_where_the_curve_crosses_the_target(
 def test_the_tenants_savings_add_up_to_the_fleets(con: duckdb.DuckDBPyConnection) -> None:
     found = rows(con, query("prefill GPU-seconds"))
     fleet, *tenants = found
-    assert fleet["tenant"] == "*" and len(tenants) == 4
+    assert fleet["tenant"] == "*" and len(tenants) == 5
     total = sum(r["saved_per_hour"] for r in tenants)
     assert total == pytest.approx(fleet["saved_per_hour"], abs=0.05 * len(found))
     for r in found:
@@ -390,9 +390,16 @@ def test_the_trend_lists_runs_newest_first(con: duckdb.DuckDBPyConnection, demo_
     with duckdb.connect(str(demo_copy), read_only=True) as two:
         found = rows(two, sql)
     runs = [r["run_id"] for r in found]
-    assert runs == [later] * 5 + [demo[0]["run_id"]] * 5
+    assert runs == [later] * 6 + [demo[0]["run_id"]] * 6
     assert [r["run_at"] for r in found] == sorted((r["run_at"] for r in found), reverse=True)
-    assert [r["tenant"] for r in found[:5]] == ["*", "agent", "chat", "kimi", "search"]
+    assert [r["tenant"] for r in found[:6]] == [
+        "*",
+        "agent",
+        "chat",
+        "claude-code",
+        "kimi",
+        "search",
+    ]
 
 
 def test_the_rejects_show_per_file_with_their_reasons(
@@ -424,4 +431,4 @@ def test_the_rejects_show_per_file_with_their_reasons(
     mine = found[str(bad)]
     assert (mine["lines"], mine["accepted"], mine["rejected"]) == (6, 2, 4)
     assert mine["reasons"] == "invalid_json: 2, missing_field: 1, not_an_object: 1"
-    assert len(found) == 3
+    assert len(found) == 4

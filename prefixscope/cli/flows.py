@@ -59,6 +59,27 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
         "(prefixscope.synthetic; make demo: chat,search,agent)",
     )
     p.add_argument(
+        "--agent-input",
+        dest="agent_inputs",
+        nargs="+",
+        action="extend",
+        metavar="PATH",
+        help="also ingest coding-agent traces (--format agent-json: a file, folder or archive), "
+        "at the inputs' block size (make demo: data/sample/agents/)",
+    )
+    p.add_argument(
+        "--agent-tenant",
+        type=flags.tenant_name,
+        metavar="NAME",
+        help=f"the agent traces' tenant ({FlowParameters.agent_tenant})",
+    )
+    p.add_argument(
+        "--agent-arrival",
+        metavar="SPEC",
+        help="where the agent conversations start: uniform:WINDOW or poisson:RATE "
+        f"({FlowParameters.agent_arrival})",
+    )
+    p.add_argument(
         "--isolation",
         dest="isolations",
         type=flags.name_list,

@@ -265,7 +265,8 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
     synthetic_tenants, dask_address, workers = (
         params.synthetic_tenants, params.dask_address, params.workers,
     )  # fmt: skip
-    names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else []), "simulate"]
+    names = ["ingest", *(["synthesize", "ingest"] if synthetic_tenants else [])]
+    names += [*(["ingest"] if checked.agent_paths else []), "simulate"]
     names += ["curve", "structure", *(["replay"] if params.replay_samples > 0 else []), "fleet"]
     names += ["plan", "plan-slo", "validate", "savings", "report"]
     names += [*(["metrics"] if params.metrics_path else []), "summary"]
@@ -273,7 +274,7 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
     # workers, a cluster and where the page goes change no stage's results: a re-run after a
     # failure with --workers 1 resumes what the failed run finished
     key = resume.fingerprint(
-        checked.paths,
+        (*checked.paths, *checked.agent_paths),
         {k: v for k, v in params.stored().items() if k not in resume.NOT_IN_KEY},
     )
     done = {} if params.fresh else resume.finished(wh, key)
@@ -296,6 +297,10 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
             options = IngestOptions(tenant_from="type", block_size=block_size, hash_key=hash_key)
             settings = ingest_stage.IngestSettings((log,), "bailian", options)
             ingested.append(steps_run("ingest", lambda: ingest(wh, settings), read_counts(wh)))
+        if checked.agent_paths:
+            step("ingest")
+            agents = parameters.agent_source(params, checked.agent_paths, hash_key)
+            ingested.append(steps_run("ingest", lambda: ingest(wh, agents), read_counts(wh)))
         step("simulate")
         simulate_settings = simulate_stage.SimulateSettings(
             policies=checked.policies,

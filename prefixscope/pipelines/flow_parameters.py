@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from prefixscope.ingest.formats import DEFAULT_TENANT
+from prefixscope.ingest.formats.arrival import DEFAULT_ARRIVAL
 from prefixscope.pipelines.served import FLOW_GPU, FLOW_MODEL
 
 #: Log-spaced from 1,000 blocks (0.5 M tokens at 512) to 128,000 (the bundled trace's
@@ -36,9 +37,12 @@ class FlowParameters:
     ``tenant_from``: bailian, the tenant of each request is its type; ``tenant_field``: the
     field of each line that names its tenant (else ``tenant``); ``synthetic_tenants``: also
     ingest a synthetic log of these tenants (``prefixscope.synthetic``), at the inputs' block
-    size: the demo's fleet; ``isolations``: how tenants share each simulated cache (salted
-    answers what sharing across tenants is worth); ``savings_*``: what the savings price (the
-    policy and capacity whose outcomes are priced: by default ``lru``, or the grid's first
+    size: the demo's fleet; ``agent_inputs``: also ingest these coding-agent traces
+    (``--format agent-json``: files, folders or archives) as tenant ``agent_tenant``, at the
+    inputs' block size, their conversations placed by ``agent_arrival``; ``isolations``: how
+    tenants share each simulated cache (salted answers what sharing across tenants is worth);
+    ``savings_*``: what the savings price (the policy and capacity whose outcomes are priced:
+    by default ``lru``, or the grid's first
     bounded policy where it has no ``lru``, at the KV pool of the fewest ``savings_gpu`` that
     hold ``savings_model``); ``replay_samples``: also calibrate a
     cost model on that many replayed requests (needs torch); ``plan_target``: the hit-rate
@@ -60,6 +64,9 @@ class FlowParameters:
     tenant_from: str | None = None
     tenant_field: str | None = None
     synthetic_tenants: tuple[str, ...] = ()
+    agent_inputs: tuple[str, ...] = ()
+    agent_tenant: str = "agents"
+    agent_arrival: str = DEFAULT_ARRIVAL
     policies: tuple[str, ...] = DEFAULT_POLICIES
     capacities_blocks: tuple[int, ...] = DEFAULT_CAPACITIES
     windows: tuple[str, ...] = DEFAULT_WINDOWS

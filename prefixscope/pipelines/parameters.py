@@ -27,8 +27,10 @@ from prefixscope.analysis.structure.tables import StructureSettings
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.export.atomic import check_writable
 from prefixscope.ingest import FORMATS, IngestOptions
+from prefixscope.ingest.formats.arrival import Arrival
 from prefixscope.ingest.hashkey import PLAIN, read_key
 from prefixscope.ingest.lines import holds_text
+from prefixscope.ingest.staging import check_inputs
 from prefixscope.pipelines.flow_parameters import (
     DEFAULT_CAPACITIES,
     DEFAULT_FLEET_REPLICAS,
@@ -42,6 +44,7 @@ from prefixscope.pipelines.served import FLOW_MODEL
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import plan as plan_stage
 from prefixscope.stages import plan_slo as plan_slo_stage
+from prefixscope.stages.ingest import IngestSettings
 from prefixscope.tenants import check_tenant
 
 #: The fleet grid's loads: the traffic as logged and twice it (each replica's cache is the
@@ -80,6 +83,8 @@ class Checked:
     deployment: str | None = None
     #: The capacities simulated: those given, and the deployment's pool (the priced one).
     simulated_blocks: tuple[int, ...] = ()
+    #: The coding-agent traces, patterns expanded (``--agent-input``).
+    agent_paths: tuple[str, ...] = ()
 
 
 def check(params: FlowParameters, *, serving: bool = False) -> Checked:
@@ -114,6 +119,7 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
             f"--synthetic-tenants names {params.tenant!r}, the --tenant of the logs — give the "
             "synthetic tenants other names"
         )
+    agent_paths = check_agents(params) if params.agent_inputs and not serving else ()
     resolved = {
         "--synthetic-tenants": tuple(params.synthetic_tenants or ()),
         "--policy": tuple(params.policies or DEFAULT_POLICIES),
@@ -195,7 +201,25 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
         ),
         deployment=deployment,
         simulated_blocks=simulated,
+        agent_paths=agent_paths,
     )
+
+
+def check_agents(params: FlowParameters) -> tuple[str, ...]:
+    """The agent traces' paths (patterns expanded), each a file, folder or archive that
+    exists; their tenant a valid name no other log of the run uses; their placement one that
+    parses."""
+    check_tenant(params.agent_tenant, "--agent-tenant")
+    others = {*(params.synthetic_tenants or ()), *([] if params.tenant_field else [params.tenant])}
+    if params.agent_tenant in others:
+        raise ValueError(
+            f"--agent-tenant {params.agent_tenant!r} is the tenant of another log of the run — "
+            "give the agent traces a name of their own"
+        )
+    Arrival.parse(params.agent_arrival, flag="--agent-arrival")
+    paths = tuple(expand_inputs(params.agent_inputs))
+    check_inputs(paths, "agent-json")
+    return paths
 
 
 def expand_inputs(inputs: Sequence[str]) -> list[str]:
@@ -364,3 +388,16 @@ def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | Non
     if bounded:
         return bounded[len(bounded) // 2]
     return next((s for s in grid if s.capacity_blocks is not None), grid[0])
+
+
+def agent_source(
+    params: FlowParameters, paths: tuple[str, ...], hash_key: object
+) -> IngestSettings:
+    """The coding-agent traces as one more source: their own tenant, the logs' block size."""
+    options = IngestOptions(
+        tenant=params.agent_tenant,
+        block_size=FORMATS[params.format_name].default_block_size,
+        arrival=params.agent_arrival,
+        hash_key=hash_key,  # type: ignore[arg-type]
+    )
+    return IngestSettings(paths, "agent-json", options)

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from prefixscope import sql
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.load import REPLAY_ORDER
+from prefixscope.analysis.trace.load import REPLAY_ORDER, has_column
 
 #: The default cuts (s): under 10 s, 10 s to 1 min, 1 to 5 min, 5 min and more.
 DEFAULT_BOUNDS = (10.0, 60.0, 300.0)
@@ -119,6 +119,8 @@ def load_gap_buckets(
     """Each request's bucket in replay order; None when no request names a session (no row
     then: every miss would be in ``no session``)."""
     bounds = check_bounds(bounds)
+    if not (has_column(con, "session_id") and has_column(con, "parent_session_id")):
+        return None  # a requests table from before sessions were kept
     named = "SELECT EXISTS (SELECT 1 FROM requests WHERE session_id IS NOT NULL)"
     if not con.sql(named).fetchall()[0][0]:
         return None

@@ -16,6 +16,7 @@ import polars as pl
 import pyarrow as pa
 
 from prefixscope.analysis.structure.schemas import AGENT_SESSIONS_SCHEMA
+from prefixscope.analysis.trace.load import has_column
 
 #: The table, written by the structure stage beside ``analyse``'s six.
 TABLE = "agent_sessions"
@@ -25,12 +26,22 @@ _TOOL_USE = "tool_use"
 
 
 def load_agent_requests(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    """The columns the agent tables read, for every request that names its session."""
+    """The columns the agent tables read, for every request that names its session (none
+    from a requests table older than the agent columns)."""
+    if not has_column(con, "parent_session_id"):
+        return pa.table({c: pa.array([], t) for c, t in _EMPTY})
     return con.sql(
         "SELECT request_id, tenant, session_id, parent_session_id, model, stop_reason, "
         "api_time_s, epoch_us(arrival_ts) AS arrival_us FROM requests "
         "WHERE session_id IS NOT NULL"
     ).to_arrow_table()
+
+
+_EMPTY = (
+    ("request_id", pa.string()), ("tenant", pa.string()), ("session_id", pa.string()),
+    ("parent_session_id", pa.string()), ("model", pa.string()), ("stop_reason", pa.string()),
+    ("api_time_s", pa.float64()), ("arrival_us", pa.int64()),
+)  # fmt: skip
 
 
 def agent_sessions(requests: pa.Table, loop_gap_s: float = LOOP_GAP_S) -> pa.Table:

@@ -44,21 +44,30 @@ def replay_relation(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
     # A row's own rule where it has one (Mooncake lines ingested with --full-blocks), else its
     # format's; a requests table from before the column was added (opened read-only, never
     # brought up to date) has only the format.
-    rule = f"coalesce(last_token_rule, {by_format})" if _has_rule(con) else by_format
+    rule = by_format
+    if has_column(con, "last_token_rule"):
+        rule = f"coalesce(last_token_rule, {by_format})"
     # a session is a (tenant, session id) pair: the same id in two tenants is two sessions
+    session = (
+        "CASE WHEN session_id IS NOT NULL THEN tenant || chr(31) || session_id END"
+        if has_column(con, "session_id")
+        else "NULL::VARCHAR"
+    )
     return con.sql(
         "SELECT request_id, tenant, input_tokens, block_hashes, "
         "epoch_us(arrival_ts) / 1e6 AS t, "
-        f"{rule} AS last_token_rule, "
-        "CASE WHEN session_id IS NOT NULL THEN tenant || chr(31) || session_id END AS session "
+        f"{rule} AS last_token_rule, {session} AS session "
         f"FROM requests ORDER BY {REPLAY_ORDER}"
     )
 
 
-def _has_rule(con: duckdb.DuckDBPyConnection) -> bool:
+def has_column(con: duckdb.DuckDBPyConnection, column: str) -> bool:
+    """Whether the requests table has ``column`` (a table from before it was added, opened
+    read-only and never brought up to date, or a hand-built one, may not)."""
     [(found,)] = con.execute(
         "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'requests' "
-        "AND column_name = 'last_token_rule' AND database_name = current_database()"
+        "AND column_name = ? AND database_name = current_database()",
+        [column],
     ).fetchall()
     return bool(found)
 

@@ -38,25 +38,26 @@ class Arrival:
     seed: int = 0
 
     @classmethod
-    def parse(cls, text: str, seed: int = 0) -> Arrival:
+    def parse(cls, text: str, seed: int = 0, flag: str = "--arrival") -> Arrival:
         """``uniform:WINDOW`` (``3600``, ``90m``, ``1h``, ``2d``; seconds without a unit) or
-        ``poisson:RATE`` (``0.5/s``, ``30/min``, ``120/h``); ValueError, in one line, else."""
+        ``poisson:RATE`` (``0.5/s``, ``30/min``, ``120/h``); ValueError, in one line naming
+        ``flag``, else."""
         word = text.strip()
         if len(word) > 60 or not 0 <= seed < 2**63:
-            raise ValueError(_refusal(text))
+            raise ValueError(_refusal(text, flag))
         if m := _UNIFORM.fullmatch(word):
-            window = _finite(m["n"], text) * UNITS[m["unit"] or "s"]
+            window = _finite(m["n"], text, flag) * UNITS[m["unit"] or "s"]
             if not 0 < window <= MAX_WINDOW_S:
                 raise ValueError(
-                    f"--arrival {text!r}: the window must be over 0 and at most 10 years"
+                    f"{flag} {text!r}: the window must be over 0 and at most 10 years"
                 )
             return cls("uniform", window, seed)
         if m := _POISSON.fullmatch(word):
-            rate = _finite(m["n"], text) / UNITS[m["unit"]]
+            rate = _finite(m["n"], text, flag) / UNITS[m["unit"]]
             if not rate > 0:
-                raise ValueError(f"--arrival {text!r}: the rate must be over 0")
+                raise ValueError(f"{flag} {text!r}: the rate must be over 0")
             return cls("poisson", rate, seed)
-        raise ValueError(_refusal(text))
+        raise ValueError(_refusal(text, flag))
 
     def starts(self, n: int) -> np.ndarray:
         """The start, in seconds after ``--start``, of each of ``n`` conversations taken in
@@ -68,16 +69,16 @@ class Arrival:
         return np.concatenate(([0.0], np.cumsum(gaps[1:]))) if n else gaps
 
 
-def _finite(text: str, whole: str) -> float:
+def _finite(text: str, whole: str, flag: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(_refusal(whole))
+        raise ValueError(_refusal(whole, flag))
     return value
 
 
-def _refusal(text: str) -> str:
+def _refusal(text: str, flag: str) -> str:
     shown = text if len(text) <= 60 else text[:57] + "..."
     return (
-        f"--arrival {shown!r} is not a placement: give uniform:WINDOW (uniform:1h) or "
-        "poisson:RATE (poisson:30/h), and --arrival-seed N"
+        f"{flag} {shown!r} is not a placement: give uniform:WINDOW (uniform:1h) or "
+        "poisson:RATE (poisson:30/h)"
     )
