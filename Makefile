@@ -56,6 +56,7 @@ bench: setup peers-vllm peers-sglang
 	$(BIN)/python benchmarks/simulate_bundled.py
 	$(BIN)/python benchmarks/ingest_scale.py
 	$(BIN)/python benchmarks/agent_ingest.py
+	$(BIN)/python benchmarks/agent_policies.py
 	$(BIN)/python benchmarks/keyed_ingest.py
 	$(BIN)/python benchmarks/hashing.py
 	$(BIN)/python benchmarks/simulator_core.py
