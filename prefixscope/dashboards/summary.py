@@ -141,14 +141,19 @@ def _trace(summary: dict[str, Any], rates: pl.DataFrame) -> Item:
         .sort(["requests", "tenant"], descending=[True, False])
     )
     names = by_size["tenant"].to_list()
-    named = ", ".join(names[:TENANTS_NAMED]) + (", …" if len(names) > TENANTS_NAMED else "")
     tenants = summary["tenants"]
-    return Item(
-        "trace",
+    head = (
         f"{summary['requests']:,} requests ({summary['rejected_lines']:,} lines rejected) from "
         f"{summary['files']:,} file{'s' if summary['files'] != 1 else ''}, {tenants:,} "
-        f"tenant{'s' if tenants != 1 else ''}" + (f": {named}" if tenants > 1 and named else ""),
+        f"tenant{'s' if tenants != 1 else ''}"
     )
+    # the largest tenants, as many as fit on the line (at most TENANTS_NAMED): a line saved
+    # here is one the answer keeps below
+    for k in range(min(len(names), TENANTS_NAMED), 0, -1):
+        named = ", ".join(names[:k]) + (", …" if len(names) > k else "")
+        if LABEL + len(f"{head}: {named}") <= WIDTH or k == 1:
+            break
+    return Item("trace", head + (f": {named}" if tenants > 1 and names else ""))
 
 
 def _rates(rates: pl.DataFrame, priced: dict[str, Any] | None) -> list[Item]:
