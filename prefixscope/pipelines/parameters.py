@@ -59,8 +59,11 @@ RECENT_LOOKUPS = 12_000_000
 #: own scale, where one replica's HBM holds 1,410 of the bundled hour's 512-token blocks. The
 #: SLO, a TTFT p95 of 5 s, is about twice the 2.38 s one such replica takes to prefill the
 #: hour's 95th-percentile prompt (39,551 tokens) alone with nothing cached (docs/plan.md), so
-#: both a fleet with the cache and one without can meet it, and what the cache is worth is a
-#: count of GPUs. At the logged load only: each load scale is a search of its own.
+#: on that hour both a fleet with the cache and one without can meet it, and what the cache is
+#: worth is a count of GPUs. The demo's coding agents (6.7% of its requests; prompts of 82 K
+#: tokens at the median, 298 K at their p95) are not prefilled within it without the cache,
+#: so there no fleet without it meets it. At the logged load only: each load scale is a
+#: search of its own.
 DEFAULT_SLO_MODEL = FLOW_MODEL  # one model throughout the report (``served.py``)
 DEFAULT_SLO_DEPLOYMENTS = ("h200x8",)
 DEFAULT_SLO_LOAD_SCALES = (1.0,)
