@@ -147,7 +147,7 @@ def _pop(keys, blocks, size):  # type: ignore[no-untyped-def]
 
 
 @numba.njit
-def _key(b, which, owner, touch, last_r, last_t, gap):  # type: ignore[no-untyped-def]
+def _key(b, which, owner, last_r, last_t, gap):  # type: ignore[no-untyped-def]
     """Block ``b``'s current key: 0, (its session's last activity); 1, (the time its session
     is presumed gone)."""
     s = owner[b]
@@ -164,14 +164,14 @@ def _push(keys, blocks, size, b, which, owner, touch, last_r, last_t, gap, child
             v = blocks[i]
             if touch[v] != 0 and children[v] == 0 and mark[v] != stamp:
                 mark[v] = stamp
-                keys[kept, 0] = _key(v, which, owner, touch, last_r, last_t, gap)
+                keys[kept, 0] = _key(v, which, owner, last_r, last_t, gap)
                 keys[kept, 1] = touch[v]
                 blocks[kept] = v
                 kept += 1
         size = kept
         for i in range(size // 2 - 1, -1, -1):
             _sift_down(keys, blocks, i, size)
-    keys[size, 0] = _key(b, which, owner, touch, last_r, last_t, gap)
+    keys[size, 0] = _key(b, which, owner, last_r, last_t, gap)
     keys[size, 1] = touch[b]
     blocks[size] = b
     _sift_up(keys, blocks, size)
@@ -187,7 +187,7 @@ def _settle(keys, blocks, size, which, owner, touch, last_r, last_t, gap, childr
         if touch[b] == 0 or children[b] != 0:
             size = _pop(keys, blocks, size)
             continue
-        k = _key(b, which, owner, touch, last_r, last_t, gap)
+        k = _key(b, which, owner, last_r, last_t, gap)
         if keys[0, 0] == k and keys[0, 1] == touch[b]:
             return size
         size = _pop(keys, blocks, size)
