@@ -208,3 +208,31 @@ def test_the_answer_holds_in_every_hour_and_one_fewer_misses_the_busy_one(
     # the page and the warehouse say which window bound it
     assert on["bound_window_start_s"] in {x.start_s for x in searched.windows}
     assert math.isclose(on["bound_window_end_s"] - on["bound_window_start_s"], HOUR)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "static", "scaled"),
+    [
+        ([8, 12], 16, 10.0),  # two half-hours: 4 + 6 GPU-hours
+        ([8, None], 16, 12.0),  # a window no fleet meets alone: at the static answer's 16
+        ([8, 12], None, 10.0),  # no static answer, every window met: still a total
+        ([8, None], None, None),  # nothing to count the unmet window at: no total
+    ],
+)
+def test_gpu_hours_count_an_unmet_window_at_the_static_answer_or_give_no_total(
+    gpus: list, static: int | None, scaled: float | None
+) -> None:
+    from types import SimpleNamespace
+
+    from prefixscope.analysis.plan.per_window import Sized, gpu_hours
+
+    group = SimpleNamespace(load_scale=1.0, prefix_caching=True)
+    sized = [
+        Sized(group, SimpleNamespace(start_s=i * 1800.0, end_s=(i + 1) * 1800.0),  # type: ignore[arg-type]
+              None if g is None else SimpleNamespace(gpus=g))  # type: ignore[arg-type]
+        for i, g in enumerate(gpus)
+    ]  # fmt: skip
+    (hours,) = gpu_hours(sized, {(1.0, True): static})
+    assert hours.scaled == (None if scaled is None else pytest.approx(scaled))
+    assert hours.static == (None if static is None else pytest.approx(static * 1.0))
+    assert hours.windows_unmet == sum(g is None for g in gpus)

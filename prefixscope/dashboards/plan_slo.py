@@ -301,9 +301,12 @@ def per_window_lines(answers: Sequence[dict], windows: Sequence[dict]) -> list[s
         else:
             head += f"no fleet meets in any of its {len(rows):,} windows alone"
         unmet = a.get("windows_unmet_alone") or 0
-        if unmet:
-            head += f", {unmet:,} of them met by none (counted at the static answer)"
         scaled, static = a.get("gpu_hours_per_window"), a.get("gpu_hours_static")
+        if unmet:
+            counted = (
+                "counted at the static answer" if static else "no static answer to count them at"
+            )
+            head += f", {unmet:,} of them met by none ({counted})"
         if scaled is not None and static:
             head += (
                 f"; {scaled:,.1f} GPU-hours against {static:,.1f} static "

@@ -76,7 +76,8 @@ class GpuHours:
     """One group's GPU-hours over the windows' span: sized window by window, and static."""
 
     group: Group
-    scaled: float
+    # None: a window no fleet meets alone, and no static answer to count it at
+    scaled: float | None
     static: float | None  # None: no static answer
     windows_unmet: int  # windows where no fleet searched meets (counted at the static answer)
 
@@ -95,14 +96,13 @@ def gpu_hours(
     for k in dict.fromkeys(key(s.group) for s in sized):
         rows = [s for s in sized if key(s.group) == k]
         group, static = rows[0].group, static_gpus.get(k)
-        scaled, unmet = 0.0, 0
+        scaled: float | None = 0.0
+        unmet = 0
         for s in rows:
             hours = (s.window.end_s - s.window.start_s) / 3600.0
-            if s.best is not None:
-                scaled += s.best.gpus * hours
-            else:
-                unmet += 1
-                scaled += (static or 0) * hours
+            gpus = s.best.gpus if s.best is not None else static
+            unmet += s.best is None
+            scaled = None if scaled is None or gpus is None else scaled + gpus * hours
         span = (rows[-1].window.end_s - rows[0].window.start_s) / 3600.0
         out.append(GpuHours(group, scaled, None if static is None else static * span, unmet))
     return out
