@@ -201,7 +201,7 @@ def test_twice_the_capacity_never_loses_and_the_curve_is_the_simulators(
             "WHERE policy = 'lru' AND isolation = 'shared' AND measure_window = 'all'"
         ).fetchall()
     }
-    assert len(found) == 5
+    assert len(found) == 6  # the fleet and five tenants
     for r in found:
         assert (r["capacity_blocks"], r["twice_blocks"]) == (PRICED, 2 * PRICED)
         assert r["gain"] >= 0  # LRU keeps what a smaller LRU cache keeps
