@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 _PREFECT_HOME = tempfile.mkdtemp(prefix="prefixscope-prefect-")
 os.environ.update(
@@ -245,10 +246,29 @@ class DemoRun:
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    """The demo, run once per session in a subprocess as a user's shell runs it (a whole
-    fleet_report flow: a minute or two). Tests that use it carry the ``flow`` and ``slow``
-    markers."""
-    folder = tmp_path_factory.mktemp("demo")
+    """The demo, run once per test run in a subprocess as a user's shell runs it (a whole
+    fleet_report flow: a minute or so). Under xdist the workers share it: the first to need it
+    runs it under a file lock in the run's own temporary folder, the others read what it left
+    (its warehouse and page are only read; a test that writes works on a copy). Tests that use
+    it carry the ``flow`` and ``slow`` markers."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return _run_demo(tmp_path_factory.mktemp("demo"))
+    shared = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's
+    with FileLock(str(shared / "demo.lock")):
+        record = shared / "demo" / "run.json"
+        if record.exists():
+            saved = json.loads(record.read_text())
+            return DemoRun(Path(saved["warehouse"]), Path(saved["page"]), saved["returncode"],
+                           saved["stdout"])  # fmt: skip
+        (shared / "demo").mkdir(exist_ok=True)
+        run = _run_demo(shared / "demo")
+        saved = {"warehouse": str(run.warehouse), "page": str(run.page)}
+        saved |= {"returncode": run.returncode, "stdout": run.stdout}
+        record.write_text(json.dumps(saved))
+        return run
+
+
+def _run_demo(folder: Path) -> DemoRun:
     wh, page = folder / "demo.duckdb", folder / "report.html"
     # Prefect's logging as a user's shell has it (the tests quiet it for their own process).
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
