@@ -128,3 +128,28 @@ def test_the_page_shows_the_buckets(agents_wh: Path, tmp_path: Path) -> None:
     html = page.read_text()
     assert 'id="misses-by-gap"' in html
     assert all(b in html for b in ("10s-1m", "1m-5m", "&gt;=5m", "sub-agents"))
+
+
+def test_the_page_table_keeps_the_tenants_that_name_sessions() -> None:
+    import polars as pl
+
+    from prefixscope.dashboards.agents import gap_table
+
+    def row(tenant: str, bucket: str, share: float) -> dict:
+        config = {"policy": "lru", "isolation": "shared", "capacity_blocks": 8}
+        counts = {"subagent": False, "missed_tokens": 10, "share": share}
+        return {"tenant": tenant, **config, "gap_bucket": bucket, **counts}
+
+    mixed = pl.DataFrame([
+        row("*", "no session", 0.5), row("*", "first", 0.2), row("*", "<10s", 0.3),
+        row("kimi", "no session", 1.0),
+        row("agents", "first", 0.4), row("agents", "<10s", 0.6),
+    ])  # fmt: skip
+    columns, rows = gap_table(mixed)
+    assert [r["tenant"] for r in rows] == ["agents"]  # the fleet mixes in a log without sessions
+    assert [c[1] for c in columns][2:] == ["first", "<10s", "missed tokens"]
+    assert rows[0]["b0"] == "40.0%" and rows[0]["b1"] == "60.0%"
+    only_agents = mixed.filter(pl.col("tenant") != "kimi").filter(
+        pl.col("gap_bucket") != "no session"
+    )
+    assert [r["tenant"] for r in gap_table(only_agents)[1]] == ["fleet", "agents"]

@@ -97,7 +97,19 @@ def gap_lines(misses: pl.DataFrame) -> list[str]:
 
 def gap_table(misses: pl.DataFrame) -> tuple[list[tuple[str, str, bool]], list[dict[str, str]]]:
     """The page's table of missed tokens by gap: a row per tenant and configuration, a column
-    per gap bucket (its share of the missed tokens, sub-agents' part in brackets)."""
+    per gap bucket (its share of the missed tokens, sub-agents' part in brackets). Only the
+    rows that say something: a tenant none of whose requests names a session is all in ``no
+    session``, and the fleet is shown only when every request names one."""
+    if misses.is_empty():
+        return [], []
+    alone = misses.group_by("tenant").agg(
+        named=(pl.col("gap_bucket") != "no session").any(),
+        unnamed=(pl.col("gap_bucket") == "no session").any(),
+    )
+    keep = alone.filter(
+        pl.when(pl.col("tenant") == "*").then(~pl.col("unnamed")).otherwise(pl.col("named"))
+    )["tenant"]
+    misses = misses.filter(pl.col("tenant").is_in(keep.implode()))
     if misses.is_empty():
         return [], []
     buckets = misses["gap_bucket"].unique(maintain_order=True).to_list()
