@@ -251,20 +251,54 @@ def test_a_block_size_the_trace_does_not_divide_is_refused(wh, tmp_path) -> None
         ingest(con, [folder], block_size=6)
 
 
-def test_a_truncated_archive_keeps_what_it_read(wh, tmp_path) -> None:
-    _, con = wh
+@pytest.mark.parametrize("kind", ["tar.gz", "tar"])
+@pytest.mark.parametrize("fraction", [0.3, 0.5, 0.7, 0.9, 0.99])
+def test_a_truncated_archive_keeps_what_it_read_and_says_so(
+    tmp_path, empty_warehouse, kind, fraction
+) -> None:
+    """Wherever the cut falls (inside a member, a header or the end blocks), what was read is
+    kept and the break is one ``truncated_file`` reject; an archive cut before any whole
+    conversation is refused in one line."""
     rng = np.random.default_rng(0)  # ids that do not compress away
     folder = write(tmp_path / "t", {
         f"c{i}.json": conversation(f"c{i}", [request(0.0, rng.integers(0, 2**60, 400).tolist())])
         for i in range(6)
     })  # fmt: skip
-    whole = _archive("tar.gz", folder, tmp_path / "t.tar.gz").read_bytes()
-    cut = tmp_path / "cut.tar.gz"
-    cut.write_bytes(whole[: len(whole) * 2 // 3])
-    result = ingest(con, [cut])
-    reasons = dict(con.execute("SELECT reason, count(*) FROM rejects GROUP BY 1").fetchall())
+    whole = _archive(kind, folder, tmp_path / f"t.{kind}").read_bytes()
+    cut = tmp_path / f"cut.{kind}"
+    cut.write_bytes(whole[: int(len(whole) * fraction)])
+    path = tmp_path / "w.duckdb"
+    shutil.copy(empty_warehouse, path)
+    with duckdb.connect(str(path)) as con:
+        try:
+            result = ingest(con, [cut])
+        except FormatMismatch as exc:
+            assert "truncated_file" in str(exc)
+            return
+        reasons = dict(con.execute("SELECT reason, count(*) FROM rejects GROUP BY 1").fetchall())
+    if kind == "tar" and result.accepted == 6:  # the cut fell in the zeros after the end blocks
+        assert reasons == {} and result.lines == 6
+        return
     assert reasons == {"truncated_file": 1} and 0 < result.accepted < 6
     assert result.lines == result.accepted + 1
+
+
+@pytest.mark.parametrize("kind", ["tar.gz", "zip"])
+def test_an_archive_whose_index_is_corrupt_is_one_line(tmp_path, capsys, kind) -> None:
+    folder = write(tmp_path / "t", {"a.json": conversation("a", [request(0.0, [1, 2])])})
+    raw = bytearray(_archive(kind, folder, tmp_path / f"t.{kind}").read_bytes())
+    if kind == "zip":
+        at = raw.rfind(b"PK\x01\x02")  # the central directory's entry
+        raw[at : at + 4] = b"XXXX"
+    else:
+        raw[20:60] = bytes(40)  # the compressed stream's first bytes
+    bad = tmp_path / f"bad.{kind}"
+    bad.write_bytes(bytes(raw))
+    code = main(["ingest", "--format", "agent-json", "--input", str(bad),
+                 "--warehouse", str(tmp_path / "w.duckdb")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and "internal error" not in err and "Traceback" not in err
+    assert str(bad) in err
 
 
 @pytest.mark.parametrize(
@@ -334,3 +368,37 @@ def test_the_trace_carries_the_sessions_tenant_by_tenant(tmp_path, empty_warehou
         query = "SELECT tenant || session_id, count(*) FROM requests GROUP BY 1"
         sessions = dict(con.execute(query).fetchall())
     assert trace.sessions is not None and len(set(trace.sessions.tolist())) == 4 == len(sessions)
+
+
+def test_several_inputs_are_placed_as_one_population(tmp_path, empty_warehouse) -> None:
+    """Three conversations as one folder, or split over two inputs (in the order of their
+    names), start at the same instants; no two inputs share their draws."""
+    bodies = {f"{c}.json": conversation(c, [request(0.0, [1])]) for c in ("a", "b", "c")}
+    whole = write(tmp_path / "whole", bodies)
+    first = write(tmp_path / "p1", {k: v for k, v in bodies.items() if k != "c.json"})
+    second = write(tmp_path / "p2", {"c.json": bodies["c.json"]})
+    got = []
+    for i, inputs in enumerate([[whole], [first, second]]):
+        path = tmp_path / f"w{i}.duckdb"
+        shutil.copy(empty_warehouse, path)
+        with duckdb.connect(str(path)) as con:
+            ingest(con, inputs, arrival="uniform:1h", arrival_seed=3)
+            got.append(con.execute(
+                "SELECT session_id, arrival_ts FROM requests ORDER BY 1").fetchall())  # fmt: skip
+    assert got[0] == got[1] and len({t for _, t in got[0]}) == 3
+
+
+@pytest.mark.parametrize("other_id", ["x", 1])
+def test_a_conversation_id_seen_before_rejects_the_whole_conversation(wh, tmp_path, other_id):
+    """ids ``"1"`` and ``1`` are one id; the later conversation is rejected whole, never merged
+    into the first one's session or salts."""
+    _, con = wh
+    first_id = "x" if other_id == "x" else "1"
+    later = [request(0.0, [7]), request(1.0, [7, 8])]
+    body = {"a.json": conversation(first_id, [request(0.0, [1])]),
+            "b.json": conversation(other_id, later)}  # fmt: skip
+    result = ingest(con, [write(tmp_path / "t", body)])
+    assert (result.accepted, result.rejected) == (1, 2)
+    assert con.execute("SELECT DISTINCT reason FROM rejects").fetchall() == [
+        ("duplicate_conversation",)
+    ]

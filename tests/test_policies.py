@@ -440,3 +440,23 @@ def test_slices_of_a_trace_keep_each_requests_session() -> None:
     assert span(trace, 1, 3).sessions.tolist() == trace.sessions[1:3].tolist()
     assert make_trace([[1], [2]]).sessions is None
     assert make_trace([[1], [2]], sessions=[None, None]).sessions is None
+
+
+def test_a_sampled_trace_keeps_each_requests_session() -> None:
+    from prefixscope.analysis.curves.sampling import sample_trace
+
+    requests = [[i, 100 + i] for i in range(40)]
+    trace = make_trace(requests, sessions=[i % 3 if i % 5 else None for i in range(40)])
+    sample = sample_trace(trace, 0.5)
+    assert sample.sessions is not None and 0 < sample.n_requests < 40
+    # the kept requests' sessions, matched by their first block's hash
+    first = {int(trace.hashes[trace.blocks[trace.offsets[r]]]): r for r in range(40)}
+    kept = [
+        first[int(sample.hashes[sample.blocks[sample.offsets[r]]])]
+        for r in range(sample.n_requests)
+    ]
+    named = [trace.sessions[r] for r in kept]
+    # equal sessions stay equal, a request without one stays without
+    assert [(s < 0) for s in sample.sessions] == [(s < 0) for s in named]
+    pairs = {(int(a), int(b)) for a, b in zip(sample.sessions, named, strict=True) if a >= 0}
+    assert len({a for a, _ in pairs}) == len(pairs) == len({b for _, b in pairs})

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from prefixscope.ingest.formats import FORMATS, STAGE_SCHEMA, IngestOptions
 from prefixscope.ingest.formats.agent_inputs import own_settings as agent_settings
+from prefixscope.ingest.formats.agent_inputs import placement as agent_placement
 from prefixscope.ingest.formats.base import (
     MAX_ARRIVAL_US,
     MIN_ARRIVAL_US,
@@ -183,8 +184,11 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
         check_chat_template(options)
     if format_name == "mooncake" and paths:  # a line may say its block size: the first one's
         options = own_settings(Path(paths[0]), options)
+    placed: dict[Path, tuple[int, int]] = {}
     if format_name == "agent-json" and paths:  # the first conversation's block size
         options = agent_settings(Path(paths[0]), options)
+        if len(paths) > 1:  # the inputs' conversations placed as one population
+            placed = agent_placement(list(dict.fromkeys(Path(p) for p in paths)))
     result = Staged(format_name, options, [], (), Path(tempfile.mkdtemp(prefix="prefixscope-")))
     # Removed by close(); else when the object is collected or the interpreter exits.
     weakref.finalize(result, shutil.rmtree, result.staging_dir, True)
@@ -207,7 +211,10 @@ def stage_files(paths: Sequence[str | Path], format_name: str, options: IngestOp
                 if result.files:  # only the file being parsed is held whole in memory
                     last = len(result.files) - 1
                     result.files[last].spill(result.staging_dir / f"stage_{last}.arrow")
-                staged = _stage_one(cursors, Path(p), resolved, format_name, options)
+                mine = options
+                if Path(p) in placed:
+                    mine = dataclasses.replace(options, arrival_base=placed[Path(p)])
+                staged = _stage_one(cursors, Path(p), resolved, format_name, mine)
                 if staged.file_id in seen_ids:
                     skipped.append(str(p))
                     continue

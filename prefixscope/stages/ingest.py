@@ -21,7 +21,7 @@ class IngestSettings:
         """What ``runs`` keeps: never the pseudonymisation key itself, nor the hash key (its
         fingerprint, or 'none' for plain hashes)."""
         options = {
-            **self.options.__dict__,
+            **{k: v for k, v in self.options.__dict__.items() if k != "arrival_base"},
             "pseudonymize_key": bool(self.options.pseudonymize_key),
             "hash_key": fingerprint_of(self.options.hash_key),
         }

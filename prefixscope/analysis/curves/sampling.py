@@ -104,15 +104,24 @@ def sample_trace(trace: Trace, rate: float) -> Trace:
         pa.array(values[np.repeat(kept, trace.blocks_per_request)], pa.uint64()),
     )
     tenants = np.asarray(trace.tenants, dtype=object)[trace.tenant_codes[kept]]
+    sessions = None
+    if trace.sessions is not None:  # the session-aware policies read them (a code: its name)
+        codes = trace.sessions[kept]
+        sessions = pa.array(codes.astype(np.int64), mask=codes < 0).cast(pa.string())
     return build_trace(
-        hashes, trace.input_tokens[kept], tenants, trace.block_size, trace.times[kept]
+        hashes,
+        trace.input_tokens[kept],
+        tenants,
+        trace.block_size,
+        trace.times[kept],
+        sessions=sessions,
     )
 
 
 def sample_batches(batches: Iterable[pa.RecordBatch], rate: float, block_size: int) -> Trace:
-    """Stream record batches (``block_hashes``, ``input_tokens``, ``tenant``, ``t`` seconds, in
-    replay order) through the sampler and build a trace of what it keeps: only the sample is
-    ever held in memory, so a fleet-scale trace never has to fit."""
+    """Stream record batches (``block_hashes``, ``input_tokens``, ``tenant``, ``t`` seconds and
+    optionally ``session``, in replay order) through the sampler and build a trace of what it
+    keeps: only the sample is ever held in memory, so a fleet-scale trace never has to fit."""
     kept: list[pa.RecordBatch] = []
     seen = 0
     for batch in batches:
@@ -132,6 +141,6 @@ def sample_batches(batches: Iterable[pa.RecordBatch], rate: float, block_size: i
 def load_sampled_trace(con: duckdb.DuckDBPyConnection, rate: float) -> Trace:
     """The warehouse's trace, sampled as it streams out of DuckDB."""
     block_size = block_size_of(con)
-    columns = replay_relation(con).select("block_hashes, input_tokens, tenant, t")
+    columns = replay_relation(con).select("block_hashes, input_tokens, tenant, t, session")
     reader = columns.to_arrow_reader(BATCH_ROWS)
     return sample_batches(reader, rate, block_size)

@@ -136,10 +136,10 @@ class AgentJson:
             )  # fmt: skip
             ok &= ~wrong
         hashes = _hashes(rows, ids, ok, np.minimum(counts, full), bs, safe_bs)
-        starts = Arrival.parse(options.arrival, options.arrival_seed).starts(
-            int(rows["conversations"][0].as_py()) if rows.num_rows else 0
-        )
-        rank = np.asarray(rows["rank"].fill_null(0), dtype=np.int64)
+        first, total = options.arrival_base
+        own = int(rows["conversations"][0].as_py()) if rows.num_rows else 0
+        starts = Arrival.parse(options.arrival, options.arrival_seed).starts(total or own)
+        rank = first + np.asarray(rows["rank"].fill_null(0), dtype=np.int64)
         at = starts[rank] if len(starts) else np.zeros(rows.num_rows)
         rows = rows.append_column("at_s", pa.array(at + np.asarray(rows["t_s"].fill_null(0.0))))
         rows, arrival = seconds_to_arrival(rows, "at_s", options)
@@ -245,6 +245,7 @@ class _Rows:
         self.columns: dict[str, list[object]] = {k: [] for k in _COLUMNS}
         self.ids: list[np.ndarray] = []
         self.n_ids = 0
+        self.seen: set[str] = set()  # the conversation ids read so far (``str`` of each)
 
     def full(self) -> bool:
         return len(self.ids) >= ROWS_PER_BATCH or self.n_ids >= IDS_PER_BATCH
@@ -298,6 +299,12 @@ class _Rows:
                 self.reject(rank, reason, f"{where}: {message}")
             return
         conversation = str(head.id)
+        if conversation in self.seen:  # its sessions, request ids and salts would be another's
+            for _ in head.requests:
+                why = f"{where}: the conversation id was seen earlier in this input"
+                self.reject(rank, "duplicate_conversation", why)
+            return
+        self.seen.add(conversation)
         local = head.hash_id_scope == "local"
         scope = _Scope(rank, where, conversation, head.block_size, local, conversation, None)
         self.entries(head.requests, scope)

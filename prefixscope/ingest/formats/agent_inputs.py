@@ -15,8 +15,10 @@ the order they are read; a single file's is that of its bytes, as for every othe
 
 from __future__ import annotations
 
+import bz2
 import dataclasses
 import gzip
+import lzma
 import os
 import stat
 import tarfile
@@ -86,10 +88,16 @@ class Conversations:
         return _unpacked(self.names[0], raw)
 
     def _zip(self, state: FileReadState) -> Iterator[Member]:
+        if not self.names:
+            return  # an index that cannot be read holds nothing to read (``truncated`` says why)
         with zipfile.ZipFile(self.path) as archive:
-            infos = {i.filename: i for i in archive.infolist()}
-            for name in self.names:
-                info = infos[name]
+            # every member, two of one name included, in the order of their names
+            infos = sorted(
+                (i for i in archive.infolist() if not i.is_dir() and _is_conversation(i.filename)),
+                key=lambda i: i.filename,
+            )
+            for info in infos:
+                name = info.filename
                 if info.file_size > MAX_CONVERSATION_BYTES:
                     yield _too_large(name)
                     continue
@@ -109,8 +117,8 @@ class Conversations:
     def _tar(self, state: FileReadState) -> Iterator[Member]:
         """Read as a stream, once through: a compressed archive never seeks back."""
         name = "(the archive)"
-        with tarfile.open(self.path, "r|*") as archive:
-            try:
+        try:
+            with tarfile.open(self.path, "r|*") as archive:
                 for info in archive:
                     if not (info.isfile() and _is_conversation(info.name)):
                         continue
@@ -119,10 +127,10 @@ class Conversations:
                     data = f.read(MAX_CONVERSATION_BYTES + 1) if f is not None else b""
                     yield _counted(_unpacked(name, data), state)
                     name = f"(after {name})"
-            except _ARCHIVE_ERRORS as exc:
-                self.cut = True
-                why = f"the archive ends early or is corrupt ({_why(exc)})"
-                yield Member(name, None, "truncated_file", why)
+        except _ARCHIVE_ERRORS as exc:
+            self.cut = True
+            why = f"the archive ends early or is corrupt ({_why(exc)})"
+            yield Member(name, None, "truncated_file", why)
 
 
 def open_conversations(path: Path) -> Conversations:
@@ -130,8 +138,12 @@ def open_conversations(path: Path) -> Conversations:
     if path.is_dir():
         return Conversations(path, _walk(path), "directory")
     if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            names = [i.filename for i in archive.infolist() if not i.is_dir()]
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = [i.filename for i in archive.infolist() if not i.is_dir()]
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, *_ARCHIVE_ERRORS) as exc:
+            why = f"the zip archive's index cannot be read ({_why(exc)})"
+            return Conversations(path, [], "zip", why)
         return Conversations(path, sorted(n for n in names if _is_conversation(n)), "zip")
     if _is_tar(path):
         names, problem = _tar_names(path)
@@ -182,7 +194,31 @@ def _tar_names(path: Path) -> tuple[list[str], str | None]:
                     names.append(info.name)
     except _ARCHIVE_ERRORS as exc:
         return names, f"the archive ends early or is corrupt ({_why(exc)})"
-    return names, None
+    return names, _tar_cut(path)
+
+
+#: The decompressors of a tar's stream, by its first bytes (plain tar: none).
+_CODECS = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
+
+
+def _tar_cut(path: Path) -> str | None:
+    """Why a tar stream that tarfile read to its end without complaint is cut short, or None.
+    tarfile stops quietly at a header cut short, so the stream is checked itself: a compressed
+    one must reach its end-of-stream marker, and every tar ends with (at least) two zero
+    blocks."""
+    with path.open("rb") as raw:
+        head = raw.read(6)
+    opener = next((o for magic, o in _CODECS if head.startswith(magic)), None)
+    tail = b""
+    try:
+        with (opener(path, "rb") if opener else path.open("rb")) as stream:
+            while chunk := stream.read(1 << 20):
+                tail = (tail + chunk)[-1024:]
+    except (EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
+        return f"the archive ends early or is corrupt ({_why(exc)})"
+    if len(tail) < 1024 or tail.strip(b"\x00"):
+        return "the archive ends early (no end-of-archive blocks)"
+    return None
 
 
 def _bounded_file(path: Path, name: str) -> Member:
@@ -255,3 +291,18 @@ def own_settings(path: Path, options: IngestOptions) -> IngestOptions:
 
 class _BlockSize(msgspec.Struct):
     block_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_BLOCK_SIZE)]
+
+
+def placement(paths: list[Path]) -> dict[Path, tuple[int, int]]:
+    """Each input's first conversation's place among every conversation of the command (the
+    inputs in their order, each one's conversations by name), and how many there are: so that
+    ``--arrival`` places the conversations of several inputs as one population, not each
+    input's from the same draws."""
+    counts = []
+    for path in paths:
+        try:
+            counts.append(len(open_conversations(path).names))
+        except _ARCHIVE_ERRORS:
+            counts.append(0)  # the read proper says what is wrong
+    firsts = [sum(counts[:i]) for i in range(len(counts))]
+    return {p: (f, sum(counts)) for p, f in zip(paths, firsts, strict=True)}

@@ -104,6 +104,9 @@ class IngestOptions:
     # agent-json: where each conversation starts on the timeline (``formats/arrival.py``)
     arrival: str = DEFAULT_ARRIVAL
     arrival_seed: int = 0
+    # agent-json, set per input while staging: its first conversation's place among every
+    # conversation of the command, and how many there are (0: the input's own count)
+    arrival_base: tuple[int, int] = (0, 0)
     # Every stored block hash keyed by it (``ingest/hashkey.py``); None: plain hashes; the
     # default, ``USER_KEY``: the user's own key, made on first use (resolved when staging).
     hash_key: HashKey | str | None = USER_KEY
