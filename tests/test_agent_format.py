@@ -402,3 +402,26 @@ def test_a_conversation_id_seen_before_rejects_the_whole_conversation(wh, tmp_pa
     assert con.execute("SELECT DISTINCT reason FROM rejects").fetchall() == [
         ("duplicate_conversation",)
     ]
+
+
+def test_the_flow_places_agent_traces_from_the_logs_first_arrival(tmp_path) -> None:
+    from datetime import UTC, datetime
+
+    from prefixscope.pipelines import parameters
+    from prefixscope.pipelines.flow_parameters import FlowParameters
+    from prefixscope.stages import ingest as ingest_stage
+    from tests.conftest import mooncake_line
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(mooncake_line(timestamp=5_000, hash_ids=[1, 2]) + "\n")
+    wh = tmp_path / "w.duckdb"
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    options = IngestOptions(start=start, hash_key=None)
+    ingest_stage.ingest_logs(wh, ingest_stage.IngestSettings((str(log),), "mooncake", options))
+    folder = write(tmp_path / "t", {"a.json": conversation("a", [request(0.0, [1])])})
+    params = FlowParameters(inputs=(str(log),), agent_inputs=(str(folder),))
+    source = parameters.agent_source(params, (str(folder),), None, wh)
+    assert source.options.start == datetime(2026, 3, 1, 0, 0, 5, tzinfo=UTC)
+    assert (source.format, source.options.tenant, source.options.block_size) == (
+        "agent-json", "agents", 512,
+    )  # fmt: skip

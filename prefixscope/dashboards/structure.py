@@ -17,7 +17,7 @@ from prefixscope.analysis.structure import firstnew
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.agents import distribution_rows, gap_table
 from prefixscope.dashboards.agents import summary_lines as agent_lines
-from prefixscope.dashboards.views import read_view
+from prefixscope.dashboards.views import has_view, read_view
 from prefixscope.terminal import More, clip
 
 TOP_SHOWN = 10
@@ -36,8 +36,13 @@ def structure_section(con: duckdb.DuckDBPyConnection, block_size: int) -> dict[s
         "prefixes_capacity": None if cap is None else f"{cap:,}",
         "first_new": first_new_lines(read_view(con, "latest_first_new_blocks"), block_size),
         "reuse": reuse_rows(_tenants_only(read_view(con, "latest_reuse_shares"))),
-        "agents": distribution_rows(read_view(con, "latest_agent_sessions")),
-        "gaps": gap_table(read_view(con, "latest_misses_by_gap")),
+        # views a warehouse from before them (opened read-only, never brought up to date) lacks
+        "agents": distribution_rows(read_view(con, "latest_agent_sessions"))
+        if has_view(con, "latest_agent_sessions")
+        else [],
+        "gaps": gap_table(read_view(con, "latest_misses_by_gap"))
+        if has_view(con, "latest_misses_by_gap")
+        else ([], []),
     }
 
 

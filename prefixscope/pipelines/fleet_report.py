@@ -299,7 +299,7 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
             ingested.append(steps_run("ingest", lambda: ingest(wh, settings), read_counts(wh)))
         if checked.agent_paths:
             step("ingest")
-            agents = parameters.agent_source(params, checked.agent_paths, hash_key)
+            agents = parameters.agent_source(params, checked.agent_paths, hash_key, wh)
             ingested.append(steps_run("ingest", lambda: ingest(wh, agents), read_counts(wh)))
         step("simulate")
         simulate_settings = simulate_stage.SimulateSettings(

@@ -27,6 +27,7 @@ from prefixscope.analysis.structure.tables import StructureSettings
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.export.atomic import check_writable
 from prefixscope.ingest import FORMATS, IngestOptions
+from prefixscope.ingest.formats import DEFAULT_START
 from prefixscope.ingest.formats.arrival import Arrival
 from prefixscope.ingest.hashkey import PLAIN, read_key
 from prefixscope.ingest.lines import holds_text
@@ -394,13 +395,18 @@ def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | Non
 
 
 def agent_source(
-    params: FlowParameters, paths: tuple[str, ...], hash_key: object
+    params: FlowParameters, paths: tuple[str, ...], hash_key: object, wh: str | Path
 ) -> IngestSettings:
-    """The coding-agent traces as one more source: their own tenant, the logs' block size."""
+    """The coding-agent traces as one more source: their own tenant, the logs' block size, and
+    placed from the logs' first arrival (the Unix epoch when the warehouse holds none), so they
+    share the cache's timeline with the logs whatever dates those carry."""
+    with warehouse.reading(wh) as con:
+        (first,) = con.execute("SELECT min(arrival_ts) FROM requests").fetchall()[0]
     options = IngestOptions(
         tenant=params.agent_tenant,
         block_size=FORMATS[params.format_name].default_block_size,
         arrival=params.agent_arrival,
+        start=first or DEFAULT_START,
         hash_key=hash_key,  # type: ignore[arg-type]
     )
     return IngestSettings(paths, "agent-json", options)
