@@ -39,10 +39,10 @@ class FlowParameters:
     ingest a synthetic log of these tenants (``prefixscope.synthetic``), at the inputs' block
     size: the demo's fleet; ``agent_inputs``: also ingest these coding-agent traces
     (``--format agent-json``: files, folders or archives) as tenant ``agent_tenant``, at the
-    inputs' block size, their conversations placed by ``agent_arrival``; ``isolations``: how
-    tenants share each simulated cache (salted answers what sharing across tenants is worth);
-    ``savings_*``: what the savings price (the policy and capacity whose outcomes are priced:
-    by default ``lru``, or the grid's first
+    inputs' block size, their conversations placed by ``agent_arrival`` from the logs' first
+    arrival; ``isolations``: how tenants share each simulated cache (salted answers what
+    sharing across tenants is worth); ``savings_*``: what the savings price (the policy and
+    capacity whose outcomes are priced: by default ``lru``, or the grid's first
     bounded policy where it has no ``lru``, at the KV pool of the fewest ``savings_gpu`` that
     hold ``savings_model``); ``replay_samples``: also calibrate a
     cost model on that many replayed requests (needs torch); ``plan_target``: the hit-rate
