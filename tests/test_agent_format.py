@@ -407,7 +407,7 @@ def test_a_conversation_id_seen_before_rejects_the_whole_conversation(wh, tmp_pa
 def test_the_flow_places_agent_traces_from_the_logs_first_arrival(tmp_path) -> None:
     from datetime import UTC, datetime
 
-    from prefixscope.pipelines import parameters
+    from prefixscope.pipelines.agent_traces import agent_source
     from prefixscope.pipelines.flow_parameters import FlowParameters
     from prefixscope.stages import ingest as ingest_stage
     from tests.conftest import mooncake_line
@@ -420,7 +420,7 @@ def test_the_flow_places_agent_traces_from_the_logs_first_arrival(tmp_path) -> N
     ingest_stage.ingest_logs(wh, ingest_stage.IngestSettings((str(log),), "mooncake", options))
     folder = write(tmp_path / "t", {"a.json": conversation("a", [request(0.0, [1])])})
     params = FlowParameters(inputs=(str(log),), agent_inputs=(str(folder),))
-    source = parameters.agent_source(params, (str(folder),), None, wh)
+    source = agent_source(params, (str(folder),), None, wh)
     assert source.options.start == datetime(2026, 3, 1, 0, 0, 5, tzinfo=UTC)
     assert (source.format, source.options.tenant, source.options.block_size) == (
         "agent-json", "agents", 512,

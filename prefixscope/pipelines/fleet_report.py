@@ -41,6 +41,7 @@ from prefixscope.export.metrics import write_metrics
 from prefixscope.ingest import FORMATS, IngestOptions, IngestResult
 from prefixscope.ingest.hashkey import resolve_key
 from prefixscope.pipelines import parameters, resume
+from prefixscope.pipelines.agent_traces import agent_source
 from prefixscope.pipelines.flow_parameters import FlowParameters
 from prefixscope.pipelines.parameters import (
     RECENT_LOOKUPS,
@@ -299,7 +300,7 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
             ingested.append(steps_run("ingest", lambda: ingest(wh, settings), read_counts(wh)))
         if checked.agent_paths:
             step("ingest")
-            agents = parameters.agent_source(params, checked.agent_paths, hash_key, wh)
+            agents = agent_source(params, checked.agent_paths, hash_key, wh)
             ingested.append(steps_run("ingest", lambda: ingest(wh, agents), read_counts(wh)))
         step("simulate")
         simulate_settings = simulate_stage.SimulateSettings(

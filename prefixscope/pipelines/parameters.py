@@ -27,7 +27,6 @@ from prefixscope.analysis.structure.tables import StructureSettings
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.export.atomic import check_writable
 from prefixscope.ingest import FORMATS, IngestOptions
-from prefixscope.ingest.formats import DEFAULT_START
 from prefixscope.ingest.formats.arrival import Arrival
 from prefixscope.ingest.hashkey import PLAIN, read_key
 from prefixscope.ingest.lines import holds_text
@@ -45,7 +44,6 @@ from prefixscope.pipelines.served import FLOW_MODEL
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import plan as plan_stage
 from prefixscope.stages import plan_slo as plan_slo_stage
-from prefixscope.stages.ingest import IngestSettings
 from prefixscope.tenants import check_tenant
 
 #: The fleet grid's loads: the traffic as logged and twice it (each replica's cache is the
@@ -392,21 +390,3 @@ def outcomes_scenario(grid: Sequence[Scenario], policy: str, capacity: int | Non
     if bounded:
         return bounded[len(bounded) // 2]
     return next((s for s in grid if s.capacity_blocks is not None), grid[0])
-
-
-def agent_source(
-    params: FlowParameters, paths: tuple[str, ...], hash_key: object, wh: str | Path
-) -> IngestSettings:
-    """The coding-agent traces as one more source: their own tenant, the logs' block size, and
-    placed from the logs' first arrival (the Unix epoch when the warehouse holds none), so they
-    share the cache's timeline with the logs whatever dates those carry."""
-    with warehouse.reading(wh) as con:
-        (first,) = con.execute("SELECT min(arrival_ts) FROM requests").fetchall()[0]
-    options = IngestOptions(
-        tenant=params.agent_tenant,
-        block_size=FORMATS[params.format_name].default_block_size,
-        arrival=params.agent_arrival,
-        start=first or DEFAULT_START,
-        hash_key=hash_key,  # type: ignore[arg-type]
-    )
-    return IngestSettings(paths, "agent-json", options)
