@@ -148,27 +148,17 @@ def hash_token_blocks(
 def chain_block_ids(offsets: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Prefix-chain per-block content ids: ``h_i = xxh64(h_{i-1} ‖ id_i)``, so an id matches
     another only at the same position after the same prefix."""
-    items = np.ascontiguousarray(ids, dtype="<u8").view(np.uint8)
-    _, hashes = _chain(
-        np.ascontiguousarray(offsets, dtype=np.int64),
-        items,
-        8,
-        1,
-        _extra(None, len(offsets) - 1),
-        False,
-    )
-    return hashes
+    return chain_id_groups(offsets, ids, 1, None)[1]
 
 
 def chain_id_groups(
-    offsets: np.ndarray, ids: np.ndarray, per_block: int, salts: np.ndarray
+    offsets: np.ndarray, ids: np.ndarray, per_block: int, salts: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prefix-chain per-block content ids in groups of ``per_block`` (a block ``per_block``
-    times the trace's), each request's first block keyed by its salt:
-    ``h_j = xxh64(h_{j-1} ‖ salt_j ‖ ids[j·g : (j+1)·g])``, the salt in the first block only.
-    A trailing group of fewer ids is no full block and gets no hash. Returns CSR
-    ``(hash_offsets, hashes)``; with ``per_block`` 1 and zero salts it is
-    :func:`chain_block_ids` but for the (always zero) salt bytes."""
+    times the trace's): ``h_j = xxh64(h_{j-1} ‖ salt_j ‖ ids[j·g : (j+1)·g])``, each
+    request's salt (``salts``, one per request; None: none) in its first block only. A
+    trailing group of fewer ids is no full block and gets no hash. Returns CSR
+    ``(hash_offsets, hashes)``."""
     items = np.ascontiguousarray(ids, dtype="<u8").view(np.uint8)
     return _chain(
         np.ascontiguousarray(offsets, dtype=np.int64),
@@ -176,7 +166,7 @@ def chain_id_groups(
         8,
         int(per_block),
         _extra(salts, len(offsets) - 1),
-        True,
+        salts is not None,
     )
 
 

@@ -49,10 +49,7 @@ def reference_replay(
         return _sessions(policy, requests, capacity, tenants, times, own)  # type: ignore[arg-type]
     if policy == "s3fifo":
         return _s3fifo(requests, capacity, tenants)  # type: ignore[arg-type]
-    parent: dict[int, int] = {}
-    for blocks in requests:
-        for i, b in enumerate(blocks):
-            parent.setdefault(b, blocks[i - 1] if i else -1)
+    parent = _parents(requests)
 
     def next_use(b: int, r: int) -> int:
         return next((q for q in range(r + 1, n) if b in requests[q]), n)
@@ -64,11 +61,7 @@ def reference_replay(
         if policy == "ttl":
             for b in [b for b, s in cache.items() if times[r] - s.last_time > ttl]:  # type: ignore[operator]
                 del cache[b]
-        k = 0
-        while k < len(blocks) and blocks[k] in cache:
-            k += 1
-        result.hit_blocks.append(k)
-        result.cross += [i < k and cache[b].owner != tenants[r] for i, b in enumerate(blocks)]
+        _look_up(cache, blocks, tenants[r], result)
         for b in reversed(blocks):
             clock += 1
             if b in cache:
@@ -103,6 +96,26 @@ def reference_replay(
     return result
 
 
+def _parents(requests: Sequence[Sequence[int]]) -> dict[int, int]:
+    """Each block's parent: the block before it where it is first looked up (-1: a first)."""
+    parent: dict[int, int] = {}
+    for blocks in requests:
+        for i, b in enumerate(blocks):
+            parent.setdefault(b, blocks[i - 1] if i else -1)
+    return parent
+
+
+def _look_up(
+    cache: dict[int, _Block], blocks: Sequence[int], tenant: int, result: ReferenceResult
+) -> None:
+    """The request's leading run of cached blocks, and which of its hits crossed tenants."""
+    k = 0
+    while k < len(blocks) and blocks[k] in cache:
+        k += 1
+    result.hit_blocks.append(k)
+    result.cross += [i < k and cache[b].owner != tenant for i, b in enumerate(blocks)]
+
+
 def _sessions(
     policy: str,
     requests: Sequence[Sequence[int]],
@@ -113,10 +126,7 @@ def _sessions(
 ) -> ReferenceResult:
     """``session`` and ``liveness`` read off their definitions (policies/sessions.py): each
     eviction scans every cached leaf for the smallest key."""
-    parent: dict[int, int] = {}
-    for blocks in requests:
-        for i, b in enumerate(blocks):
-            parent.setdefault(b, blocks[i - 1] if i else -1)
+    parent = _parents(requests)
     last_r: dict[object, int] = {}
     last_t: dict[object, float] = {}
     longest: dict[object, float] = {}
@@ -129,11 +139,7 @@ def _sessions(
         if s in last_r:
             longest[s] = max(longest.get(s, 0.0), now - last_t[s])
         last_r[s], last_t[s] = r, now
-        k = 0
-        while k < len(blocks) and blocks[k] in cache:
-            k += 1
-        result.hit_blocks.append(k)
-        result.cross += [i < k and cache[b].owner != tenants[r] for i, b in enumerate(blocks)]
+        _look_up(cache, blocks, tenants[r], result)
         for b in reversed(blocks):
             clock += 1
             if b not in cache:
@@ -164,10 +170,7 @@ def _s3fifo(
 ) -> ReferenceResult:
     small_cap = max(1, capacity // 10)
     ghost_cap = max(1, capacity - small_cap)
-    parent: dict[int, int] = {}
-    for blocks in requests:
-        for i, b in enumerate(blocks):
-            parent.setdefault(b, blocks[i - 1] if i else -1)
+    parent = _parents(requests)
     small: deque[int] = deque()  # left: the head, the oldest
     main: deque[int] = deque()
     ghost: deque[int] = deque()

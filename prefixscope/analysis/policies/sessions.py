@@ -179,6 +179,21 @@ def _push(keys, blocks, size, b, which, owner, touch, last_r, last_t, gap, child
 
 
 @numba.njit
+def _push_leaf(
+    keys0, heap0, n0, keys1, heap1, n1, liveness, b,
+    owner, touch, last_r, last_t, gap, children, mark, stamp,
+):  # type: ignore[no-untyped-def]  # fmt: skip
+    """A new or re-touched leaf ``b`` into the session heap, and the liveness heap when that
+    policy runs; returns both sizes and the last compaction stamp used."""
+    stamp += 1
+    n0 = _push(keys0, heap0, n0, b, 0, owner, touch, last_r, last_t, gap, children, mark, stamp)
+    if liveness:
+        stamp += 1
+        n1 = _push(keys1, heap1, n1, b, 1, owner, touch, last_r, last_t, gap, children, mark, stamp)
+    return n0, n1, stamp
+
+
+@numba.njit
 def _settle(keys, blocks, size, which, owner, touch, last_r, last_t, gap, children, mark, stamp):  # type: ignore[no-untyped-def]
     """Pop stale entries until the root is current (or the heap is empty); a stale entry of a
     cached leaf goes back in with its current key."""
@@ -237,27 +252,10 @@ def _loop(
             owner[b] = s
             touch[b] = clock
             if children[b] == 0:
-                stamp += 1
-                n0 = _push(
-                    keys0, heap0, n0, b, 0, owner, touch, last_r, last_t, gap, children, mark, stamp
-                )
-                if liveness:
-                    stamp += 1
-                    n1 = _push(
-                        keys1,
-                        heap1,
-                        n1,
-                        b,
-                        1,
-                        owner,
-                        touch,
-                        last_r,
-                        last_t,
-                        gap,
-                        children,
-                        mark,
-                        stamp,
-                    )
+                n0, n1, stamp = _push_leaf(
+                    keys0, heap0, n0, keys1, heap1, n1, liveness, b,
+                    owner, touch, last_r, last_t, gap, children, mark, stamp,
+                )  # fmt: skip
         while size > capacity:
             v = NONE
             if liveness:
@@ -278,40 +276,11 @@ def _loop(
             q = parent[v]
             if q != NONE:
                 children[q] -= 1
-                if children[q] == 0 and touch[q] != 0:
-                    stamp += 1
-                    n0 = _push(
-                        keys0,
-                        heap0,
-                        n0,
-                        q,
-                        0,
-                        owner,
-                        touch,
-                        last_r,
-                        last_t,
-                        gap,
-                        children,
-                        mark,
-                        stamp,
-                    )
-                    if liveness:
-                        stamp += 1
-                        n1 = _push(
-                            keys1,
-                            heap1,
-                            n1,
-                            q,
-                            1,
-                            owner,
-                            touch,
-                            last_r,
-                            last_t,
-                            gap,
-                            children,
-                            mark,
-                            stamp,
-                        )
+                if children[q] == 0 and touch[q] != 0:  # the parent is a leaf now
+                    n0, n1, stamp = _push_leaf(
+                        keys0, heap0, n0, keys1, heap1, n1, liveness, q,
+                        owner, touch, last_r, last_t, gap, children, mark, stamp,
+                    )  # fmt: skip
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at
