@@ -52,6 +52,22 @@ def test_one_replica_through_the_command_equals_simulate(bundled_warehouse, tmp_
     assert {r[2] for r in served} == {bundled_warehouse.result.accepted}
     # the view holds the newest row of every configuration, ready for the page
     assert rows(wh, "SELECT count(*) FROM latest_fleet_hit_rates") == [(16,)]
+    # the miss budget: every part of every (configuration, window, tenant), adding up
+    assert "where the prompt tokens went" in printed
+    assert rows(wh, "SELECT count(*) FROM latest_miss_budget") == [(16 * 10,)]
+    sums = rows(
+        wh,
+        "SELECT sum(tokens) = any_value(input_tokens), round(sum(share), 9) FROM miss_budget "
+        "GROUP BY router, replicas, measure_window, tenant",
+    )
+    assert sums == [(True, 1.0)] * 16
+    never = rows(
+        wh,
+        "SELECT b.share, 1 - h.ceiling_token_hit_rate FROM latest_miss_budget b "
+        "JOIN latest_fleet_hit_rates h USING (tenant, router, replicas, measure_window) "
+        "WHERE b.part = 'never_seen'",
+    )
+    assert len(never) == 16 and all(abs(a - b) < 1e-12 for a, b in never)
 
 
 @pytest.fixture

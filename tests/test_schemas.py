@@ -13,6 +13,7 @@ import pytest
 from prefixscope import warehouse
 from prefixscope.analysis.cost.savings import SAVINGS_SCHEMA
 from prefixscope.analysis.curves.curve import MRC_SCHEMA
+from prefixscope.analysis.fleet.budget import MISS_BUDGET_SCHEMA
 from prefixscope.analysis.fleet.tables import FLEET_HIT_RATES_SCHEMA, FLEET_REPLICAS_SCHEMA
 from prefixscope.analysis.plan.plan import PLAN_SCHEMA
 from prefixscope.analysis.simulation.gaps import MISSES_BY_GAP_SCHEMA
@@ -109,6 +110,7 @@ CASES: list[tuple[str, Callable[[], pa.Schema], set[str]]] = [
     *((name, lambda name=name: structure_schemas()[name], set()) for name in TABLES),
     ("agent_sessions", lambda: AGENT_SESSIONS_SCHEMA, set()),
     ("misses_by_gap", lambda: MISSES_BY_GAP_SCHEMA, set()),
+    ("miss_budget", lambda: MISS_BUDGET_SCHEMA, set()),
 ]
 
 

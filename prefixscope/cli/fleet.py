@@ -131,6 +131,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=flags.count, default=0, help="the random router's seed (0)")
     p.add_argument(
+        "--no-miss-budget",
+        dest="miss_budget",
+        action="store_false",
+        help="keep no miss budget (table miss_budget): lets --dask-address run a fixed "
+        "router's replicas as separate tasks",
+    )
+    p.add_argument(
         "--dask-address",
         type=flags.dask_address,
         metavar="tcp://HOST:PORT",
@@ -191,7 +198,7 @@ def stores(text: str) -> list[TierSpec | None]:
 def fleet_command(args: argparse.Namespace) -> int:
     from prefixscope.analysis.fleet.routers import RouterSettings
     from prefixscope.analysis.simulation.capacities import Capacities
-    from prefixscope.dashboards.text import format_fleet
+    from prefixscope.dashboards.text import format_budget, format_fleet
     from prefixscope.stages import fleet
     from prefixscope.terminal import More
 
@@ -233,6 +240,7 @@ def fleet_command(args: argparse.Namespace) -> int:
         workers=1,
         dask_address=args.dask_address,
         prices=args.prices,
+        miss_budget=args.miss_budget,
     )
     settings.check()  # names and numbers, then the cluster, before the warehouse is opened
     if args.dask_address:
@@ -245,6 +253,9 @@ def fleet_command(args: argparse.Namespace) -> int:
             result.hit_rates, More.of_run(args.warehouse, "fleet_hit_rates", result.run_id)
         )
     )
+    budget = format_budget(result.budget, More.of_run(args.warehouse, "miss_budget", result.run_id))
+    if budget:
+        print(budget)
     return 0
 
 

@@ -171,3 +171,38 @@ def _store(row: dict) -> str:
 
 def _seconds(x: float | None, width: int) -> str:
     return f"{'—':>{width}}" if x is None else f"{x:>{width - 1}.3f}s"
+
+
+#: How the terminal names the miss budget's parts (``fleet/budget.py``).
+BUDGET_LABELS = {
+    "hit_hbm": "hit HBM", "hit_dram": "hit DRAM", "hit_store": "hit store",
+    "always_computed": "always computed", "never_seen": "never seen",
+    "slower_tier_recomputed": "tier recomputed", "behind_a_miss": "behind a miss",
+    "other_replica": "other replica", "evicted": "evicted", "not_yet_cached": "not yet cached",
+}  # fmt: skip
+
+
+def format_budget(table: pa.Table, more: More | None = None) -> str:
+    """``miss_budget``'s fleet rows of the first window: one line per configuration, its parts
+    above 0.05% largest first, and the lever that would win back the most tokens."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    if df.is_empty():
+        return ""
+    window = df["measure_window"][0]
+    keys = ["replicas", "deployment", "capacity_blocks", "dram_blocks", "store_unbounded",
+            "store_blocks", "load_scale", "router", "engine", "policy"]  # fmt: skip
+    df = df.filter((pl.col("tenant") == FLEET) & (pl.col("measure_window") == window))
+    df = df.sort(keys, nulls_last=False, maintain_order=True)
+    lines = [f"where the prompt tokens went (window {window}, fleet):"]
+    for key, rows in df.group_by(keys, maintain_order=True):
+        shares = sorted(
+            ((r["share"] or 0.0, r["part"], r["lever"]) for r in rows.iter_rows(named=True)),
+            reverse=True,
+        )
+        shown = " · ".join(f"{BUDGET_LABELS[p]} {s:.1%}" for s, p, _ in shares if s >= 5e-4)
+        levers = [(s, lever) for s, _, lever in shares if lever and lever != "prompt layout"]
+        best = f"; most to win back: {levers[0][1]} ({levers[0][0]:.1%})" if levers else ""
+        name = f"{key[0]} × {key[2]:,} blk {key[7]} {key[8]} {key[6]:g}x"
+        lines.append(f"  {name}: {shown}{best}")
+    return "\n".join([lines[0], *clip(lines[1:], more)])

@@ -1,6 +1,6 @@
 """Stage ``fleet``: the warehouse's trace through every router × replica count × capacity ×
-load scale (``analysis/fleet/settings.py``) → ``fleet_hit_rates`` and ``fleet_replicas``
-(``analysis/fleet/grid.py`` runs the grid)."""
+load scale (``analysis/fleet/settings.py``) → ``fleet_hit_rates``, ``fleet_replicas`` and
+``miss_budget`` (``analysis/fleet/grid.py`` runs the grid)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ class FleetResult:
     run_id: str
     hit_rates: pa.Table
     replicas: pa.Table
+    budget: pa.Table
     outcomes: tuple[FleetOutcome, ...]
 
 
@@ -44,11 +45,13 @@ def simulate_fleets(wh: str | Path, settings: FleetSettings) -> FleetResult:
                 for g, tp in dict.fromkeys(gpu_texts(settings))
                 if wants_calibration(settings.cost_model, tp)
             }
-        hit_rates, replicas, outcomes = simulate_settings(trace, traffic, settings, fitted)
+        hit_rates, replicas, budget, outcomes = simulate_settings(trace, traffic, settings, fitted)
         with stage_run.publishing() as con:
             warehouse.append(con, "fleet_hit_rates", hit_rates, stage_run.run_id)
             warehouse.append(con, "fleet_replicas", replicas, stage_run.run_id)
-    return FleetResult(stage_run.run_id, hit_rates, replicas, tuple(outcomes))
+            if budget.num_rows:
+                warehouse.append(con, "miss_budget", budget, stage_run.run_id)
+    return FleetResult(stage_run.run_id, hit_rates, replicas, budget, tuple(outcomes))
 
 
 def _precheck_pools(wh: str | Path, settings: FleetSettings) -> None:

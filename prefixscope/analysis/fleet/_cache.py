@@ -12,6 +12,7 @@ so that a router sees no block a replica has dropped.
 
 from __future__ import annotations
 
+from prefixscope.analysis.fleet._budget import classify
 from prefixscope.analysis.fleet._records import piece
 from prefixscope.analysis.fleet._sets import _bit, _evict_to, _touch
 from prefixscope.analysis.fleet._tiers import hbm_over_dram, store_write
@@ -55,11 +56,14 @@ def _leading_run(blocks, start, end, bit, sets, tiers, source):  # type: ignore[
 
 
 @piece
-def lookup(r, i, blocks, start, end, inp, recompute_last, cost, sched, tiers, sets, req, scratch):  # type: ignore[no-untyped-def]
+def lookup(
+    r, i, blocks, start, end, inp, recompute_last, kc, cost, sched, tiers, sets, req, scratch
+):  # type: ignore[no-untyped-def]
     """Request ``r``'s served run on replica ``i``: ``j* =`` the whole run unless stopping
     before a slower tier's block (recomputing from there) takes less time, transfers
-    included. Sets its hit blocks and tokens, its tokens and savings by source, its copies and
-    ``T(input, 0)``; returns the hit tokens."""
+    included. Sets its hit blocks and tokens, its tokens and savings by source, its copies,
+    ``T(input, 0)`` and (``kc``, the unbounded cache's run, ≥ 0) its miss budget; returns
+    the served run."""
     source, t_at, x_at, per_token = scratch
     bs = sched.block_size
     nb = end - start
@@ -91,6 +95,9 @@ def lookup(r, i, blocks, start, end, inp, recompute_last, cost, sched, tiers, se
         req.src_tok[r, 0] = hit
         req.saved[r, 0] = t_at[0] - t_at[best]
     req.hit_tok[r] = hit
+    if kc >= 0:
+        served_b = served(best, nb, recompute_last)
+        classify(r, i, blocks, start, end, inp, served_b, k, recompute_last, kc, bs, sets, req)
     return best
 
 

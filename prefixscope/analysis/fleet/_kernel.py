@@ -26,7 +26,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from prefixscope.analysis.fleet._cache import expire, given_hit, insert, lookup, stamp
+from prefixscope.analysis.fleet._budget import classify
+from prefixscope.analysis.fleet._cache import expire, given_hit, insert, lookup, served, stamp
 from prefixscope.analysis.fleet._records import IDEAL, NONE, VLLM, piece
 from prefixscope.analysis.fleet._route import route
 from prefixscope.analysis.fleet._sched import step
@@ -108,14 +109,20 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
         )
         req.replica[r] = i
         inp = tr.input_tokens[r]
+        kc = tr.ceiling_run[r] if tr.ceiling_run.size else -1  # -1: no miss budget
         if sched.engine == IDEAL:
             if tr.given_hits.size:  # its replica's policy was replayed apart
                 k = tr.given_hits[r]
-                given_hit(r, k, end - start, inp, tr.recompute_last[r], cost, sched, req)
+                rl = tr.recompute_last[r]
+                given_hit(r, k, end - start, inp, rl, cost, sched, req)
+                if kc >= 0:  # no state kept here: a seen block not served counts as evicted
+                    s_b = served(k, end - start, rl)
+                    bs = sched.block_size
+                    classify(r, i, tr.blocks, start, end, inp, s_b, k, rl, kc, bs, sets, req)
             else:
                 best = lookup(
-                    r, i, tr.blocks, start, end, inp, tr.recompute_last[r], cost, sched, tiers,
-                    sets, req, scratch,
+                    r, i, tr.blocks, start, end, inp, tr.recompute_last[r], kc, cost, sched,
+                    tiers, sets, req, scratch,
                 )  # fmt: skip
                 insert(r, i, tr.blocks, start, end, best, stride, sched, tiers, sets, rep, scratch)
                 if sched.ttl >= 0:

@@ -42,6 +42,7 @@ free blocks keep a hash.
 from __future__ import annotations
 
 from prefixscope.analysis.fleet import _heap
+from prefixscope.analysis.fleet._budget import classify
 from prefixscope.analysis.fleet._cache import prefill_alone, served
 from prefixscope.analysis.fleet._copies import _copy, _drop_copy
 from prefixscope.analysis.fleet._records import NONE, SGLANG, piece
@@ -164,6 +165,8 @@ def register(i, b, stride, sched, parent, sets, pool):  # type: ignore[no-untype
     base = i * stride
     v = base + b
     sets.held[b] |= _bit(i)
+    if sets.ever.size > 1:
+        sets.ever[b] = 1
     pool.refcnt[v] = 1
     if sched.engine == SGLANG:
         pool.nchild[v] = 0
@@ -248,6 +251,8 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
                 prev = NONE
                 continue
             sets.held[b] |= bit
+            if sets.ever.size > 1:
+                sets.ever[b] = 1
             pool.refcnt[base + b] = -1
             n_new += 1
             if sg:
@@ -351,6 +356,9 @@ def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[
             need += 1
     if need > pool.free_n[i]:
         return False
+    if req.gen[q] == 0 and req.seq[q] == NONE and tr.ceiling_run.size:  # the first admission
+        rl = tr.recompute_last[q]
+        classify(q, i, tr.blocks, start, end, inp, matched, k, rl, tr.ceiling_run[q], bs, sets, req)
     for p in range(start, end):  # cached blocks first, so taking new ones cannot evict them
         b = tr.blocks[p]
         if sets.held[b] & bit and not tr.repeat[p]:

@@ -29,6 +29,8 @@ NONE = -1
 #: The decode heaps' keys: ``step · SEQ_SPAN + schedule sequence``, so entries due at the same
 #: step come out in the order their requests were scheduled.
 SEQ_SPAN = 2**31
+#: The miss budget's parts (``_budget.py``).
+BUDGET_PARTS = 7
 #: Buckets of the running-blocks histogram (its p95 is exact below this many blocks).
 HIST_BUCKETS = 4096
 
@@ -53,6 +55,9 @@ class Workload(NamedTuple):
     #: per request its leading run of cached blocks where its replica's policy was replayed
     #: apart (``replayed.py``); empty: the loop's own caches look it up
     given_hits: np.ndarray  # int32
+    #: per request the unbounded cache's leading run (``ceiling``), which the miss budget
+    #: (``_budget.py``) reads; empty: no budget is kept
+    ceiling_run: np.ndarray  # int32
 
 
 class Cost(NamedTuple):
@@ -136,6 +141,10 @@ class Requests(NamedTuple):
     pre_n: np.ndarray
     pre_q: np.ndarray
     pre_h: np.ndarray
+    #: its prompt tokens not served, by where they went (``_budget.py``'s parts; int32, as a
+    #: fleet grid keeps every configuration's until its tables are made; one row when no
+    #: budget is kept)
+    miss: np.ndarray
 
 
 class Replicas(NamedTuple):
@@ -186,7 +195,9 @@ class Sets(NamedTuple):
     """The block sets: per block ``uint64`` masks of which replicas hold it (``held``: its
     cache, or its KV pool's hashes), and linked lists over nodes ``i·(n_unique + 1) + b``
     (sentinel ``i·(n_unique + 1) + n_unique``): the cache's eviction order (ideal), the router
-    trees, the DRAM tiers and the store; ``last``: each node's last use (ttl's idle clock)."""
+    trees, the DRAM tiers and the store; ``last``: each node's last use (ttl's idle clock);
+    ``ever``: per block, whether a pool ever cached it (the miss budget's evicted or pending;
+    one entry: not kept)."""
 
     held: np.ndarray
     nxt: np.ndarray
@@ -201,6 +212,7 @@ class Sets(NamedTuple):
     snxt: np.ndarray
     sprv: np.ndarray
     last: np.ndarray
+    ever: np.ndarray
 
 
 class Pool(NamedTuple):
@@ -271,8 +283,9 @@ def stop(limits: list[float], allowed: list[int], first: int) -> Stop:
     )  # fmt: skip
 
 
-def requests(n: int) -> Requests:
-    """Every request's state, zero (NONE where a position or a time is unset), by name."""
+def requests(n: int, budget: bool = False) -> Requests:
+    """Every request's state, zero (NONE where a position or a time is unset), by name;
+    ``budget``: a miss budget row per request."""
 
     def full(dtype: type, fill: int = 0, width: int = 0) -> np.ndarray:
         return np.full((n, width) if width else n, fill, dtype)
@@ -285,7 +298,7 @@ def requests(n: int) -> Requests:
         dec_start=full(i64), seq=full(i64, NONE), src_tok=full(i64, width=3),
         saved=full(f64, width=3), xfer=full(f64), cost_none=full(f64), ans_n=full(i32),
         ans_own=full(i32), fill=full(np.bool_), pre_n=full(i64), pre_q=full(i64),
-        pre_h=full(i64),
+        pre_h=full(i64), miss=np.zeros((n if budget else 1, BUDGET_PARTS), np.int32),
     )  # fmt: skip
 
 
@@ -370,9 +383,11 @@ def sets(
     store: bool,
     copies: int = 0,
     idle: bool = False,
+    ever: bool = False,
 ) -> Sets:
     """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
-    :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``)."""
+    :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``); ``ever``:
+    whether each block was ever cached (a pool's miss budget)."""
     nodes = n_rep * (n_unique + 1)
 
     def lists(on: bool, name: str, extra: int = 0) -> tuple[np.ndarray, ...]:
@@ -391,6 +406,7 @@ def sets(
         _nodes("snxt", s),
         _nodes("sprv", s),
         np.zeros(nodes if idle else 1, np.float64),
+        np.zeros(n_unique if ever else 1, np.uint8),
     )
 
 

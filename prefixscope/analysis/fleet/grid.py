@@ -15,6 +15,8 @@ from prefixscope.analysis.cost.prices import Prices, load_prices
 from prefixscope.analysis.cost.savings import gpu_key
 from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
+from prefixscope.analysis.fleet.budget import KEYS, budget_rows
+from prefixscope.analysis.fleet.budget import table as budget_table
 from prefixscope.analysis.fleet.hardware import Hardware
 from prefixscope.analysis.fleet.merge import merge_replicas
 from prefixscope.analysis.fleet.routers import resolve_router
@@ -49,11 +51,11 @@ def simulate_settings(
     traffic: Traffic,
     settings: FleetSettings,
     fitted: dict[tuple[str, int], Fitted | None],
-) -> tuple[pa.Table, pa.Table, list[FleetOutcome]]:
+) -> tuple[pa.Table, pa.Table, pa.Table, list[FleetOutcome]]:
     """Every configuration of ``settings`` on ``trace`` (its last ``max_lookups`` where it
     holds more), each (GPU, TP) of ``settings.gpu_texts`` priced by its calibrated model in
-    ``fitted`` where it has one: the hit-rate and replica tables, and the outcomes in grid
-    order."""
+    ``fitted`` where it has one: the hit-rate, replica and miss-budget tables, and the
+    outcomes in grid order."""
     first = tail_start(trace, settings.max_lookups)
     if first:
         trace = tail(trace, first)
@@ -75,8 +77,10 @@ def simulate_settings(
     ]
     outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
     pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
-    hit_rates, replicas = tables(trace, outcomes, settings.windows, pricing, [h for _, h in runs])
-    return hit_rates, replicas, outcomes
+    hit_rates, replicas, budget = tables(
+        trace, outcomes, settings.windows, pricing, [h for _, h in runs]
+    )
+    return hit_rates, replicas, budget, outcomes
 
 
 def simulate_by_gpu(
@@ -150,15 +154,21 @@ def simulate_grid(
 ) -> list[FleetOutcome]:
     """Every configuration, in grid order. Where ``workers`` / ``dask_address`` say, each
     configuration is one task (heaviest first), the trace and traffic shipped to each worker
-    once; when the grid has fewer configurations than the workers can run at once, a fixed
-    router's replicas (independent: nothing else reaches them) are split into one task each."""
+    once; when the grid has fewer configurations than the workers can run at once and the
+    miss budget is not asked for (``settings.miss_budget``: it reads every replica's cache at
+    each lookup), a fixed router's replicas (independent: nothing else reaches them) are split
+    into one task each."""
     if settings.dask_address is None and settings.workers == 1:
-        return [simulate_fleet(trace, traffic, fleet, engine) for fleet in grid]
+        return [
+            simulate_fleet(trace, traffic, fleet, engine, budget=settings.miss_budget)
+            for fleet in grid
+        ]
     wide = width(workers=settings.workers, dask_address=settings.dask_address)
     jobs: list[tuple] = []  # (configuration index, fleet, requests of one replica or None)
     for i, fleet in enumerate(grid):
         joined = fleet.tiers.store_blocks is not None  # a shared store joins the replicas
         split = len(grid) < wide and not joined and fleet.replicas > 1
+        split = split and not settings.miss_budget
         if split and resolve_router(fleet.router).fixed:
             routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)
             jobs += [(i, fleet, np.flatnonzero(routing == r)) for r in range(fleet.replicas)]
@@ -167,7 +177,7 @@ def simulate_grid(
     results = fan_out(
         fleet_task,
         (trace, traffic),
-        [(fleet, engine, requests) for _, fleet, requests in jobs],
+        [(fleet, engine, requests, settings.miss_budget) for _, fleet, requests in jobs],
         workers=settings.workers,
         dask_address=settings.dask_address,
         weights=[
@@ -184,14 +194,14 @@ def simulate_grid(
 
 
 def fleet_task(
-    shared: tuple[Trace, Traffic], job: tuple[Fleet, Engine, np.ndarray | None]
+    shared: tuple[Trace, Traffic], job: tuple[Fleet, Engine, np.ndarray | None, bool]
 ) -> FleetOutcome:
-    """One configuration, or one replica of a fixed router (``requests``: the positions routed
-    to it): a task of :func:`simulate_grid`."""
+    """One configuration (with its miss budget where asked), or one replica of a fixed router
+    (``requests``: the positions routed to it): a task of :func:`simulate_grid`."""
     trace, traffic = shared
-    fleet, engine, requests = job
+    fleet, engine, requests, budget = job
     if requests is None:
-        return simulate_fleet(trace, traffic, fleet, engine)
+        return simulate_fleet(trace, traffic, fleet, engine, budget=budget)
     return simulate_replica(trace, traffic, fleet, engine, requests)
 
 
@@ -201,19 +211,24 @@ def tables(
     windows: Sequence[str],
     pricing: Pricing | Sequence[Pricing],
     hardware: Sequence[Hardware] | None = None,
-) -> tuple[pa.Table, pa.Table]:
-    """The rows of every configuration, all measured from the run's one steady start;
-    ``pricing`` and ``hardware``: one for every configuration, or per configuration."""
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """The rows of every configuration, all measured from the run's one steady start:
+    ``fleet_hit_rates``, ``fleet_replicas`` and ``miss_budget`` (the configurations that kept
+    one); ``pricing`` and ``hardware``: one for every configuration, or per configuration."""
     ceiling = hit_tokens(trace, POLICIES["ceiling"].hit_blocks(trace, None))
     start = shared_start(trace, outcomes)
     groups = window_groups(trace, windows, start)
     prices = [pricing] * len(outcomes) if isinstance(pricing, Pricing) else list(pricing)
     kinds = list(hardware) if hardware is not None else [Hardware()] * len(outcomes)
-    hits, reps = [], []
+    hits, reps, misses = [], [], []
     for o, p, h in zip(outcomes, prices, kinds, strict=True):
-        hits += hit_rate_rows(trace, o, ceiling, windows, start, p, groups, h)
+        mine = hit_rate_rows(trace, o, ceiling, windows, start, p, groups, h)
+        hits += mine
         reps += replica_rows(trace, o, h)
+        if o.miss is not None:
+            misses += budget_rows(trace, o, {k: mine[0][k] for k in KEYS}, groups)
     return (
         pa.Table.from_pylist(hits, schema=FLEET_HIT_RATES_SCHEMA),
         pa.Table.from_pylist(reps, schema=FLEET_REPLICAS_SCHEMA),
+        budget_table(misses),
     )

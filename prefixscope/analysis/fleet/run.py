@@ -18,9 +18,11 @@ from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.fleet import _kernel, _records
 from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
+from prefixscope.analysis.fleet.pool_inputs import check_fits, repeats
 from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES, Pins, replayed_hits
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost
+from prefixscope.analysis.policies.ceiling import leading_runs
 from prefixscope.analysis.structure.answers import answer_ids, routed_answer_blocks
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
@@ -254,6 +256,9 @@ class FleetOutcome:
     #: The request at whose arrival the loop stopped (:class:`Stop`): it and every later one
     #: were never simulated, nor the steps after that arrival. -1: the whole trace ran.
     stopped_at: int = -1
+    #: Per request, its prompt tokens not served by where they went (n × ``budget.PARTS``,
+    #: ``_budget.py``); None: not kept (the run was not asked for it).
+    miss: np.ndarray | None = None
 
     @property
     def fleet_filled_at(self) -> int:
@@ -271,9 +276,11 @@ def simulate_fleet(
     engine: Engine,
     routing: np.ndarray | None = None,
     stop: Stop | None = None,
+    budget: bool = False,
 ) -> FleetOutcome:
     """The fleet over the whole trace. ``routing``: a fixed router's assignment when already
-    computed (``assign.assign``); ``stop``: end early once a TTFT target is missed for sure."""
+    computed (``assign.assign``); ``stop``: end early once a TTFT target is missed for sure;
+    ``budget``: keep each request's miss budget (``budget.py``)."""
     fleet.check()
     engine.check()
     router = resolve_router(fleet.router)
@@ -283,7 +290,9 @@ def simulate_fleet(
     if router.fixed and routing is None:
         routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)
     fixed = np.zeros(0, np.int32) if routing is None else np.asarray(routing, np.int32)
-    return _run(trace, traffic, fleet, engine, kind, fixed, fleet.replicas, stop=stop)
+    return _run(
+        trace, traffic, fleet, engine, kind, fixed, fleet.replicas, stop=stop, budget=budget
+    )
 
 
 def simulate_replica(
@@ -311,17 +320,18 @@ def _run(  # type: ignore[no-untyped-def]
     n_rep: int,
     width: int | None = None,
     stop: Stop | None = None,
+    budget: bool = False,
 ) -> FleetOutcome:
     output = np.asarray(traffic.output_tokens, np.int64)
     code = ENGINES[fleet.engine].code
     if code != _records.IDEAL:  # the engines cache full blocks only (``trace/full_blocks.py``)
         trace = full_blocks_only(trace)
-        _check_fits(trace, output, fleet)
+        check_fits(trace, output, fleet.capacity_blocks, fleet.engine)
     r, t, n = engine.routers, fleet.tiers, trace.n_requests
     arrival = trace.times / fleet.load_scale
     dram_s, store_s = t.per_token_s(engine.kv_bytes_per_token)
     width = width or histogram_width(trace, output, fleet, engine)
-    repeat = _repeats(trace) if code != _records.IDEAL else np.zeros(1, np.bool_)
+    repeat = repeats(trace) if code != _records.IDEAL else np.zeros(1, np.bool_)
     inputs = trace.input_tokens.view()  # read-only as loaded or not: one compiled signature
     inputs.flags.writeable = False
     if code != _records.IDEAL and engine.cache_answers:
@@ -338,6 +348,7 @@ def _run(  # type: ignore[no-untyped-def]
         offsets=trace.offsets, blocks=trace.blocks, parent=trace.parent, arrival=arrival,
         input_tokens=inputs, output_tokens=output, recompute_last=trace.recomputes_last_block,
         repeat=repeat, answer_offsets=answers[0], answer_blocks=answers[1], given_hits=given,
+        ceiling_run=leading_runs(trace) if budget else np.zeros(0, np.int32),
     )  # fmt: skip
     c = engine.cost
     cost = _records.Cost(c.a, c.b, c.c, c.e, c.f, c.k1, c.k2)
@@ -353,13 +364,14 @@ def _run(  # type: ignore[no-untyped-def]
     )  # fmt: skip
     store = -1 if t.store_blocks is None else t.store_blocks
     tiers = _records.TierParams(t.dram_blocks, store, dram_s, store_s)
-    req = _records.requests(n)
+    req = _records.requests(n, budget)
     rep = _records.replicas(n_rep, float(arrival[0]) if n else 0.0)
     tree = kind == _records.CACHE_AWARE
     copies = _records.dup_slots(code, fleet.capacity_blocks, len(answers[1]))
     sets = _records.sets(
-        trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies, fleet.ttl_s is not None
-    )
+        trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies,
+        fleet.ttl_s is not None, budget and code != _records.IDEAL,
+    )  # fmt: skip
     hp = _records.heaps(n, n_rep, engine.max_seqs)
     pool = _records.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))
     longest = int(trace.blocks_per_request.max()) if n else 0
@@ -387,6 +399,7 @@ def _run(  # type: ignore[no-untyped-def]
         running_blocks_p95=weighted_p95(rep.hist, width),
         prefix_cache_blocks_mean=_per_busy(rep.cached_s, rep.busy),
         preempted=_preempted(req, code), stopped_at=int(halt.at[0]),
+        miss=req.miss if budget else None,
     )  # fmt: skip
 
 
@@ -408,34 +421,6 @@ def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engi
         need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
         bound = max(bound, engine.max_seqs * int(need.max()))
     return -(-(bound + 1) // _records.HIST_BUCKETS)
-
-
-def _repeats(trace: Trace) -> np.ndarray:
-    """Per lookup, whether its block came earlier in the same request (a trace may name one
-    block twice in a prompt; chained hashes never do)."""
-    request = np.repeat(np.arange(trace.n_requests, dtype=np.int64), trace.blocks_per_request)
-    key = request * max(trace.n_unique, 1) + trace.blocks
-    _, first = np.unique(key, return_index=True)
-    out = np.ones(len(key), np.bool_)
-    out[first] = False
-    return out
-
-
-def _check_fits(trace: Trace, output: np.ndarray, fleet: Fleet) -> None:
-    """Under a KV pool, each request alone must fit its replica's pool at its longest (its
-    prompt and every generated token), as an engine checks ``max_model_len`` against its pool
-    at start-up; else it could never run."""
-    if trace.n_requests == 0:
-        return
-    longest = trace.input_tokens + np.maximum(output, 1) - 1
-    need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
-    worst = int(need.max())
-    if worst > fleet.capacity_blocks:
-        raise ValueError(
-            f"under --engine {fleet.engine} a request of {worst:,} blocks (prompt and output) "
-            f"does not fit a KV pool of {fleet.capacity_blocks:,} blocks; give each replica "
-            "more blocks"
-        )
 
 
 def _per_busy(weighted: np.ndarray, busy: np.ndarray) -> np.ndarray:

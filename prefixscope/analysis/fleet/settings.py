@@ -78,6 +78,9 @@ class FleetSettings:
     #: A KV pool caches a finished request's answer where its next turn sends it back
     #: (``structure/answers.py``); False: generated blocks never hit.
     cache_answers: bool = True
+    #: Keep each request's miss budget (``budget.py``, table ``miss_budget``); False lets a
+    #: fixed router's replicas run as separate tasks (the budget reads every replica's cache).
+    miss_budget: bool = True
     #: A TOML file of prices (``cost/prices.py``; None: the defaults): what the GPU-seconds
     #: saved are worth and what the tiers cost.
     prices: str | None = None

@@ -38,6 +38,26 @@ class Ceiling:
         return self.replay(trace).hit_blocks
 
 
+def leading_runs(trace: Trace) -> np.ndarray:
+    """Per request the unbounded cache's leading run (int32): its ``hit_blocks`` without the
+    per-lookup tenant bits (what the fleet's miss budget reads)."""
+    kind = np.int32 if trace.n_requests < 2**31 else np.int64
+    first = _first_requests(trace.offsets, trace.blocks, np.full(trace.n_unique, -1, kind))
+    return _runs(trace.offsets, trace.blocks, first)
+
+
+@numba.njit(cache=True, nogil=True)
+def _runs(offsets, blocks, first_request):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    n = len(offsets) - 1
+    runs = np.zeros(n, np.int32)
+    for r in range(n):
+        k = offsets[r]
+        while k < offsets[r + 1] and first_request[blocks[k]] < r:
+            k += 1
+        runs[r] = k - offsets[r]
+    return runs
+
+
 @numba.njit(cache=True, nogil=True)
 def _first_requests(offsets, blocks, first):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """Per dense id, the first request that looks it up (``first``: all -1, int32 below 2**31

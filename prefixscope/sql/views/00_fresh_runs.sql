@@ -12,6 +12,7 @@
 --   latest_fleet_hit_rates (tenant, router, replicas, capacity_blocks, policy, load_scale,
 --                      model, gpu, deployment, engine, measure_window)
 --   latest_fleet_replicas  (router, replicas, capacity_blocks, policy, load_scale, deployment, engine)
+--   latest_miss_budget     latest_fleet_hit_rates' key, one row a part
 --   latest_structure_run  no key: a structure run's tables describe the trace together, so the
 --                      page reads all of them from one run (the latest_<structure table> views).
 -- The file is named 00_fresh_runs.sql so it is created before the views that read it; the

@@ -1,0 +1,110 @@
+"""The miss budget of a fleet run: every prompt token of its requests, served or not, in one
+part, and what would win the unserved ones back (table ``miss_budget``, docs/fleet.md).
+
+The fleet loop classifies each request's unserved tokens at its lookup, from the fleet's state
+then (``_budget.py``: the rules, in order); its hits are split by the tier that served them.
+Per request the parts add up to its prompt tokens, so per tenant and per fleet too. Where no
+engine serves what no earlier prompt named (``ideal``; the pools with ``--no-cache-answers``),
+``never_seen + always_computed`` is the unbounded cache's miss to the token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from prefixscope.analysis.fleet import _budget
+from prefixscope.analysis.fleet.run import FleetOutcome
+from prefixscope.analysis.trace.csr import Trace
+
+#: Hits by the tier that served them (``FleetOutcome.source_tokens``' columns).
+HITS = ("hit_hbm", "hit_dram", "hit_store")
+#: The unserved parts, in ``_budget.py``'s column order, each with the lever that wins it
+#: back (None: nothing does).
+MISSES = (
+    ("always_computed", None),  # the last token's block, a token source's unhashed tail
+    ("never_seen", "prompt layout"),  # no earlier prompt named it: the workload's floor
+    ("slower_tier_recomputed", "faster tier"),  # cheaper to recompute than to copy
+    ("behind_a_miss", "eviction policy"),  # cached, after an uncached block (leading run)
+    ("other_replica", "router"),  # another replica held it
+    ("evicted", "memory"),  # cached once, dropped since (capacity, ttl)
+    ("not_yet_cached", "load"),  # named by a request still queued (pools)
+)
+assert len(MISSES) == _budget.PENDING + 1
+PARTS = HITS + tuple(name for name, _ in MISSES)
+LEVERS = dict(MISSES)
+
+#: What keys a configuration in ``miss_budget`` (as in ``fleet_hit_rates``).
+KEYS = (
+    "router", "replicas", "capacity_blocks", "policy", "load_scale", "dram_blocks", "dram_gbps",
+    "store_blocks", "store_unbounded", "store_gbps", "model", "gpu", "deployment", "engine",
+)  # fmt: skip
+
+MISS_BUDGET_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("router", pa.string()),
+        ("replicas", pa.int32()),
+        ("capacity_blocks", pa.int64()),
+        ("policy", pa.string()),
+        ("load_scale", pa.float64()),
+        ("dram_blocks", pa.int64()),
+        ("dram_gbps", pa.float64()),
+        ("store_blocks", pa.int64()),
+        ("store_unbounded", pa.bool_()),
+        ("store_gbps", pa.float64()),
+        ("model", pa.string()),
+        ("gpu", pa.string()),
+        ("deployment", pa.string()),
+        ("engine", pa.string()),
+        ("measure_window", pa.string()),
+        ("part", pa.string()),
+        ("lever", pa.string()),
+        ("tokens", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("share", pa.float64()),
+    ]
+)
+
+
+def per_request(o: FleetOutcome) -> np.ndarray:
+    """Per request its tokens in every part (n × ``len(PARTS)``, ``PARTS`` order)."""
+    if o.miss is None:
+        raise ValueError("this fleet run kept no miss budget (simulate it with budget=True)")
+    return np.concatenate([np.asarray(o.source_tokens, np.int64), o.miss], axis=1)
+
+
+def budget_rows(
+    trace: Trace,
+    o: FleetOutcome,
+    keys: dict,  # type: ignore[type-arg]
+    groups: dict[str, list[tuple[str, np.ndarray]]],
+) -> list[dict]:  # type: ignore[type-arg]
+    """``miss_budget`` rows of one configuration (``keys``: its ``KEYS`` columns): per window
+    and group (``tables.window_groups``: the fleet, then each tenant), one row a part."""
+    parts = per_request(o)
+    rows = []
+    for window, named in groups.items():
+        for name, mask in named:
+            tokens = parts[mask].sum(axis=0)
+            inp = int(trace.input_tokens[mask].sum())
+            for part, count in zip(PARTS, tokens.tolist(), strict=True):
+                rows.append(
+                    {
+                        **keys,
+                        "tenant": name,
+                        "measure_window": window,
+                        "part": part,
+                        "lever": LEVERS.get(part),
+                        "tokens": int(count),
+                        "input_tokens": inp,
+                        "share": count / inp if inp else None,
+                    }
+                )
+    return rows
+
+
+def table(rows: Sequence[dict]) -> pa.Table:  # type: ignore[type-arg]
+    return pa.Table.from_pylist(list(rows), schema=MISS_BUDGET_SCHEMA)

@@ -1,0 +1,37 @@
+"""What a KV-pool engine (``vllm``, ``sglang``) needs of a trace before the fleet loop runs it:
+the lookups that repeat a block of their own prompt (a pool holds such a block once), and that
+every request fits a replica's pool alone."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prefixscope.analysis.trace.csr import Trace
+
+
+def repeats(trace: Trace) -> np.ndarray:
+    """Per lookup, whether its block came earlier in the same request (a trace may name one
+    block twice in a prompt; chained hashes never do)."""
+    request = np.repeat(np.arange(trace.n_requests, dtype=np.int64), trace.blocks_per_request)
+    key = request * max(trace.n_unique, 1) + trace.blocks
+    _, first = np.unique(key, return_index=True)
+    out = np.ones(len(key), np.bool_)
+    out[first] = False
+    return out
+
+
+def check_fits(trace: Trace, output: np.ndarray, capacity_blocks: int, engine: str) -> None:
+    """Under a KV pool, each request alone must fit its replica's pool at its longest (its
+    prompt and every generated token), as an engine checks ``max_model_len`` against its pool
+    at start-up; else it could never run."""
+    if trace.n_requests == 0:
+        return
+    longest = trace.input_tokens + np.maximum(output, 1) - 1
+    need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
+    worst = int(need.max())
+    if worst > capacity_blocks:
+        raise ValueError(
+            f"under --engine {engine} a request of {worst:,} blocks (prompt and output) "
+            f"does not fit a KV pool of {capacity_blocks:,} blocks; give each replica "
+            "more blocks"
+        )
