@@ -83,9 +83,30 @@ def drawn(tab: Any) -> tuple[list[int], int, list[str]]:
         plots.nth(i).locator(".scatterlayer .trace .points path").count()
         for i in range(plots.count())
     ]
-    bars = tab.locator("#fleet ~ div .js-plotly-plot .barlayer .point").count()
+    bars = tab.locator("#fleet ~ div:not(#miss-budget) .js-plotly-plot .barlayer .point").count()
     titles = [t.text_content() or "" for t in tab.locator(".js-plotly-plot .gtitle").all()]
     return points, bars, titles
+
+
+def budget_drawn(tab: Any) -> tuple[list[str], int, str]:
+    """The miss budget chart now: its routers (the y axis), its visible parts, its title."""
+    chart = tab.locator("#miss-budget .js-plotly-plot")
+    routers = [t.text_content() or "" for t in chart.locator(".yaxislayer-above .ytick text").all()]
+    parts = chart.locator(".barlayer .trace").count()
+    return routers, parts, chart.locator(".gtitle").text_content() or ""
+
+
+def top_lever(wh: Path, replicas: int) -> str:
+    """The view's largest part with a lever (never seen aside) among the steady rows."""
+    with duckdb.connect(str(wh), read_only=True) as con:
+        rows = con.execute(
+            "SELECT lever, share, router FROM latest_miss_budget WHERE tenant = '*' "
+            "AND measure_window = 'steady' AND replicas = ? AND lever IS NOT NULL "
+            "AND part <> 'never_seen' AND share > 0 ORDER BY share DESC LIMIT 1",
+            [replicas],
+        ).fetchall()
+    lever, share, router = rows[0]
+    return f"most to win back: {lever}, {share:.1%} of the tokens under {router}"
 
 
 @pytest.mark.browser
@@ -102,6 +123,7 @@ def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
         groups = tab.locator("#select-fleet option").all_inner_texts()
         svgs = tab.locator(".fleet-pair .js-plotly-plot .main-svg").count()
         first = drawn(tab)
+        budget = budget_drawn(tab)
         tab.select_option("#select-fleet", index=1)  # the other replica count
         second = drawn(tab)
         tab.locator("#fleet-details summary").click()  # the table is set up when shown
@@ -119,6 +141,10 @@ def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
         assert points == [len(ROUTERS)] * 2  # a point per router in each scatter
         assert sum("Busy time per replica" in t for t in titles) == 1
         assert bars == len(ROUTERS) * replicas  # a bar per replica of every router
+    # the miss budget of the first group: a stacked bar per router, the lever in its title
+    routers, parts, title = budget
+    assert sorted(routers) == sorted(ROUTERS) and parts >= 3
+    assert title == f"Where the prompt tokens went: {top_lever(fleet_wh, REPLICAS[0])}"
     assert len(body) == configurations
     assert {(r[0], r[1]) for r in body} == {(t, str(n)) for t in ROUTERS for n in REPLICAS}
     col = header.index("token hit rate")

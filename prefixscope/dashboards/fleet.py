@@ -17,6 +17,7 @@ import polars as pl
 from markupsafe import Markup
 
 from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.budget import budget_chart
 from prefixscope.dashboards.engines import engine_figure
 from prefixscope.dashboards.figures import (
     PALETTE,
@@ -28,7 +29,7 @@ from prefixscope.dashboards.figures import (
 )
 from prefixscope.dashboards.slo import slo_section
 from prefixscope.dashboards.tiers import tier_chart, tier_verdict
-from prefixscope.dashboards.views import read_view
+from prefixscope.dashboards.views import has_view, read_view
 
 #: The tiers behind each replica's HBM cache (per-replica DRAM, a shared store), where the
 #: warehouse's fleet tables have them: part of a configuration.
@@ -66,10 +67,11 @@ def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     varies = {k: rows[k].n_unique() > 1 for k in keys}
     per_replica_keys = _present(replicas, REPLICA_GROUP)
     imbalance, ttft, busy = go.Figure(), go.Figure(), go.Figure()
-    titles = []
+    titles, groups = [], []
     for g, (key, group) in enumerate(rows.group_by(keys, maintain_order=True)):
         spec = dict(zip(keys, key, strict=True))
         titles.append(group_title(spec, varies))
+        groups.append(group)
         meta = {"fleet": g}
         _router_points(
             imbalance,
@@ -114,12 +116,22 @@ def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         "groups": titles,
         "charts": charts,
         "replica_chart": busy_chart,
+        "budget": budget_chart(_budget_rows(con), groups, titles),
         "slo": slo_section(con),
         "engines": engine_figure(rates),
         "tiers": _tiers(rows),
         "rows": table_rows(rows),
         "columns": table_columns(rows),
     }
+
+
+def _budget_rows(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """``latest_miss_budget``, empty in a warehouse older than the view."""
+    return (
+        read_view(con, "latest_miss_budget")
+        if has_view(con, "latest_miss_budget")
+        else pl.DataFrame()
+    )
 
 
 def _tiers(rows: pl.DataFrame) -> dict[str, Any] | None:
@@ -373,9 +385,7 @@ COLUMNS = (
 
 
 def table_columns(rows: pl.DataFrame) -> list[tuple[str, str, bool]]:
-    pooled = "engine" in rows.columns and bool(
-        (rows["engine"].fill_null("ideal") != "ideal").any()
-    )
+    pooled = "engine" in rows.columns and bool((rows["engine"].fill_null("ideal") != "ideal").any())
     return [c for c in COLUMNS if c[0] != "engine" or pooled]
 
 

@@ -1,0 +1,101 @@
+"""The fleet section's miss budget (``latest_miss_budget``): for the group of configurations
+the fleet selector picks, one stacked bar per router, every prompt token in one part, and in
+the title the lever that would win back the most tokens. The fleet's rows, in the window each
+configuration's other charts show."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+import polars as pl
+from markupsafe import Markup
+
+from prefixscope.analysis.trace.measure import FLEET
+from prefixscope.dashboards.figures import base_layout, figure_markup, plotly_text, selectable
+
+#: Every part in the order it is stacked (hits first), its label and colour.
+PARTS = (
+    ("hit_hbm", "hit (HBM)", "#2ca02c"),
+    ("hit_dram", "hit (DRAM)", "#98df8a"),
+    ("hit_store", "hit (store)", "#bcbd22"),
+    ("never_seen", "never seen (workload)", "#7f7f7f"),
+    ("always_computed", "always computed", "#c7c7c7"),
+    ("other_replica", "on another replica (router)", "#1f77b4"),
+    ("evicted", "evicted (memory)", "#ff7f0e"),
+    ("behind_a_miss", "behind a miss (policy)", "#9467bd"),
+    ("not_yet_cached", "not yet cached (load)", "#d62728"),
+    ("slower_tier_recomputed", "slower tier recomputed", "#e377c2"),
+)
+#: What keys one configuration in ``latest_miss_budget`` (as in ``latest_fleet_hit_rates``).
+KEYS = (
+    "router", "replicas", "capacity_blocks", "policy", "load_scale", "dram_blocks", "dram_gbps",
+    "store_blocks", "store_unbounded", "store_gbps", "model", "gpu", "deployment", "engine",
+)  # fmt: skip
+
+
+def budget_chart(
+    budget: pl.DataFrame, groups: Sequence[pl.DataFrame], titles: Sequence[str]
+) -> Markup | None:
+    """One stacked bar per router of each group (``groups``: the fleet section's rows, one per
+    configuration in its chosen window), behind the fleet selector; None without a budget."""
+    if budget.is_empty():
+        return None
+    budget = budget.filter(pl.col("tenant") == FLEET)
+    fig = go.Figure()
+    by_group = {}
+    for g, rows in enumerate(groups):
+        mine = _of_group(budget, rows)
+        if mine.is_empty():
+            continue
+        routers = rows["router"].to_list()
+        labels = [plotly_text(f"{r}") for r in routers]
+        share = {(r["router"], r["part"]): r["share"] or 0.0 for r in mine.iter_rows(named=True)}
+        for part, label, colour in PARTS:
+            values = [share.get((r, part), 0.0) for r in routers]
+            if not any(values):
+                continue
+            fig.add_trace(
+                go.Bar(
+                    y=labels,
+                    x=values,
+                    orientation="h",
+                    name=label,
+                    meta={"fleet": g},
+                    marker={"color": colour},
+                    legendgroup=part,
+                    hovertemplate=f"%{{y}}: {plotly_text(label)} %{{x:.2%}} of the prompt "
+                    "tokens<extra></extra>",
+                )  # fmt: skip
+            )
+        by_group[str(g)] = f"Where the prompt tokens went: {lever_words(mine)}"
+    if not fig.data:
+        return None
+    fig.update_layout(base_layout("", "share of the prompt tokens", height=320), barmode="stack")
+    fig.update_xaxes(tickformat=".0%", range=[0, 1])
+    fig.update_yaxes(title="router", tickformat="", rangemode="normal", autorange="reversed")
+    for g in range(len(titles)):
+        by_group.setdefault(str(g), "Where the prompt tokens went: no budget for this fleet")
+    return figure_markup(selectable(fig, ["fleet"], by_group))
+
+
+def _of_group(budget: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+    """The budget rows of the group's configurations, each in the window its row shows."""
+    keys = [k for k in KEYS if k in rows.columns and k in budget.columns]
+    wanted = rows.select(*keys, "measure_window")
+    return budget.join(wanted, on=[*keys, "measure_window"], how="semi", nulls_equal=True)
+
+
+def lever_words(rows: pl.DataFrame) -> str:
+    """The part with a lever that holds the most tokens under some router of the group, as
+    words: "most to win back: the router, 18.1% of the tokens under round-robin"."""
+    levered = rows.filter(pl.col("lever").is_not_null() & (pl.col("part") != "never_seen"))
+    levered = levered.filter(pl.col("share") > 0)
+    if levered.is_empty():
+        return "every token served or never seen"
+    best: dict[str, Any] = levered.sort("share", descending=True).row(0, named=True)
+    return (
+        f"most to win back: {best['lever']}, {best['share']:.1%} of the tokens under "
+        f"{best['router']}"
+    )
