@@ -132,3 +132,67 @@ def test_under_load_a_pool_misses_what_a_queued_request_has_not_computed_yet(hou
     }  # fmt: skip
     assert pending["ideal"] == 0
     assert pending["vllm"] > 0.01 * trace.input_tokens.sum()
+
+
+def test_explain_in_a_fleet_names_each_blocks_part() -> None:
+    """The 'behind a miss' case block by block: the first block evicted, the second cached
+    behind it; the parts are the request's budget row."""
+    from prefixscope.analysis.fleet.explain import explain_in_fleet
+
+    hashes, tokens = [[1, 2], [3, 2], [4], [1, 2]], [32, 32, 16, 32]
+    trace = build_trace(hashes, tokens, ["t"] * 4, BS, times=[0.0, 1.0, 2.0, 3.0])
+    traffic = Traffic(np.ones(4, np.int64))
+    why = explain_in_fleet(trace, traffic, Fleet("round-robin", 1, 3), ENGINE, 3)
+    assert [b.part for b in why.blocks] == ["evicted", "behind_a_miss"]
+    assert [b.lever for b in why.blocks] == ["memory", "eviction policy"]
+    assert why.parts == {"evicted": 16, "behind_a_miss": 16} and why.hit_tokens == 0
+    first = explain_in_fleet(trace, traffic, Fleet("round-robin", 1, 3), ENGINE, 1)
+    # past the unbounded cache's run, a block seen before is the workload's floor too
+    assert [b.part for b in first.blocks] == ["never_seen", "never_seen"]
+
+
+def test_the_command_explains_a_request_of_the_bundled_hour_in_a_fleet(
+    bundled_warehouse, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from prefixscope.cli import main
+
+    wh = str(bundled_warehouse.path)
+    request = "b8cbb061a85206d7:11237"
+    args = ["explain", "--warehouse", wh, "--request", request, "--router", "round-robin",
+            "--replicas", "4", "--capacity-blocks", "16000"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "router round-robin" in printed and "tokens by part:" in printed
+    assert main([*args, "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert sum(found["tokens_by_part"].values()) == found["input_tokens"]
+    by_block: dict[str, int] = {}
+    for b in found["blocks"]:
+        by_block[b["part"]] = by_block.get(b["part"], 0) + b["tokens"]
+    hits = sum(v for k, v in found["tokens_by_part"].items() if k.startswith("hit"))
+    assert by_block.pop("hit", 0) == hits == found["hit_tokens"]
+    assert by_block == {k: v for k, v in found["tokens_by_part"].items() if not k.startswith("hit")}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--router", "round-robin"], "give --capacity-blocks"),  # no fleet stored
+        (["--router", "round-robin", "--capacity-blocks", "4", "--engine", "vllm"],
+         "does not fit a KV pool"),
+        (["--router", "kv-aware", "--replicas", "2", "--capacity-blocks", "400", "--policy",
+          "belady"], "stateful router"),
+    ],
+)  # fmt: skip
+def test_a_fleet_explain_that_cannot_run_says_why_in_one_line(
+    bundled_warehouse, capsys, extra, message
+) -> None:  # type: ignore[no-untyped-def]
+    from prefixscope.cli import main
+
+    args = ["explain", "--warehouse", str(bundled_warehouse.path), "--request",
+            "b8cbb061a85206d7:11237", *extra]  # fmt: skip
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -7,6 +7,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from prefixscope.analysis.fleet.engines import ENGINES
+from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
@@ -40,11 +42,30 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--pin-top", type=flags.positive_int, metavar="K", help="pinned: the K most shared prefixes"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    fleet = p.add_argument_group(
+        "in a fleet", "explain the request in a fleet: the miss budget's part of each block"
+    )
+    fleet.add_argument("--router", choices=list(ROUTERS), help="the fleet's router")
+    fleet.add_argument(
+        "--replicas", type=flags.positive_int, default=1, metavar="N", help="(%(default)s)"
+    )
+    fleet.add_argument("--engine", choices=list(ENGINES), default="ideal", help="(%(default)s)")
+    fleet.add_argument(
+        "--load-scale", type=flags.finite_float(), default=1.0, metavar="S", help="(%(default)s)"
+    )
 
 
 def explain_command(args: argparse.Namespace) -> int:
     from prefixscope.stages import explain
 
+    more = More(command="the same command with --json")
+    if args.router is not None:
+        from prefixscope.cli.explain_fleet import fleet_explain_json, format_fleet_explain
+
+        found = explain.explain_in_a_fleet(args.warehouse, _settings(args))
+        text = json.dumps(fleet_explain_json(found), indent=2) if args.json else None
+        print(text or format_fleet_explain(found, more))
+        return 0
     result = explain.explain_requests(
         args.warehouse,
         explain.ExplainSettings(
@@ -56,9 +77,18 @@ def explain_command(args: argparse.Namespace) -> int:
             pin_top=args.pin_top,
         ),
     )
-    more = More(command="the same command with --json")
     print(json.dumps(as_json(result), indent=2) if args.json else format_explain(result, more))
     return 0
+
+
+def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from prefixscope.stages.explain import ExplainSettings
+
+    return ExplainSettings(
+        request=args.request, policy=args.policy, capacity_blocks=args.capacity_blocks,
+        ttl_s=args.ttl, pin_file=args.pin, pin_top=args.pin_top, router=args.router,
+        replicas=args.replicas, engine=args.engine, load_scale=args.load_scale,
+    )  # fmt: skip
 
 
 #: A relation (``explain.RELATIONS``) as the summary says it.

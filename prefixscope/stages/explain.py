@@ -22,6 +22,12 @@ import numpy as np
 import pyarrow.compute as pc
 
 from prefixscope import warehouse
+from prefixscope.analysis.fleet.explain import FleetExplanation, explain_in_fleet
+from prefixscope.analysis.fleet.grid import engine_for
+from prefixscope.analysis.fleet.replayed import Pins
+from prefixscope.analysis.fleet.run import Fleet
+from prefixscope.analysis.fleet.settings import FleetSettings
+from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.simulation.grid import policy_options
 from prefixscope.analysis.simulation.scenarios import Settings
@@ -39,6 +45,11 @@ class ExplainSettings:
     ttl_s: float | None = None
     pin_file: str | None = None
     pin_top: int | None = None
+    #: Explain it in a fleet (its miss budget, block by block): the router, else one cache.
+    router: str | None = None
+    replicas: int = 1
+    engine: str = "ideal"
+    load_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,67 @@ class ExplainResult:
     capacity_from: str | None  # where the capacity came from; None for an unbounded policy
     block_size: int
     last_request_ids: tuple[str | None, ...]  # per block, the request id of its last use
+
+
+@dataclass(frozen=True)
+class FleetExplainResult:
+    explanation: FleetExplanation
+    request_id: str
+    tenant: str
+    fleet: Fleet
+    capacity_from: str
+    block_size: int
+
+
+def explain_in_a_fleet(wh: str | Path, settings: ExplainSettings) -> FleetExplainResult:
+    """The request in the fleet ``settings`` names (``router`` set): its miss budget block by
+    block, the fleet's steps priced as ``fleet`` prices them by default."""
+    assert settings.router is not None
+    fleet_settings = FleetSettings(
+        routers=(settings.router,), replicas=(settings.replicas,), engines=(settings.engine,),
+        load_scales=(settings.load_scale,), policy=settings.policy, ttl_s=settings.ttl_s,
+        pins=Pins(top=settings.pin_top, file=settings.pin_file),
+    )  # fmt: skip
+    fleet_settings.check()
+    with warehouse.reading(wh) as con:
+        trace = load_trace(con)
+        traffic = load_traffic(con)
+        r = find_request(con, trace, settings.request)
+        capacity, capacity_from = settings.capacity_blocks, "--capacity-blocks"
+        if capacity is None:
+            capacity, capacity_from = stored_fleet_capacity(con, settings)
+    (fleet,) = fleet_settings.grid([capacity])
+    fleet.check()
+    engine, _ = engine_for(fleet_settings, None)
+    why = explain_in_fleet(trace, traffic, fleet, engine, r)
+    ids = trace.request_ids
+    assert ids is not None
+    return FleetExplainResult(
+        why, ids[r].as_py(), trace.tenants[trace.tenant_codes[r]], fleet, capacity_from,
+        trace.block_size,
+    )  # fmt: skip
+
+
+def stored_fleet_capacity(
+    con: duckdb.DuckDBPyConnection, settings: ExplainSettings
+) -> tuple[int, str]:
+    """The middle capacity the latest fleet runs simulated for this router, replica count and
+    engine, else an error asking for ``--capacity-blocks``."""
+    caps = [
+        c
+        for (c,) in con.execute(
+            "SELECT DISTINCT capacity_blocks FROM latest_fleet_hit_rates WHERE router = ? "
+            "AND replicas = ? AND coalesce(engine, 'ideal') = ? ORDER BY 1",
+            [settings.router, settings.replicas, settings.engine],
+        ).fetchall()
+    ]
+    if not caps:
+        raise ValueError(
+            "no fleet of that router, replica count and engine is stored in the warehouse — "
+            "give --capacity-blocks N"
+        )
+    middle = caps[(len(caps) - 1) // 2]
+    return int(middle), f"the middle of the {len(caps)} capacities the latest fleet runs simulated"
 
 
 def explain_requests(wh: str | Path, settings: ExplainSettings) -> ExplainResult:

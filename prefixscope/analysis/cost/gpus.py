@@ -160,8 +160,7 @@ def _own_name(name: str, what: str, fix: str) -> None:
     except ValueError:
         return
     raise ValueError(
-        f"{what} {name!r} reads as the catalog's {known.name} — give it a name of its own "
-        f"({fix})"
+        f"{what} {name!r} reads as the catalog's {known.name} — give it a name of its own ({fix})"
     )
 
 

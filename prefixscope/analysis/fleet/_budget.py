@@ -23,7 +23,7 @@ cache would not, ``NEVER + ALWAYS`` is that cache's miss to the token.
 
 from __future__ import annotations
 
-from prefixscope.analysis.fleet._records import BUDGET_PARTS, piece
+from prefixscope.analysis.fleet._records import BUDGET_PARTS, HIT, piece
 from prefixscope.analysis.fleet._sets import _bit
 
 ALWAYS, NEVER, RECOMPUTED, BEHIND, OTHER, EVICTED, PENDING = range(BUDGET_PARTS)
@@ -35,6 +35,10 @@ def classify(r, i, blocks, start, end, inp, served_b, k, rl, kc, bs, sets, req):
     blocks served of a cached leading run of ``k``; ``rl``: its engine recomputes a
     whole-block prompt's last block; ``kc``: the unbounded cache's leading run."""
     nb = end - start
+    watched = req.why[0] == r  # its blocks' parts are kept, hits included
+    if watched:
+        for j in range(min(served_b, nb)):
+            req.why[1 + j] = HIT
     bit = _bit(i)
     dram = sets.dram_held.size > 1
     store = sets.store_in.size > 1
@@ -63,4 +67,6 @@ def classify(r, i, blocks, start, end, inp, served_b, k, rl, kc, bs, sets, req):
             else:
                 part = PENDING
         req.miss[r, part] += tok
+        if watched:
+            req.why[1 + j] = part
     req.miss[r, ALWAYS] += max(inp - nb * bs, 0)

@@ -29,8 +29,10 @@ NONE = -1
 #: The decode heaps' keys: ``step · SEQ_SPAN + schedule sequence``, so entries due at the same
 #: step come out in the order their requests were scheduled.
 SEQ_SPAN = 2**31
-#: The miss budget's parts (``_budget.py``).
+#: The miss budget's parts (``_budget.py``), and a watched block's codes besides them: served
+#: from cache, or its request never looked up (the loop stopped before it).
 BUDGET_PARTS = 7
+HIT, NOT_LOOKED_UP = -1, -2
 #: Buckets of the running-blocks histogram (its p95 is exact below this many blocks).
 HIST_BUCKETS = 4096
 
@@ -145,6 +147,9 @@ class Requests(NamedTuple):
     #: fleet grid keeps every configuration's until its tables are made; one row when no
     #: budget is kept)
     miss: np.ndarray
+    #: ``[r, part of its block 0, part of block 1, ...]``: one watched request's blocks by
+    #: part (``_budget.HIT`` for a hit, ``NOT_LOOKED_UP`` before its lookup); ``[-1]``: none
+    why: np.ndarray
 
 
 class Replicas(NamedTuple):
@@ -283,9 +288,10 @@ def stop(limits: list[float], allowed: list[int], first: int) -> Stop:
     )  # fmt: skip
 
 
-def requests(n: int, budget: bool = False) -> Requests:
+def requests(n: int, budget: bool = False, watch: int = NONE, blocks: int = 0) -> Requests:
     """Every request's state, zero (NONE where a position or a time is unset), by name;
-    ``budget``: a miss budget row per request."""
+    ``budget``: a miss budget row per request; ``watch``: the request (of ``blocks`` blocks)
+    whose blocks' parts are kept."""
 
     def full(dtype: type, fill: int = 0, width: int = 0) -> np.ndarray:
         return np.full((n, width) if width else n, fill, dtype)
@@ -299,6 +305,7 @@ def requests(n: int, budget: bool = False) -> Requests:
         saved=full(f64, width=3), xfer=full(f64), cost_none=full(f64), ans_n=full(i32),
         ans_own=full(i32), fill=full(np.bool_), pre_n=full(i64), pre_q=full(i64),
         pre_h=full(i64), miss=np.zeros((n if budget else 1, BUDGET_PARTS), np.int32),
+        why=np.array([watch] + [NOT_LOOKED_UP] * (blocks if watch != NONE else 0), i64),
     )  # fmt: skip
 
 

@@ -259,6 +259,9 @@ class FleetOutcome:
     #: Per request, its prompt tokens not served by where they went (n × ``budget.PARTS``,
     #: ``_budget.py``); None: not kept (the run was not asked for it).
     miss: np.ndarray | None = None
+    #: The watched request's blocks by part (``_records.HIT``, ``_budget.py``'s codes);
+    #: None: none was watched.
+    why: np.ndarray | None = None
 
     @property
     def fleet_filled_at(self) -> int:
@@ -277,10 +280,12 @@ def simulate_fleet(
     routing: np.ndarray | None = None,
     stop: Stop | None = None,
     budget: bool = False,
+    watch: int | None = None,
 ) -> FleetOutcome:
     """The fleet over the whole trace. ``routing``: a fixed router's assignment when already
     computed (``assign.assign``); ``stop``: end early once a TTFT target is missed for sure;
-    ``budget``: keep each request's miss budget (``budget.py``)."""
+    ``budget``: keep each request's miss budget (``budget.py``); ``watch``: and the parts of
+    that request's blocks."""
     fleet.check()
     engine.check()
     router = resolve_router(fleet.router)
@@ -291,8 +296,9 @@ def simulate_fleet(
         routing = assign(trace, fleet.router, fleet.replicas, engine.routers, traffic.sessions)
     fixed = np.zeros(0, np.int32) if routing is None else np.asarray(routing, np.int32)
     return _run(
-        trace, traffic, fleet, engine, kind, fixed, fleet.replicas, stop=stop, budget=budget
-    )
+        trace, traffic, fleet, engine, kind, fixed, fleet.replicas, stop=stop,
+        budget=budget or watch is not None, watch=watch,
+    )  # fmt: skip
 
 
 def simulate_replica(
@@ -321,6 +327,7 @@ def _run(  # type: ignore[no-untyped-def]
     width: int | None = None,
     stop: Stop | None = None,
     budget: bool = False,
+    watch: int | None = None,
 ) -> FleetOutcome:
     output = np.asarray(traffic.output_tokens, np.int64)
     code = ENGINES[fleet.engine].code
@@ -364,7 +371,10 @@ def _run(  # type: ignore[no-untyped-def]
     )  # fmt: skip
     store = -1 if t.store_blocks is None else t.store_blocks
     tiers = _records.TierParams(t.dram_blocks, store, dram_s, store_s)
-    req = _records.requests(n, budget)
+    watched = _records.NONE if watch is None else watch
+    req = _records.requests(
+        n, budget, watched, int(trace.blocks_per_request[watch] if watch is not None else 0)
+    )
     rep = _records.replicas(n_rep, float(arrival[0]) if n else 0.0)
     tree = kind == _records.CACHE_AWARE
     copies = _records.dup_slots(code, fleet.capacity_blocks, len(answers[1]))
@@ -399,7 +409,7 @@ def _run(  # type: ignore[no-untyped-def]
         running_blocks_p95=weighted_p95(rep.hist, width),
         prefix_cache_blocks_mean=_per_busy(rep.cached_s, rep.busy),
         preempted=_preempted(req, code), stopped_at=int(halt.at[0]),
-        miss=req.miss if budget else None,
+        miss=req.miss if budget else None, why=None if watch is None else req.why[1:],
     )  # fmt: skip
 
 
