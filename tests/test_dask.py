@@ -118,7 +118,9 @@ def test_each_replica_of_a_fixed_router_runs_as_a_task_and_equals_the_run_here(
     from prefixscope.analysis.fleet.tables import Pricing
 
     grid = [Fleet(router, 4, 3_000, load_scale=2.0)]
-    here, there, ran = _fleet_here_and_there(cluster, bundled_trace, grid, seed=1)
+    # the miss budget reads every replica's cache: kept, the configuration is one task
+    assert len(_fleet_here_and_there(cluster, bundled_trace, grid, seed=1)[2]) == 1
+    here, there, ran = _fleet_here_and_there(cluster, bundled_trace, grid, seed=1, budget=False)
     assert len(ran) == 4  # one task per replica
     a, b = here[0], there[0]
     for name in ("replica", "hit_tokens", "ttft", "done_at", "busy", "steps", "filled_at"):
@@ -197,9 +199,10 @@ def test_a_pool_of_forked_workers_equals_the_run_here(bundled_trace) -> None:
     assert len({r["hit_tokens"] for r in here.hit_rates if r["tenant"] == "*"}) > 1
 
 
-def _fleet_here_and_there(cluster, trace, grid, seed):  # type: ignore[no-untyped-def]
+def _fleet_here_and_there(cluster, trace, grid, seed, budget=True):  # type: ignore[no-untyped-def]
     """The fleet stage's grid in this process and on the cluster, with random output lengths,
-    priced by the llama-3-8b roofline on an H100; and the cluster's fleet tasks."""
+    priced by the llama-3-8b roofline on an H100 (``budget``: keeping the miss budget); and the
+    cluster's fleet tasks."""
     from distributed import Client, get_task_stream
 
     from prefixscope.analysis.cost.gpus import resolve_gpu
@@ -211,8 +214,8 @@ def _fleet_here_and_there(cluster, trace, grid, seed):  # type: ignore[no-untype
 
     traffic = Traffic(np.random.default_rng(seed).integers(0, 400, trace.n_requests))
     engine = Engine(from_roofline(resolve_model("llama-3-8b"), resolve_gpu("h100")))
-    here = simulate_grid(trace, traffic, grid, engine, FleetSettings())
-    remote = FleetSettings(workers=None, dask_address=cluster.scheduler_address)
+    here = simulate_grid(trace, traffic, grid, engine, FleetSettings(miss_budget=budget))
+    remote = FleetSettings(workers=None, dask_address=cluster.scheduler_address, miss_budget=budget)
     with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
         there = simulate_grid(trace, traffic, grid, engine, remote)
     return here, there, [t for t in stream.data if "fleet_task" in t["key"]]

@@ -104,8 +104,10 @@ def test_a_capacity_is_judged_against_the_hbm(
     with_deployment = "--deployment" in flags
     assert all((d is not None) == with_deployment for _, d, _ in found)
     # the printed table says the same, beside each row's deployment
-    head, *lines = capsys.readouterr().out.splitlines()
+    table, budget = capsys.readouterr().out.split("where the prompt tokens went")
+    head, *lines = table.splitlines()
     assert head.split()[:5] == ["window", "replicas", "deployment", "capacity", "HBM"]
+    assert len(budget.splitlines()) == 1 + len(exceeds)  # its header, a line a configuration
     word = {False: "ok", True: "over", None: "—"}
     printed = {int(x[3].replace(",", "")): (x[2], x[5]) for x in map(str.split, lines)}
     assert printed == {
