@@ -100,13 +100,15 @@ def top_lever(wh: Path, replicas: int) -> str:
     """The view's largest part with a lever (never seen aside) among the steady rows."""
     with duckdb.connect(str(wh), read_only=True) as con:
         rows = con.execute(
-            "SELECT lever, share, router FROM latest_miss_budget WHERE tenant = '*' "
+            "SELECT lever, share, router, gpu_seconds FROM latest_miss_budget WHERE tenant = '*' "
             "AND measure_window = 'steady' AND replicas = ? AND lever IS NOT NULL "
             "AND part <> 'never_seen' AND share > 0 ORDER BY share DESC LIMIT 1",
             [replicas],
         ).fetchall()
-    lever, share, router = rows[0]
-    return f"most to win back: {lever}, {share:.1%} of the tokens under {router}"
+    lever, share, router, gpu_s = rows[0]
+    return (
+        f"most to win back: {lever}, {share:.1%} of the tokens ({gpu_s:,.0f} GPU-s) under {router}"
+    )
 
 
 @pytest.mark.browser

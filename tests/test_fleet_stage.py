@@ -68,6 +68,14 @@ def test_one_replica_through_the_command_equals_simulate(bundled_warehouse, tmp_
         "WHERE b.part = 'never_seen'",
     )
     assert len(never) == 16 and all(abs(a - b) < 1e-12 for a, b in never)
+    # a hit part's GPU-seconds are what the fleet's rows say that tier saved
+    saved = rows(
+        wh,
+        "SELECT b.gpu_seconds, h.gpu_seconds_saved_hbm FROM latest_miss_budget b "
+        "JOIN latest_fleet_hit_rates h USING (tenant, router, replicas, measure_window) "
+        "WHERE b.part = 'hit_hbm'",
+    )
+    assert len(saved) == 16 and all(abs(a - b) <= 1e-9 * max(b, 1) for a, b in saved)
 
 
 @pytest.fixture

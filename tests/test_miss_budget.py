@@ -196,3 +196,28 @@ def test_a_fleet_explain_that_cannot_run_says_why_in_one_line(
     assert main(args) != 0
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_part_is_priced_at_what_serving_it_too_would_save() -> None:
+    """Two requests on one replica: the second hits its first block and misses two more (one
+    evicted, with capacity 1, the other never seen). Each unserved part's GPU-seconds is the
+    step cost's prefill with it served too, alone; a hit part's is what it saved."""
+    from prefixscope.analysis.fleet.budget import part_seconds
+
+    big = 512  # past the step cost's knee: a part served is prefill saved
+    trace = build_trace([[1, 2, 3], [1, 2, 4]], [3 * big] * 2, ["t"] * 2, big, times=[0.0, 1.0])
+    out = simulate_fleet(
+        trace, Traffic(np.ones(2, np.int64)), Fleet("round-robin", 1, 1), ENGINE, budget=True
+    )
+    seconds = part_seconds(trace, out, ENGINE.cost)
+    t = ENGINE.cost.prefill_seconds
+    parts = dict(zip(PARTS, per_request(out)[1].tolist(), strict=True))
+    assert parts["hit_hbm"] == parts["evicted"] == parts["never_seen"] == big
+    now = t(np.array([2.0 * big]), np.array([1.0 * big]))[0]
+    for part in ("evicted", "never_seen"):
+        want = now - t(np.array([1.0 * big]), np.array([2.0 * big]))[0]
+        assert want > 0
+        assert seconds[1, PARTS.index(part)] == pytest.approx(want, rel=1e-12)
+    assert seconds[1, PARTS.index("hit_hbm")] == pytest.approx(out.source_saved_s[1, 0])
+    assert seconds[1, PARTS.index("other_replica")] == 0.0  # no token there, nothing to win
+    assert (seconds >= 0).all()

@@ -95,7 +95,8 @@ def lever_words(rows: pl.DataFrame) -> str:
     if levered.is_empty():
         return "every token served or never seen"
     best: dict[str, Any] = levered.sort("share", descending=True).row(0, named=True)
+    worth = "" if best.get("gpu_seconds") is None else f" ({best['gpu_seconds']:,.0f} GPU-s)"
     return (
-        f"most to win back: {best['lever']}, {best['share']:.1%} of the tokens under "
+        f"most to win back: {best['lever']}, {best['share']:.1%} of the tokens{worth} under "
         f"{best['router']}"
     )

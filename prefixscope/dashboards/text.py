@@ -197,12 +197,19 @@ def format_budget(table: pa.Table, more: More | None = None) -> str:
     lines = [f"where the prompt tokens went (window {window}, fleet):"]
     for key, rows in df.group_by(keys, maintain_order=True):
         shares = sorted(
-            ((r["share"] or 0.0, r["part"], r["lever"]) for r in rows.iter_rows(named=True)),
+            (
+                (r["share"] or 0.0, r["part"], r["lever"], r.get("gpu_seconds"))
+                for r in rows.iter_rows(named=True)
+            ),
             reverse=True,
         )
-        shown = " · ".join(f"{BUDGET_LABELS[p]} {s:.1%}" for s, p, _ in shares if s >= 5e-4)
-        levers = [(s, lever) for s, _, lever in shares if lever and lever != "prompt layout"]
-        best = f"; most to win back: {levers[0][1]} ({levers[0][0]:.1%})" if levers else ""
+        shown = " · ".join(f"{BUDGET_LABELS[p]} {s:.1%}" for s, p, *_ in shares if s >= 5e-4)
+        levers = [(s, lv, g) for s, _, lv, g in shares if lv and lv != "prompt layout" and s > 0]
+        best = ""
+        if levers:
+            share, lever, gpu_s = levers[0]
+            worth = "" if gpu_s is None else f", {gpu_s:,.0f} GPU-s"
+            best = f"; most to win back: {lever} ({share:.1%} of the tokens{worth})"
         name = f"{key[0]} × {key[2]:,} blk {key[7]} {key[8]} {key[6]:g}x"
         lines.append(f"  {name}: {shown}{best}")
     return "\n".join([lines[0], *clip(lines[1:], more)])

@@ -17,6 +17,8 @@ import pyarrow as pa
 
 from prefixscope.analysis.fleet import _budget
 from prefixscope.analysis.fleet.run import FleetOutcome
+from prefixscope.analysis.fleet.stepcost import StepCost
+from prefixscope.analysis.fleet.tables import Pricing
 from prefixscope.analysis.trace.csr import Trace
 
 #: Hits by the tier that served them (``FleetOutcome.source_tokens``' columns).
@@ -65,6 +67,7 @@ MISS_BUDGET_SCHEMA = pa.schema(
         ("tokens", pa.int64()),
         ("input_tokens", pa.int64()),
         ("share", pa.float64()),
+        ("gpu_seconds", pa.float64()),
     ]
 )
 
@@ -76,21 +79,45 @@ def per_request(o: FleetOutcome) -> np.ndarray:
     return np.concatenate([np.asarray(o.source_tokens, np.int64), o.miss], axis=1)
 
 
+def part_seconds(trace: Trace, o: FleetOutcome, step: StepCost) -> np.ndarray:
+    """Per request and part, prefill seconds (one replica's, ``PARTS`` order): what a hit part
+    saved, transfers paid (``FleetOutcome.source_saved_s``), and what serving an unserved
+    part too would save, each part alone on top of the request's hits: ``T(new, input − new)
+    − T(new − part, input − new + part)`` with ``new = max(input − hit, 1)`` (the step cost's
+    prefill alone, as the loop prices a request's own prefill), never below 0: below the step
+    cost's knee a short prompt computes no faster for reading more cached keys."""
+    assert o.miss is not None
+    inp = np.asarray(trace.input_tokens, np.float64)
+    new = np.maximum(inp - o.hit_tokens, 1.0)
+    now = step.prefill_seconds(new, inp - new)
+    out = np.empty((len(inp), len(PARTS)), np.float64)
+    out[:, : len(HITS)] = o.source_saved_s
+    for k in range(o.miss.shape[1]):
+        rest = np.maximum(new - o.miss[:, k], 1.0)
+        out[:, len(HITS) + k] = np.maximum(now - step.prefill_seconds(rest, inp - rest), 0.0)
+    return out
+
+
 def budget_rows(
     trace: Trace,
     o: FleetOutcome,
     keys: dict,  # type: ignore[type-arg]
     groups: dict[str, list[tuple[str, np.ndarray]]],
+    pricing: Pricing | None = None,
 ) -> list[dict]:  # type: ignore[type-arg]
     """``miss_budget`` rows of one configuration (``keys``: its ``KEYS`` columns): per window
-    and group (``tables.window_groups``: the fleet, then each tenant), one row a part."""
+    and group (``tables.window_groups``: the fleet, then each tenant), one row a part; its
+    GPU-seconds where ``pricing`` carries the step cost (:func:`part_seconds`, × its GPUs)."""
     parts = per_request(o)
+    priced = pricing is not None and pricing.step is not None
+    seconds = part_seconds(trace, o, pricing.step) * pricing.gpus if priced else None  # type: ignore[union-attr,arg-type]
     rows = []
     for window, named in groups.items():
         for name, mask in named:
             tokens = parts[mask].sum(axis=0)
+            gpu_s = seconds[mask].sum(axis=0).tolist() if seconds is not None else None
             inp = int(trace.input_tokens[mask].sum())
-            for part, count in zip(PARTS, tokens.tolist(), strict=True):
+            for i, (part, count) in enumerate(zip(PARTS, tokens.tolist(), strict=True)):
                 rows.append(
                     {
                         **keys,
@@ -101,6 +128,7 @@ def budget_rows(
                         "tokens": int(count),
                         "input_tokens": inp,
                         "share": count / inp if inp else None,
+                        "gpu_seconds": None if gpu_s is None else gpu_s[i],
                     }
                 )
     return rows

@@ -137,6 +137,7 @@ def engine_for(
         gpu_hour=None if spec is None else prices.gpu_price(spec),
         prices=prices,
         kv_bytes_per_token=kv_bytes,
+        step=cost,
     )
 
 
@@ -226,7 +227,7 @@ def tables(
         hits += mine
         reps += replica_rows(trace, o, h)
         if o.miss is not None:
-            misses += budget_rows(trace, o, {k: mine[0][k] for k in KEYS}, groups)
+            misses += budget_rows(trace, o, {k: mine[0][k] for k in KEYS}, groups, p)
     return (
         pa.Table.from_pylist(hits, schema=FLEET_HIT_RATES_SCHEMA),
         pa.Table.from_pylist(reps, schema=FLEET_REPLICAS_SCHEMA),

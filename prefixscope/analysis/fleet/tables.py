@@ -13,6 +13,7 @@ from prefixscope.analysis.cost.models import GIB
 from prefixscope.analysis.cost.prices import GPU_SECONDS, Prices
 from prefixscope.analysis.fleet.hardware import Hardware
 from prefixscope.analysis.fleet.run import UNBOUNDED, FleetOutcome, Tiers
+from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET, trace_index_groups
 from prefixscope.analysis.trace.steady import WarmUp, warm_up
@@ -161,6 +162,9 @@ class Pricing:
     gpu_hour: float | None = None
     prices: Prices = Prices()
     kv_bytes_per_token: float | None = None
+    #: the step cost itself, where the rows price what-ifs with it (the miss budget's
+    #: GPU-seconds); None: they are not priced
+    step: StepCost | None = None
 
     def tier_gb(
         self, tiers: Tiers, replicas: int, block_size: int, distinct: int

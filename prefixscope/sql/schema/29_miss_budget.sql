@@ -7,6 +7,9 @@
 -- the leading-run rule); other_replica (another replica held it: routing); evicted (cached
 -- once, dropped since: capacity, ttl); not_yet_cached (named by a request still queued, not
 -- computed yet: pools under load). lever: what wins that part back (NULL: nothing, or a hit).
+-- gpu_seconds prices each part with the fleet's step cost, every GPU of a replica counted: a
+-- hit part's saving (transfers paid), else what serving that part alone on top of the hits
+-- would save (analysis/fleet/budget.py part_seconds).
 -- Invariant: per (run, configuration, window, tenant) the parts' tokens add up to
 -- input_tokens, and their shares to 1. The configuration key is latest_fleet_hit_rates'.
 CREATE TABLE IF NOT EXISTS miss_budget (
@@ -31,5 +34,7 @@ CREATE TABLE IF NOT EXISTS miss_budget (
     lever            VARCHAR,
     tokens           BIGINT NOT NULL,
     input_tokens     BIGINT NOT NULL,   -- the group's prompt tokens in the window
-    share            DOUBLE             -- tokens / input_tokens; NULL when there are none
+    share            DOUBLE,            -- tokens / input_tokens; NULL when there are none
+    gpu_seconds      DOUBLE             -- a hit part: the prefill GPU-seconds it saved; else
+                                        -- what serving it too would save (NULL: unpriced)
 );
