@@ -490,12 +490,16 @@ def test_capture_stops_on_interrupt_and_appends(tmp_path: Path) -> None:
     assert summary.batches == 4
     later = structs.encode_batch("array", T0 + 60, [structs.cleared("array")], 0)
     pub = start_publisher([(0, later)], ranks=1)
+    # Ctrl-C as a terminal delivers it to the command, whose handler is Python's own (a test
+    # run earlier in this worker may have left another in place)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
         second = capture_events([f"tcp://127.0.0.1:{pub.ports[0]}"], out, duration=4.0)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, before)
     assert second.stopped_by == "interrupt" and second.batches == 1
     parsed = parse_capture(out)
     assert parsed.frames == 5 and parsed.tail is None and parsed.rejected == 0
