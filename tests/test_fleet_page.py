@@ -63,6 +63,11 @@ def opened(
         yield p.tab, p.errors, p.dialogs
 
 
+def rows(wh: Path, sql: str) -> list[tuple[Any, ...]]:
+    with duckdb.connect(str(wh), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
 def expected_hit_rate(wh: Path, router: str, replicas: int) -> str:
     """The table's token hit rate of one configuration, from the view: its steady window."""
     with duckdb.connect(str(wh), read_only=True) as con:
@@ -126,6 +131,7 @@ def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
         svgs = tab.locator(".fleet-pair .js-plotly-plot .main-svg").count()
         first = drawn(tab)
         budget = budget_drawn(tab)
+        headline = tab.locator("#miss-budget-headline").inner_text()
         tab.select_option("#select-fleet", index=1)  # the other replica count
         second = drawn(tab)
         tab.locator("#fleet-details summary").click()  # the table is set up when shown
@@ -147,6 +153,18 @@ def test_the_fleet_section_shows_charts_and_a_row_per_configuration(
     routers, parts, title = budget
     assert sorted(routers) == sorted(ROUTERS) and parts >= 3
     assert title == f"Where the prompt tokens went: {top_lever(fleet_wh, REPLICAS[0])}"
+    # the hit-rate section opens with the biggest part to win back of every fleet simulated
+    share, gpu_s, router = rows(
+        fleet_wh,
+        "SELECT share, gpu_seconds, router FROM latest_miss_budget WHERE tenant = '*' AND "
+        "measure_window = 'all' AND lever IS NOT NULL AND part <> 'never_seen' "
+        "ORDER BY share DESC LIMIT 1",
+    )[0]
+    assert headline.startswith(
+        f"The most prompt tokens to win back in the fleets simulated: {share:.1%} "
+        f"({gpu_s:,.0f} GPU-s), "
+    )
+    assert f"under {router} at" in headline and "no earlier prompt named" in headline
     assert len(body) == configurations
     assert {(r[0], r[1]) for r in body} == {(t, str(n)) for t in ROUTERS for n in REPLICAS}
     col = header.index("token hit rate")
@@ -164,6 +182,7 @@ def test_a_page_without_fleet_runs_has_no_fleet_section(
     page = report.write_report(wh, ReportSettings(out=str(tmp_path / "report.html")))
     html = page.read_text()
     assert 'id="fleet"' not in html and "fleet-table" not in html
+    assert "miss-budget-headline" not in html
     with opened(page, "h1", browser) as (tab, errors, dialogs):
         fleet_headings = tab.locator("#fleet").count()
         fleet_tables = tab.locator("#fleet-table").count()

@@ -100,3 +100,42 @@ def lever_words(rows: pl.DataFrame) -> str:
         f"most to win back: {best['lever']}, {best['share']:.1%} of the tokens{worth} under "
         f"{best['router']}"
     )
+
+
+#: What each lever's part is, as the headline says it.
+LEVER_WORDS = {
+    "router": "sent to a replica that did not hold them (the router)",
+    "memory": "evicted (memory)",
+    "load": "asked for before any replica had computed them (load)",
+    "eviction policy": "cached behind an uncached block (the eviction policy)",
+    "faster tier": "held in a tier slower to copy from than to recompute (a faster tier)",
+}
+
+
+def budget_headline(budget: pl.DataFrame) -> str | None:
+    """One sentence for the top of the hit-rate section: of every fleet configuration
+    simulated (window ``all`` where there is one), the part with a lever that holds the most
+    prompt tokens, and the workload's floor beside it; None without a budget."""
+    if budget.is_empty():
+        return None
+    rows = budget.filter(pl.col("tenant") == FLEET)
+    windows = rows["measure_window"].unique().to_list()
+    rows = rows.filter(pl.col("measure_window") == ("all" if "all" in windows else windows[0]))
+    levered = rows.filter(
+        pl.col("lever").is_not_null() & (pl.col("part") != "never_seen") & (pl.col("share") > 0)
+    )
+    floor = rows.filter(pl.col("part") == "never_seen")["share"].drop_nulls()
+    never = f" {floor.min():.1%} to {floor.max():.1%}" if floor.len() else ""
+    if floor.len() and floor.min() == floor.max():
+        never = f" {floor.min():.1%}"
+    tail = f" The workload's own floor, prompt tokens no earlier prompt named:{never}."
+    if levered.is_empty():
+        return "In every fleet simulated, each prompt token was served or never seen." + tail
+    best: dict[str, Any] = levered.sort("share", descending=True).row(0, named=True)
+    worth = "" if best.get("gpu_seconds") is None else f" ({best['gpu_seconds']:,.0f} GPU-s)"
+    return (
+        f"The most prompt tokens to win back in the fleets simulated: {best['share']:.1%}"
+        f"{worth}, {LEVER_WORDS[best['lever']]}, under {best['router']} at "
+        f"{best['replicas']} × {best['capacity_blocks']:,} blocks ({best['engine']} engine, "
+        f"load ×{best['load_scale']:g})." + tail
+    )

@@ -116,7 +116,7 @@ def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         "groups": titles,
         "charts": charts,
         "replica_chart": busy_chart,
-        "budget": budget_chart(_budget_rows(con), groups, titles),
+        "budget": budget_chart(budget_rows(con), groups, titles),
         "slo": slo_section(con),
         "engines": engine_figure(rates),
         "tiers": _tiers(rows),
@@ -125,7 +125,7 @@ def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     }
 
 
-def _budget_rows(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+def budget_rows(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """``latest_miss_budget``, empty in a warehouse older than the view."""
     return (
         read_view(con, "latest_miss_budget")

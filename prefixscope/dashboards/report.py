@@ -23,6 +23,7 @@ from markupsafe import Markup
 from prefixscope import __version__
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.block_sizes import block_size_table
+from prefixscope.dashboards.budget import budget_headline
 from prefixscope.dashboards.cards import headline_cards
 from prefixscope.dashboards.figures import (
     POLICY_COLOURS,
@@ -33,7 +34,7 @@ from prefixscope.dashboards.figures import (
     policy_line,
     selectable,
 )
-from prefixscope.dashboards.fleet import fleet_section
+from prefixscope.dashboards.fleet import budget_rows, fleet_section
 from prefixscope.dashboards.history import history_section
 from prefixscope.dashboards.plan import plan_section
 from prefixscope.dashboards.plan_slo import from_warehouse as slo_sentences
@@ -87,6 +88,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         savings=savings_section(con),
         decode_note=DECODE_NOTE,
         fleet=fleet_section(con),
+        budget=budget_headline(budget_rows(con)),
         validation=validation_section(con),
         plan=plan_section(read_view(con, "latest_plan").to_dicts(), slo_sentences(con)),
     )
