@@ -182,7 +182,8 @@ def connect(
     existed = path.exists()
     if existed and not path.is_file():  # a FIFO, a device: reading it could block or destroy
         raise WarehouseError(
-            f"{path} is not a regular file — give --warehouse a new path or a prefixscope warehouse"
+            f"{path} is not a regular file — give --warehouse a new path or a prefixscope "
+            "warehouse"
         )
     header = _header(path) if existed else b""
     if header.startswith(b"SQLite format 3"):
@@ -196,7 +197,8 @@ def connect(
         # DuckDB itself would open a CSV, JSON or Parquet file as an empty database of views
         # over it, so an ingest would report its rows and keep none
         raise WarehouseError(
-            f"{path} is not a DuckDB file — give --warehouse a new path or a prefixscope warehouse"
+            f"{path} is not a DuckDB file — give --warehouse a new path or a prefixscope "
+            "warehouse"
         )
     con = _open(path, read_only, lock_timeout, fresh=not existed)
     try:

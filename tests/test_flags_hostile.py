@@ -572,10 +572,7 @@ SLO = ["plan", "--deployments", "h100x1", "--model", "llama-3-8b"]
     ],
 )
 def test_a_number_or_text_no_person_types_is_refused_by_its_flag(
-    tmp_path,
-    capsys,
-    argv,
-    needle,  # noqa: ANN001
+    tmp_path, capsys, argv, needle  # noqa: ANN001
 ) -> None:
     status, wh = run(tmp_path, argv)
     assert needle in one_line(capsys, status)

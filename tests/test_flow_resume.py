@@ -35,10 +35,7 @@ def runs(wh: Path) -> list[tuple[str, str]]:
 
 
 def test_a_killed_worker_ends_the_run_in_one_line_and_a_rerun_resumes(
-    prefect_server,
-    tmp_path: Path,
-    monkeypatch,
-    capsys,  # noqa: ANN001
+    prefect_server, tmp_path: Path, monkeypatch, capsys  # noqa: ANN001
 ) -> None:
     lines = conversation_lines(80, start_every_s=4, turn_every_s=30)
     log = tmp_path / "log.jsonl"

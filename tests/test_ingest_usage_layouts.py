@@ -514,31 +514,15 @@ def test_a_cut_gzip_export_keeps_its_whole_spans_and_counts_the_tail(tmp_path, c
     ("content", "reasons", "detail"),
     [
         # one pretty-printed document with one byte that is not UTF-8: the document's fault
-        (
-            lambda: (
-                json.dumps(export(span(1)), indent=1).encode().replace(b"billing", b"bill\xffng")
-            ),
-            ["invalid_utf8"],
-            "the document is not valid UTF-8 (byte",
-        ),
+        (lambda: json.dumps(export(span(1)), indent=1).encode().replace(b"billing", b"bill\xffng"),
+         ["invalid_utf8"], "the document is not valid UTF-8 (byte"),
         # a line of JSON lines nested 10,000 deep: too deep to read, not "not JSON"
-        (
-            lambda: json.dumps(export(span(1))).encode() + b"\n" + b"[" * 10_000 + b"]" * 10_000,
-            [None, "invalid_json"],
-            "line 2 of the file nests too deeply to read",
-        ),
+        (lambda: json.dumps(export(span(1))).encode() + b"\n" + b"[" * 10_000 + b"]" * 10_000,
+         [None, "invalid_json"], "line 2 of the file nests too deeply to read"),
         # a string escaping a lone surrogate: that span alone, not the file's tenant column
-        (
-            lambda: (
-                json.dumps(export(span(1)))
-                + "\n"
-                + json.dumps(export(span(2))).replace(
-                    '"stringValue": "', '"stringValue": "\\ud800', 1
-                )
-            ).encode(),
-            [None, "invalid_json"],
-            "line 2: a string escapes a lone surrogate",
-        ),
+        (lambda: (json.dumps(export(span(1))) + "\n" + json.dumps(export(span(2))).replace(
+            '"stringValue": "', '"stringValue": "\\ud800', 1)).encode(),
+         [None, "invalid_json"], "line 2: a string escapes a lone surrogate"),
     ],
     ids=["a bad byte in one document", "a line nested 10,000 deep", "a lone surrogate"],
 )

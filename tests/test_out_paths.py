@@ -47,12 +47,7 @@ COMMANDS = {
     ],
 )
 def test_out_replaces_only_a_regular_file(
-    tmp_path: Path,
-    bundled_warehouse,
-    capsys,
-    command: str,
-    make: Callable,
-    says: str,  # noqa: ANN001
+    tmp_path: Path, bundled_warehouse, capsys, command: str, make: Callable, says: str  # noqa: ANN001
 ) -> None:
     out = make(tmp_path)
     kind = (out.is_symlink(), out.is_fifo(), out.is_char_device())
@@ -67,8 +62,7 @@ def test_out_replaces_only_a_regular_file(
 
 
 def test_a_killed_exports_temporary_file_goes_with_the_next_export(
-    tmp_path: Path,
-    bundled_warehouse,  # noqa: ANN001
+    tmp_path: Path, bundled_warehouse  # noqa: ANN001
 ) -> None:
     wh = bundled_warehouse.copy_to(tmp_path)
     out = tmp_path / "trace.jsonl"

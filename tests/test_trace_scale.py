@@ -53,7 +53,10 @@ def test_index_groups_hold_the_rows_of_the_masks_in_order(rows: list[tuple[int, 
     codes = np.array([c for c, _ in rows], dtype=np.int32)
     measured = np.array([m for _, m in rows], dtype=bool)
     tenants = ("a", "b", "c", "d")
-    by_mask = [(name, np.flatnonzero(mask)) for name, mask in groups(codes, tenants, measured)]
+    by_mask = [
+        (name, np.flatnonzero(mask))
+        for name, mask in groups(codes, tenants, measured)
+    ]
     by_index = index_groups(codes, tenants, measured)
     assert [n for n, _ in by_index] == [n for n, _ in by_mask]
     for (_, a), (_, b) in zip(by_index, by_mask, strict=True):

@@ -390,12 +390,7 @@ def _parquet(path: Path) -> None:
 )
 @pytest.mark.parametrize("command", ["ingest", "simulate"])
 def test_a_file_that_is_not_a_duckdb_warehouse_is_refused_and_left_alone(
-    tmp_path,
-    capsys,
-    sample_path,
-    name,
-    make,
-    command,  # noqa: ANN001
+    tmp_path, capsys, sample_path, name, make, command  # noqa: ANN001
 ) -> None:
     """DuckDB opens a CSV, JSON or Parquet file as an empty database of views over it, so an
     ingest would report its rows and keep none; a FIFO would block the open. Each is refused
@@ -411,14 +406,12 @@ def test_a_file_that_is_not_a_duckdb_warehouse_is_refused_and_left_alone(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert any(why in err for why in ("not a DuckDB file", "not a regular file", "in memory"))
-    assert wh.is_fifo() if before is None else wh.read_bytes() == before
+    assert (wh.is_fifo() if before is None else wh.read_bytes() == before)
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
 
 
 def test_a_file_of_another_block_size_is_refused_before_it_is_written(
-    tmp_path,
-    capsys,
-    sample_path,  # noqa: ANN001
+    tmp_path, capsys, sample_path  # noqa: ANN001
 ) -> None:
     """A cache has one block size, so a warehouse of two could never be simulated: the file
     that would mix them is refused in one line, and the warehouse keeps what it had."""

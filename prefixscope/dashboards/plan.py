@@ -134,7 +134,8 @@ def sentences(rows: Sequence[dict]) -> list[str]:
             out.append(
                 f"The cheapest simulated fleet that reaches it: {_fleet(r)}, at "
                 f"${r['cost_per_hour']:,.2f} an hour (token hit rate {r['token_hit_rate']:.4f}, "
-                f"TTFT p95 {r['ttft_p95_s']:.2f} s)." + tier_sentence(r)
+                f"TTFT p95 {r['ttft_p95_s']:.2f} s)."
+                + tier_sentence(r)
             )
         else:
             out.append(f"No simulated fleet reaches the target: {r['note']}.")

@@ -103,11 +103,8 @@ def tier_chart(rows: pl.DataFrame) -> Markup | None:
                 name=plotly_text(name),
                 line={"color": PALETTE[i % len(PALETTE)]},
                 customdata=[
-                    [
-                        plotly_text(tier_name(r)),
-                        r["tier_usd_saved_per_hour"],
-                        r["tier_usd_per_hour"],
-                    ]
+                    [plotly_text(tier_name(r)), r["tier_usd_saved_per_hour"],
+                     r["tier_usd_per_hour"]]
                     for r in group.iter_rows(named=True)
                 ],  # fmt: skip
                 hovertemplate="%{customdata[0]}: saves $%{customdata[1]:,.2f}/h, costs "
@@ -119,5 +116,7 @@ def tier_chart(rows: pl.DataFrame) -> Markup | None:
     fig.update_layout(
         base_layout("Net $ an hour of each tier", "tier GiB the fleet buys", log_x=wide, height=320)
     )
-    fig.update_yaxes(title="GPU $ saved − tier $, an hour", tickformat="$,.2f", rangemode="normal")
+    fig.update_yaxes(
+        title="GPU $ saved − tier $, an hour", tickformat="$,.2f", rangemode="normal"
+    )
     return figure_markup(fig)

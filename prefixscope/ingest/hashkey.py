@@ -169,7 +169,9 @@ def read_key(path: Path) -> HashKey:
             f"{what} cannot be read ({exc.strerror}) — give a key file, or none"
         ) from None
     if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{what} is not a regular file — give a file of {KEY_BYTES} random bytes")
+        raise ValueError(
+            f"{what} is not a regular file — give a file of {KEY_BYTES} random bytes"
+        )
     if info.st_size > 4 * MAX_KEY:
         raise ValueError(f"{what} is {info.st_size:,} bytes: a key is at most {MAX_KEY}")
     try:

@@ -242,7 +242,8 @@ def _shown(value: object) -> str:
 def _count(value: object, what: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_TOKENS:
         raise ValueError(
-            f"{what}: {_shown(value)} is not a whole number from {low} to {MAX_TOKENS:,} — {_HINT}"
+            f"{what}: {_shown(value)} is not a whole number from {low} to {MAX_TOKENS:,} — "
+            f"{_HINT}"
         )
     return value
 

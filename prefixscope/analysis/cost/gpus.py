@@ -160,7 +160,8 @@ def _own_name(name: str, what: str, fix: str) -> None:
     except ValueError:
         return
     raise ValueError(
-        f"{what} {name!r} reads as the catalog's {known.name} — give it a name of its own ({fix})"
+        f"{what} {name!r} reads as the catalog's {known.name} — give it a name of its own "
+        f"({fix})"
     )
 
 

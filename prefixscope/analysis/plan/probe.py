@@ -89,7 +89,9 @@ def spans_for(
     trace: Trace, traffic: Traffic, windows: Sequence[Window], caching: Sequence[bool]
 ) -> dict[tuple[int, bool], tuple[Trace, Traffic]]:
     """The span of each window (its warm-up and its requests), caching on and off as asked."""
-    return {(w.index, c): cut(trace, traffic, w.warm, w.end, c) for w in windows for c in caching}
+    return {
+        (w.index, c): cut(trace, traffic, w.warm, w.end, c) for w in windows for c in caching
+    }
 
 
 def simulate_window(shared: Shared, probe: Probe, window: int) -> Part:

@@ -336,10 +336,8 @@ def session_codes_of(
     """int32 codes of session names (-1: none); None when no request names one."""
     if sessions is None:
         return None
-    array = (
-        sessions
-        if isinstance(sessions, (pa.Array, pa.ChunkedArray))
-        else pa.array(list(sessions), pa.string())
+    array = sessions if isinstance(sessions, (pa.Array, pa.ChunkedArray)) else pa.array(
+        list(sessions), pa.string()
     )
     if array.null_count == len(array):
         return None

@@ -211,7 +211,7 @@ def _tar_cut(path: Path) -> str | None:
     opener = next((o for magic, o in _CODECS if head.startswith(magic)), None)
     tail = b""
     try:
-        with opener(path, "rb") if opener else path.open("rb") as stream:
+        with (opener(path, "rb") if opener else path.open("rb")) as stream:
             while chunk := stream.read(1 << 20):
                 tail = (tail + chunk)[-1024:]
     except (EOFError, OSError, lzma.LZMAError, zlib.error) as exc:

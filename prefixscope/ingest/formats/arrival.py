@@ -48,7 +48,9 @@ class Arrival:
         if m := _UNIFORM.fullmatch(word):
             window = _finite(m["n"], text, flag) * UNITS[m["unit"] or "s"]
             if not 0 < window <= MAX_WINDOW_S:
-                raise ValueError(f"{flag} {text!r}: the window must be over 0 and at most 10 years")
+                raise ValueError(
+                    f"{flag} {text!r}: the window must be over 0 and at most 10 years"
+                )
             return cls("uniform", window, seed)
         if m := _POISSON.fullmatch(word):
             rate = _finite(m["n"], text, flag) / UNITS[m["unit"]]
