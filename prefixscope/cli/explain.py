@@ -66,17 +66,7 @@ def explain_command(args: argparse.Namespace) -> int:
         text = json.dumps(fleet_explain_json(found), indent=2) if args.json else None
         print(text or format_fleet_explain(found, more))
         return 0
-    result = explain.explain_requests(
-        args.warehouse,
-        explain.ExplainSettings(
-            request=args.request,
-            policy=args.policy,
-            capacity_blocks=args.capacity_blocks,
-            ttl_s=args.ttl,
-            pin_file=args.pin,
-            pin_top=args.pin_top,
-        ),
-    )
+    result = explain.explain_requests(args.warehouse, _settings(args))
     print(json.dumps(as_json(result), indent=2) if args.json else format_explain(result, more))
     return 0
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import duckdb
 import plotly.graph_objects as go
 import polars as pl
 from markupsafe import Markup
 
+from prefixscope.analysis.fleet.budget import KEYS, top_lever
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.figures import base_layout, figure_markup, plotly_text, selectable
+from prefixscope.dashboards.views import has_view, read_view
 
 #: Every part in the order it is stacked (hits first), its label and colour.
 PARTS = (
@@ -28,11 +31,15 @@ PARTS = (
     ("not_yet_cached", "not yet cached (load)", "#d62728"),
     ("slower_tier_recomputed", "slower tier recomputed", "#e377c2"),
 )
-#: What keys one configuration in ``latest_miss_budget`` (as in ``latest_fleet_hit_rates``).
-KEYS = (
-    "router", "replicas", "capacity_blocks", "policy", "load_scale", "dram_blocks", "dram_gbps",
-    "store_blocks", "store_unbounded", "store_gbps", "model", "gpu", "deployment", "engine",
-)  # fmt: skip
+
+
+def read_budget(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """``latest_miss_budget``, empty in a warehouse older than the view."""
+    return (
+        read_view(con, "latest_miss_budget")
+        if has_view(con, "latest_miss_budget")
+        else pl.DataFrame()
+    )
 
 
 def budget_chart(
@@ -87,17 +94,19 @@ def _of_group(budget: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     return budget.join(wanted, on=[*keys, "measure_window"], how="semi", nulls_equal=True)
 
 
+def worth(row: dict[str, Any]) -> str:
+    """A part's GPU-seconds, as words in brackets ("" where it was not priced)."""
+    return "" if row.get("gpu_seconds") is None else f" ({row['gpu_seconds']:,.0f} GPU-s)"
+
+
 def lever_words(rows: pl.DataFrame) -> str:
     """The part with a lever that holds the most tokens under some router of the group, as
     words: "most to win back: the router, 18.1% of the tokens under round-robin"."""
-    levered = rows.filter(pl.col("lever").is_not_null() & (pl.col("part") != "never_seen"))
-    levered = levered.filter(pl.col("share") > 0)
-    if levered.is_empty():
+    best = top_lever(rows)
+    if best is None:
         return "every token served or never seen"
-    best: dict[str, Any] = levered.sort("share", descending=True).row(0, named=True)
-    worth = "" if best.get("gpu_seconds") is None else f" ({best['gpu_seconds']:,.0f} GPU-s)"
     return (
-        f"most to win back: {best['lever']}, {best['share']:.1%} of the tokens{worth} under "
+        f"most to win back: {best['lever']}, {best['share']:.1%} of the tokens{worth(best)} under "
         f"{best['router']}"
     )
 
@@ -121,21 +130,17 @@ def budget_headline(budget: pl.DataFrame) -> str | None:
     rows = budget.filter(pl.col("tenant") == FLEET)
     windows = rows["measure_window"].unique().to_list()
     rows = rows.filter(pl.col("measure_window") == ("all" if "all" in windows else windows[0]))
-    levered = rows.filter(
-        pl.col("lever").is_not_null() & (pl.col("part") != "never_seen") & (pl.col("share") > 0)
-    )
     floor = rows.filter(pl.col("part") == "never_seen")["share"].drop_nulls()
     never = f" {floor.min():.1%} to {floor.max():.1%}" if floor.len() else ""
     if floor.len() and floor.min() == floor.max():
         never = f" {floor.min():.1%}"
     tail = f" The workload's own floor, prompt tokens no earlier prompt named:{never}."
-    if levered.is_empty():
+    best = top_lever(rows)
+    if best is None:
         return "In every fleet simulated, each prompt token was served or never seen." + tail
-    best: dict[str, Any] = levered.sort("share", descending=True).row(0, named=True)
-    worth = "" if best.get("gpu_seconds") is None else f" ({best['gpu_seconds']:,.0f} GPU-s)"
     return (
         f"The most prompt tokens to win back in the fleets simulated: {best['share']:.1%}"
-        f"{worth}, {LEVER_WORDS[best['lever']]}, under {best['router']} at "
+        f"{worth(best)}, {LEVER_WORDS[best['lever']]}, under {best['router']} at "
         f"{best['replicas']} × {best['capacity_blocks']:,} blocks ({best['engine']} engine, "
         f"load ×{best['load_scale']:g})." + tail
     )

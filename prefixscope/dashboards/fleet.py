@@ -17,7 +17,7 @@ import polars as pl
 from markupsafe import Markup
 
 from prefixscope.analysis.trace.measure import FLEET
-from prefixscope.dashboards.budget import budget_chart
+from prefixscope.dashboards.budget import budget_chart, read_budget
 from prefixscope.dashboards.engines import engine_figure
 from prefixscope.dashboards.figures import (
     PALETTE,
@@ -29,7 +29,7 @@ from prefixscope.dashboards.figures import (
 )
 from prefixscope.dashboards.slo import slo_section
 from prefixscope.dashboards.tiers import tier_chart, tier_verdict
-from prefixscope.dashboards.views import has_view, read_view
+from prefixscope.dashboards.views import read_view
 
 #: The tiers behind each replica's HBM cache (per-replica DRAM, a shared store), where the
 #: warehouse's fleet tables have them: part of a configuration.
@@ -52,7 +52,9 @@ REPLICA_GROUP = (
 STEADY = "steady"
 
 
-def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+def fleet_section(
+    con: duckdb.DuckDBPyConnection, budget: pl.DataFrame | None = None
+) -> dict[str, Any] | None:
     """What ``templates/fleet.html`` shows of the latest fleet runs; None before any. One chart
     per question, the groups of configurations behind a selector (``figures.selectable``)."""
     rates = read_view(con, "latest_fleet_hit_rates")
@@ -116,22 +118,13 @@ def fleet_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         "groups": titles,
         "charts": charts,
         "replica_chart": busy_chart,
-        "budget": budget_chart(budget_rows(con), groups, titles),
+        "budget": budget_chart(read_budget(con) if budget is None else budget, groups, titles),
         "slo": slo_section(con),
         "engines": engine_figure(rates),
         "tiers": _tiers(rows),
         "rows": table_rows(rows),
         "columns": table_columns(rows),
     }
-
-
-def budget_rows(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """``latest_miss_budget``, empty in a warehouse older than the view."""
-    return (
-        read_view(con, "latest_miss_budget")
-        if has_view(con, "latest_miss_budget")
-        else pl.DataFrame()
-    )
 
 
 def _tiers(rows: pl.DataFrame) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from markupsafe import Markup
 from prefixscope import __version__
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.block_sizes import block_size_table
-from prefixscope.dashboards.budget import budget_headline
+from prefixscope.dashboards.budget import budget_headline, read_budget
 from prefixscope.dashboards.cards import headline_cards
 from prefixscope.dashboards.figures import (
     POLICY_COLOURS,
@@ -34,7 +34,7 @@ from prefixscope.dashboards.figures import (
     policy_line,
     selectable,
 )
-from prefixscope.dashboards.fleet import budget_rows, fleet_section
+from prefixscope.dashboards.fleet import fleet_section
 from prefixscope.dashboards.history import history_section
 from prefixscope.dashboards.plan import plan_section
 from prefixscope.dashboards.plan_slo import from_warehouse as slo_sentences
@@ -68,6 +68,7 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         rates = rates.filter(pl.col("block_size") == own)
     curves = read_view(con, "latest_mrc")
     choices = Choices.of(rates, curves)
+    budget = read_budget(con)  # the hit-rate section's headline and the fleet section's chart
     page = TEMPLATES.get_template("report.html").render(
         plotlyjs=Markup(plotly_bundle()),
         datatables=datatables_script(),
@@ -87,8 +88,8 @@ def build_report(con: duckdb.DuckDBPyConnection, out: str | Path, warehouse_name
         structure=structure_section(con, int(summary["max_block_size"] or 1)),
         savings=savings_section(con),
         decode_note=DECODE_NOTE,
-        fleet=fleet_section(con),
-        budget=budget_headline(budget_rows(con)),
+        fleet=fleet_section(con, budget),
+        budget=budget_headline(budget),
         validation=validation_section(con),
         plan=plan_section(read_view(con, "latest_plan").to_dicts(), slo_sentences(con)),
     )

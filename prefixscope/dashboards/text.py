@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
+from prefixscope.analysis.fleet.budget import top_lever
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.savings import dollars
 from prefixscope.dashboards.tiers import tier_verdict
@@ -196,20 +197,13 @@ def format_budget(table: pa.Table, more: More | None = None) -> str:
     df = df.sort(keys, nulls_last=False, maintain_order=True)
     lines = [f"where the prompt tokens went (window {window}, fleet):"]
     for key, rows in df.group_by(keys, maintain_order=True):
-        shares = sorted(
-            (
-                (r["share"] or 0.0, r["part"], r["lever"], r.get("gpu_seconds"))
-                for r in rows.iter_rows(named=True)
-            ),
-            reverse=True,
-        )
-        shown = " · ".join(f"{BUDGET_LABELS[p]} {s:.1%}" for s, p, *_ in shares if s >= 5e-4)
-        levers = [(s, lv, g) for s, _, lv, g in shares if lv and lv != "prompt layout" and s > 0]
+        shares = sorted((r["share"] or 0.0, r["part"]) for r in rows.iter_rows(named=True))
+        shown = " · ".join(f"{BUDGET_LABELS[p]} {s:.1%}" for s, p in shares[::-1] if s >= 5e-4)
+        top = top_lever(rows)
         best = ""
-        if levers:
-            share, lever, gpu_s = levers[0]
-            worth = "" if gpu_s is None else f", {gpu_s:,.0f} GPU-s"
-            best = f"; most to win back: {lever} ({share:.1%} of the tokens{worth})"
+        if top is not None:
+            worth = "" if top["gpu_seconds"] is None else f", {top['gpu_seconds']:,.0f} GPU-s"
+            best = f"; most to win back: {top['lever']} ({top['share']:.1%} of the tokens{worth})"
         name = f"{key[0]} × {key[2]:,} blk {key[7]} {key[8]} {key[6]:g}x"
         lines.append(f"  {name}: {shown}{best}")
     return "\n".join([lines[0], *clip(lines[1:], more)])

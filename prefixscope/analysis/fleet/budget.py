@@ -11,14 +11,16 @@ engine serves what no earlier prompt named (``ideal``; the pools with ``--no-cac
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from prefixscope.analysis.fleet import _budget
 from prefixscope.analysis.fleet.run import FleetOutcome
 from prefixscope.analysis.fleet.stepcost import StepCost
-from prefixscope.analysis.fleet.tables import Pricing
+from prefixscope.analysis.fleet.tables import FLEET_HIT_RATES_SCHEMA, Pricing
 from prefixscope.analysis.trace.csr import Trace
 
 #: Hits by the tier that served them (``FleetOutcome.source_tokens``' columns).
@@ -46,22 +48,8 @@ KEYS = (
 
 MISS_BUDGET_SCHEMA = pa.schema(
     [
-        ("tenant", pa.string()),
-        ("router", pa.string()),
-        ("replicas", pa.int32()),
-        ("capacity_blocks", pa.int64()),
-        ("policy", pa.string()),
-        ("load_scale", pa.float64()),
-        ("dram_blocks", pa.int64()),
-        ("dram_gbps", pa.float64()),
-        ("store_blocks", pa.int64()),
-        ("store_unbounded", pa.bool_()),
-        ("store_gbps", pa.float64()),
-        ("model", pa.string()),
-        ("gpu", pa.string()),
-        ("deployment", pa.string()),
-        ("engine", pa.string()),
-        ("measure_window", pa.string()),
+        # the configuration and window, typed as fleet_hit_rates types them
+        *(FLEET_HIT_RATES_SCHEMA.field(k) for k in ("tenant", *KEYS, "measure_window")),
         ("part", pa.string()),
         ("lever", pa.string()),
         ("tokens", pa.int64()),
@@ -136,3 +124,12 @@ def budget_rows(
 
 def table(rows: Sequence[dict]) -> pa.Table:  # type: ignore[type-arg]
     return pa.Table.from_pylist(list(rows), schema=MISS_BUDGET_SCHEMA)
+
+
+def top_lever(rows: pl.DataFrame) -> dict[str, Any] | None:
+    """Of ``rows`` (``miss_budget``'s), the unserved part with a lever (never seen aside: only
+    another prompt layout lowers it) that holds the most tokens; None when none holds any."""
+    levered = rows.filter(
+        pl.col("lever").is_not_null() & (pl.col("part") != "never_seen") & (pl.col("share") > 0)
+    )
+    return None if levered.is_empty() else levered.sort("share", descending=True).row(0, named=True)
