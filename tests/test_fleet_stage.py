@@ -10,6 +10,7 @@ import duckdb
 import pytest
 
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.fleet.budget import PARTS
 from prefixscope.analysis.fleet.grid import engine_for
 from prefixscope.analysis.fleet.hardware import of_deployment
 from prefixscope.analysis.fleet.routers import ROUTERS
@@ -54,7 +55,7 @@ def test_one_replica_through_the_command_equals_simulate(bundled_warehouse, tmp_
     assert rows(wh, "SELECT count(*) FROM latest_fleet_hit_rates") == [(16,)]
     # the miss budget: every part of every (configuration, window, tenant), adding up
     assert "where the prompt tokens went" in printed
-    assert rows(wh, "SELECT count(*) FROM latest_miss_budget") == [(16 * 10,)]
+    assert rows(wh, "SELECT count(*) FROM latest_miss_budget") == [(16 * len(PARTS),)]
     sums = rows(
         wh,
         "SELECT sum(tokens) = any_value(input_tokens), round(sum(share), 9) FROM miss_budget "
@@ -185,3 +186,22 @@ def test_steps_are_priced_by_the_calibrated_model_when_there_is_one(kind, gpu, f
 def test_calibrated_without_a_model_in_the_warehouse_says_run_replay() -> None:
     with pytest.raises(ValueError, match="run replay"):
         engine_for(fleet.FleetSettings(cost_model="calibrated"), None)
+
+
+def test_each_router_delay_is_a_configuration_of_its_own(two_tenants: Path, capsys) -> None:
+    wh = str(two_tenants)
+    assert main(["fleet", "--warehouse", wh, "--router", "kv-aware,round-robin", "--replicas",
+                 "3", "--capacity-blocks", "60", "--router-delay", "0,3600000",
+                 "--window", "all"]) == 0  # fmt: skip
+    assert "kv-aware@3.6e+06ms" in capsys.readouterr().out
+    hit = dict(rows(wh, "SELECT router || '/' || router_delay_ms, token_hit_rate FROM "
+                        "latest_fleet_hit_rates WHERE tenant = '*'"))  # fmt: skip
+    assert set(hit) == {"kv-aware/0.0", "kv-aware/3600000.0", "round-robin/0.0"}
+    assert hit["kv-aware/3600000.0"] < hit["kv-aware/0.0"]
+    stale = dict(
+        rows(wh, "SELECT router_delay_ms, share FROM latest_miss_budget WHERE tenant = '*' "
+                 "AND router = 'kv-aware' AND part = 'stale_router_view'")
+    )  # fmt: skip
+    assert stale[0.0] == 0 and stale[3600000.0] > 0
+    assert rows(wh, "SELECT count(DISTINCT router_delay_ms) FROM latest_fleet_replicas "
+                    "WHERE router = 'kv-aware'") == [(2,)]  # fmt: skip

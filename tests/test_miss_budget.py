@@ -59,6 +59,12 @@ CASES = [
      Fleet("round-robin", 1, 100, engine="vllm"), {"hit_hbm": 32, "always_computed": 8}),
     ("a partial block under sglang", [[1, 2, 3]], [40],
      Fleet("round-robin", 1, 100, engine="sglang"), {"never_seen": 32, "always_computed": 8}),
+    # the router sees replica 0's cache 10 s late: both replicas look empty, the load ties, and
+    # the tie goes to replica 1; a fresh view would have sent it to replica 0
+    ("seen late by the router", [[1, 2], [1, 2, 3]], [32, 48],
+     Fleet("kv-aware", 2, 10, router_delay_s=10.0), {"stale_router_view": 32, "never_seen": 16}),
+    ("seen in time by the router", [[1, 2], [1, 2, 3]], [32, 48],
+     Fleet("kv-aware", 2, 10, router_delay_s=0.5), {"hit_hbm": 32, "never_seen": 16}),
 ]  # fmt: skip
 
 

@@ -53,6 +53,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
     fleet.add_argument(
         "--load-scale", type=flags.finite_float(), default=1.0, metavar="S", help="(%(default)s)"
     )
+    fleet.add_argument(
+        "--router-delay",
+        type=flags.finite_float(0.0, flags.MAX_ROUTER_DELAY_MS, strict=False),
+        default=0.0,
+        metavar="MS",
+        help="kv-aware routes on the caches as they were MS ago (%(default)s)",
+    )
 
 
 def explain_command(args: argparse.Namespace) -> int:
@@ -78,6 +85,7 @@ def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         request=args.request, policy=args.policy, capacity_blocks=args.capacity_blocks,
         ttl_s=args.ttl, pin_file=args.pin, pin_top=args.pin_top, router=args.router,
         replicas=args.replicas, engine=args.engine, load_scale=args.load_scale,
+        router_delay_s=args.router_delay / 1e3,
     )  # fmt: skip
 
 

@@ -21,7 +21,8 @@ def format_fleet_explain(result: FleetExplainResult, more: More | None = None) -
         f"request {result.request_id}: tenant {result.tenant}, {e.input_tokens:,} tokens in "
         f"{len(e.blocks)} blocks of {result.block_size}",
         f"fleet: {f.replicas} × {f.capacity_blocks:,} blocks ({result.capacity_from}), router "
-        f"{f.router}, engine {f.engine}, {f.policy_label}, load ×{f.load_scale:g}; routed to "
+        f"{f.router}{f' (its view {f.router_delay_s * 1e3:g} ms old)' if f.router_delay_s else ''}"
+        f", engine {f.engine}, {f.policy_label}, load ×{f.load_scale:g}; routed to "
         f"replica {e.replica}",
         "",
     ]
@@ -55,6 +56,7 @@ def fleet_explain_json(result: FleetExplainResult) -> dict[str, Any]:
         "engine": f.engine,
         "policy": f.policy_label,
         "load_scale": f.load_scale,
+        "router_delay_ms": f.router_delay_s * 1e3,
         "replica": e.replica,
         "block_size": result.block_size,
         "input_tokens": e.input_tokens,

@@ -181,6 +181,24 @@ MIN_LOAD_SCALE = 1e-6
 #: digits (``1`` and ``1.00000001``) print as one load in every table and answer.
 load_scales = floats(MAX_LOAD_SCALE, MIN_LOAD_SCALE, key=lambda v: f"{v:.6g}")
 
+#: The longest router delay, ms (about 30 years: longer is a view that never arrives).
+MAX_ROUTER_DELAY_MS = 1e12
+
+
+def router_delays(text: str) -> list[float]:
+    """``--router-delay``: distinct comma-separated milliseconds, 0 (a fresh view) or more."""
+    try:
+        values = [number(v) for v in _items(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated milliseconds, got {text!r}"
+        ) from None
+    if any(not 0 <= v <= MAX_ROUTER_DELAY_MS for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected milliseconds from 0 to {MAX_ROUTER_DELAY_MS:,.0f}, got {text!r}"
+        )
+    return distinct(values, text, key=lambda v: f"{v:.6g}")
+
 
 def out_file(text: str) -> str:
     """An output file path: not an existing directory."""

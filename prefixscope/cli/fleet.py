@@ -99,6 +99,15 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="S times the traffic: the same requests in 1/S of the time (1)",
     )
     p.add_argument(
+        "--router-delay",
+        type=flags.router_delays,
+        default=[0.0],
+        metavar="MS[,MS...]",
+        help="kv-aware routes on the caches as they were MS ago, as a router fed by the "
+        "engines' KV events sees them when the events take that long (0: as they are); "
+        "several are a grid",
+    )
+    p.add_argument(
         "--tier",
         type=dram_tiers,
         default=[None],
@@ -222,6 +231,7 @@ def fleet_command(args: argparse.Namespace) -> int:
         ttl_s=args.ttl,
         pins=Pins(args.pin_top, args.pin),
         load_scales=tuple(args.load_scale),
+        router_delays=tuple(d / 1e3 for d in args.router_delay),
         engines=tuple(args.engine),
         vllm_blocks=args.vllm_blocks,
         cache_answers=args.cache_answers,

@@ -26,6 +26,7 @@ PARTS = (
     ("never_seen", "never seen (workload)", "#7f7f7f"),
     ("always_computed", "always computed", "#c7c7c7"),
     ("other_replica", "on another replica (router)", "#1f77b4"),
+    ("stale_router_view", "stale router view (fresher routing)", "#17becf"),
     ("evicted", "evicted (memory)", "#ff7f0e"),
     ("behind_a_miss", "behind a miss (policy)", "#9467bd"),
     ("not_yet_cached", "not yet cached (load)", "#d62728"),
@@ -118,6 +119,8 @@ LEVER_WORDS = {
     "load": "asked for before any replica had computed them (load)",
     "eviction policy": "cached behind an uncached block (the eviction policy)",
     "faster tier": "held in a tier slower to copy from than to recompute (a faster tier)",
+    "fresher routing": "held where a router with a fresh view would have sent them (fresher "
+    "routing)",
 }
 
 

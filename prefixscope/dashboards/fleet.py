@@ -155,7 +155,11 @@ def chosen_rows(fleet: pl.DataFrame) -> pl.DataFrame:
         .sort("_rank", maintain_order=True)
         .unique(_present(fleet, CONFIGURATION), keep="first", maintain_order=True)
         .drop("_rank")
-        .sort([*_present(fleet, GROUP), "router"], nulls_last=False)
+        .sort(
+            [*_present(fleet, GROUP), pl.col("router").str.replace(r"@.*", ""),
+             *_present(fleet, ("router_delay_ms",))],
+            nulls_last=False,
+        )  # fmt: skip
     )
 
 

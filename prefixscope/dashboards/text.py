@@ -9,6 +9,7 @@ from prefixscope.analysis.fleet.budget import top_lever
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.savings import dollars
 from prefixscope.dashboards.tiers import tier_verdict
+from prefixscope.dashboards.views import delayed_routers
 from prefixscope.terminal import More, clip
 
 #: Above this many tenants a terminal table shows the fleet rows only.
@@ -110,9 +111,10 @@ def format_fleet(table: pa.Table, more: More | None = None) -> str:
     df = df.filter(pl.col("tenant") == FLEET).sort(
         ["measure_window", "replicas", "deployment", "capacity_blocks", "dram_blocks",
          "store_unbounded", "store_blocks", "load_scale", "router",
-         *(["engine"] if "engine" in df.columns else [])],
+         *[c for c in ("router_delay_ms", "engine") if c in df.columns]],
         nulls_last=False,
     )  # fmt: skip
+    df = delayed_routers(df)
     tiered = bool(df["dram_blocks"].max()) or df["store_gbps"].drop_nulls().len() > 0
     # the engine's column only when some row runs a KV pool (an ideal-only run reads as before)
     pooled = "engine" in df.columns and bool((df["engine"].fill_null("ideal") != "ideal").any())
@@ -180,6 +182,7 @@ BUDGET_LABELS = {
     "always_computed": "always computed", "never_seen": "never seen",
     "slower_tier_recomputed": "tier recomputed", "behind_a_miss": "behind a miss",
     "other_replica": "other replica", "evicted": "evicted", "not_yet_cached": "not yet cached",
+    "stale_router_view": "stale router view",
 }  # fmt: skip
 
 
@@ -194,7 +197,9 @@ def format_budget(table: pa.Table, more: More | None = None) -> str:
     keys = ["replicas", "deployment", "capacity_blocks", "dram_blocks", "store_unbounded",
             "store_blocks", "load_scale", "router", "engine", "policy"]  # fmt: skip
     df = df.filter((pl.col("tenant") == FLEET) & (pl.col("measure_window") == window))
-    df = df.sort(keys, nulls_last=False, maintain_order=True)
+    delay = ["router_delay_ms"] if "router_delay_ms" in df.columns else []
+    order = [*keys[:8], *delay, *keys[8:]]
+    df = delayed_routers(df.sort(order, nulls_last=False, maintain_order=True))
     lines = [f"where the prompt tokens went (window {window}, fleet):"]
     for key, rows in df.group_by(keys, maintain_order=True):
         shares = sorted((r["share"] or 0.0, r["part"]) for r in rows.iter_rows(named=True))

@@ -9,8 +9,20 @@ import polars as pl
 
 def read_view(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
     """Every row of the view ``name``, in the view's own order. The name is looked up in the
-    catalog as a name (``DuckDBPyConnection.view``), never parsed as SQL."""
-    return con.view(name).pl()
+    catalog as a name (``DuckDBPyConnection.view``), never parsed as SQL. A router whose view
+    of the caches lagged is named with its delay (:func:`delayed_routers`)."""
+    return delayed_routers(con.view(name).pl())
+
+
+def delayed_routers(df: pl.DataFrame) -> pl.DataFrame:
+    """``router`` named with its ``router_delay_ms`` where that is above 0 (``kv-aware@100ms``),
+    so a configuration that differs only by the delay reads as a router of its own."""
+    if "router" not in df.columns or "router_delay_ms" not in df.columns:
+        return df
+    delay = pl.col("router_delay_ms").fill_null(0.0)
+    ms = delay.map_elements(lambda v: f"{v:g}", return_dtype=pl.String)
+    label = pl.col("router") + "@" + ms + "ms"
+    return df.with_columns(router=pl.when(delay > 0).then(label).otherwise(pl.col("router")))
 
 
 def has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:

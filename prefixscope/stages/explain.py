@@ -50,6 +50,7 @@ class ExplainSettings:
     replicas: int = 1
     engine: str = "ideal"
     load_scale: float = 1.0
+    router_delay_s: float = 0.0  # kv-aware's view of the caches lags them (``_stale.py``)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def explain_in_a_fleet(wh: str | Path, settings: ExplainSettings) -> FleetExplai
     assert settings.router is not None
     fleet_settings = FleetSettings(
         routers=(settings.router,), replicas=(settings.replicas,), engines=(settings.engine,),
-        load_scales=(settings.load_scale,), policy=settings.policy, ttl_s=settings.ttl_s,
+        load_scales=(settings.load_scale,), router_delays=(settings.router_delay_s,),
+        policy=settings.policy, ttl_s=settings.ttl_s,
         pins=Pins(top=settings.pin_top, file=settings.pin_file),
     )  # fmt: skip
     fleet_settings.check()

@@ -13,7 +13,8 @@ import numpy as np
 from prefixscope.analysis.fleet._records import HIST_BUCKETS
 from prefixscope.analysis.fleet.assign import ring, session_keys
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
-from prefixscope.analysis.fleet.run import Fleet, FleetOutcome, Traffic, _per_busy, weighted_p95
+from prefixscope.analysis.fleet.run import Fleet, FleetOutcome, Traffic
+from prefixscope.analysis.fleet.running import per_busy, weighted_p95
 from prefixscope.analysis.trace.csr import Trace
 
 
@@ -83,9 +84,9 @@ def time_weighted(replicas: list[Any], width: int) -> dict[str, np.ndarray]:
     pre = np.array([getattr(p, "preemptions", 0) for p in replicas], np.int64)
     return {
         "preemptions": pre,
-        "running_blocks_mean": _per_busy(np.array([p.running_s for p in replicas]), busy),
+        "running_blocks_mean": per_busy(np.array([p.running_s for p in replicas]), busy),
         "running_blocks_p95": weighted_p95(hist, width),
-        "prefix_cache_blocks_mean": _per_busy(np.array([p.cached_s for p in replicas]), busy),
+        "prefix_cache_blocks_mean": per_busy(np.array([p.cached_s for p in replicas]), busy),
     }
 
 

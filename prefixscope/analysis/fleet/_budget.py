@@ -12,7 +12,9 @@ Per block past the served run, the first rule that holds (``tok``: the block's t
    looked up by an earlier request: the workload's floor);
 4. held by this replica (any tier) or the fleet's store: ``BEHIND`` an earlier miss (the
    leading-run rule);
-5. held by another replica: ``OTHER`` (routing);
+5. held by another replica: ``STALE`` where it is the one a fresh view would have routed the
+   request to (``--router-delay``: the router saw that cache as it was a while ago), else
+   ``OTHER`` (routing);
 6. cached somewhere before and dropped since: ``EVICTED`` (capacity, ttl);
 7. looked up before but not cached yet (its first request still queued, pools): ``PENDING``.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 from prefixscope.analysis.fleet._records import BUDGET_PARTS, HIT, piece
 from prefixscope.analysis.fleet._sets import _bit
 
-ALWAYS, NEVER, RECOMPUTED, BEHIND, OTHER, EVICTED, PENDING = range(BUDGET_PARTS)
+ALWAYS, NEVER, RECOMPUTED, BEHIND, OTHER, EVICTED, PENDING, STALE = range(BUDGET_PARTS)
 
 
 @piece
@@ -43,6 +45,8 @@ def classify(r, i, blocks, start, end, inp, served_b, k, rl, kc, bs, sets, req):
     dram = sets.dram_held.size > 1
     store = sets.store_in.size > 1
     ever = sets.ever.size > 1
+    fresh = req.fresh[r] if req.fresh.size > 1 else -1
+    missed = fresh >= 0 and fresh != i  # a fresh view would have routed it elsewhere
     for j in range(served_b, nb):
         tok = min(max(inp - j * bs, 0), bs)
         if tok == 0:
@@ -61,7 +65,7 @@ def classify(r, i, blocks, start, end, inp, served_b, k, rl, kc, bs, sets, req):
             if mine or (store and sets.store_in[b]):
                 part = BEHIND
             elif others:
-                part = OTHER
+                part = STALE if missed and sets.held[b] & _bit(fresh) else OTHER
             elif not ever or sets.ever[b]:
                 part = EVICTED
             else:

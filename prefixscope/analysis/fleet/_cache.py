@@ -15,6 +15,7 @@ from __future__ import annotations
 from prefixscope.analysis.fleet._budget import classify
 from prefixscope.analysis.fleet._records import piece
 from prefixscope.analysis.fleet._sets import _bit, _evict_to, _touch
+from prefixscope.analysis.fleet._stale import logged, note
 from prefixscope.analysis.fleet._tiers import hbm_over_dram, store_write
 from prefixscope.analysis.policies._lists import _unlink
 
@@ -112,11 +113,21 @@ def insert(r, i, blocks, start, end, best, stride, sched, tiers, sets, rep, scra
         rep.size[i], rep.dsize[i] = hbm_over_dram(
             blocks, start, end, i, base, s, cap, tiers.dram_blocks, rep.size[i], rep.dsize[i],
             sched.recency, sets.held, sets.nxt, sets.prv, sets.dram_held, sets.dnxt, sets.dprv,
+            sets,
         )  # fmt: skip
     else:
+        if logged(sets):  # what the touch adds, then what the eviction drops (front first)
+            for p in range(start, end):
+                if not sets.held[blocks[p]] & _bit(i):
+                    note(sets, i, blocks[p], True)
         rep.size[i] += _touch(
             blocks, start, end, i, base, s, sets.held, sets.nxt, sets.prv, sched.recency
         )
+        if logged(sets):
+            v = sets.nxt[s]
+            for _ in range(rep.size[i] - cap):
+                note(sets, i, v - base, False)
+                v = sets.nxt[v]
         rep.size[i] = _evict_to(i, base, s, cap, rep.size[i], sets.held, sets.nxt, sets.prv)
     if rep.filled_at[i] < 0 and rep.size[i] >= cap:
         rep.filled_at[i] = r
@@ -139,6 +150,7 @@ def expire(t, n_rep, stride, ttl, sets, rep):  # type: ignore[no-untyped-def]
             v = sets.nxt[s]
             _unlink(sets.nxt, sets.prv, v)
             sets.held[v - base] &= bit
+            note(sets, i, v - base, False)
             rep.size[i] -= 1
 
 

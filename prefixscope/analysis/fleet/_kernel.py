@@ -29,7 +29,7 @@ import numpy as np
 from prefixscope.analysis.fleet._budget import classify
 from prefixscope.analysis.fleet._cache import expire, given_hit, insert, lookup, served, stamp
 from prefixscope.analysis.fleet._records import IDEAL, NONE, VLLM, piece
-from prefixscope.analysis.fleet._route import route
+from prefixscope.analysis.fleet._route import fresh_pick, route
 from prefixscope.analysis.fleet._sched import step
 
 
@@ -102,12 +102,16 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
             stop.at[0] = r
             return
         start, end = tr.offsets[r], tr.offsets[r + 1]
+        sets.log_now[0] = t
         if sched.ttl >= 0:
             expire(t, n_rep, stride, sched.ttl, sets, rep)
         i = route(
             r, start, end, tr.blocks, t, assign, rp, rep, sets, n_rep, stride, sched.block_size
         )
         req.replica[r] = i
+        if req.fresh.size > 1:  # a stale view: where a fresh one would have sent it
+            bs = sched.block_size
+            req.fresh[r] = fresh_pick(r, start, end, tr.blocks, rp, rep, sets, n_rep, bs)
         inp = tr.input_tokens[r]
         kc = tr.ceiling_run[r] if tr.ceiling_run.size else -1  # -1: no miss budget
         if sched.engine == IDEAL:

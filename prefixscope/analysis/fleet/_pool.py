@@ -47,12 +47,14 @@ from prefixscope.analysis.fleet._cache import prefill_alone, served
 from prefixscope.analysis.fleet._copies import _copy, _drop_copy
 from prefixscope.analysis.fleet._records import NONE, SGLANG, piece
 from prefixscope.analysis.fleet._sets import _bit, _push_back, _unlink
+from prefixscope.analysis.fleet._stale import note
 
 
 @piece
 def _evict(i, v, base, bit, sets, pool, rep, r):  # type: ignore[no-untyped-def]
     """Node ``v``'s block loses its hash (a free block reused)."""
     sets.held[v - base] &= ~bit
+    note(sets, i, v - base, False)
     pool.cached_free[i] -= 1
     if rep.filled_at[i] == NONE:
         rep.filled_at[i] = r
@@ -165,6 +167,7 @@ def register(i, b, stride, sched, parent, sets, pool):  # type: ignore[no-untype
     base = i * stride
     v = base + b
     sets.held[b] |= _bit(i)
+    note(sets, i, b, True)
     if sets.ever.size > 1:
         sets.ever[b] = 1
     pool.refcnt[v] = 1
@@ -251,6 +254,7 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
                 prev = NONE
                 continue
             sets.held[b] |= bit
+            note(sets, i, b, True)
             if sets.ever.size > 1:
                 sets.ever[b] = 1
             pool.refcnt[base + b] = -1

@@ -31,7 +31,7 @@ NONE = -1
 SEQ_SPAN = 2**31
 #: The miss budget's parts (``_budget.py``), and a watched block's codes besides them: served
 #: from cache, or its request never looked up (the loop stopped before it).
-BUDGET_PARTS = 7
+BUDGET_PARTS = 8
 HIT, NOT_LOOKED_UP = -1, -2
 #: Buckets of the running-blocks histogram (its p95 is exact below this many blocks).
 HIST_BUCKETS = 4096
@@ -101,6 +101,8 @@ class RouterParams(NamedTuple):
     evict_interval_s: float
     overlap_weight: float
     load_weight: float
+    #: seconds the router's view of the caches lags them (``_stale.py``; 0: it reads them)
+    delay_s: float = 0.0
 
 
 class TierParams(NamedTuple):
@@ -150,6 +152,9 @@ class Requests(NamedTuple):
     #: ``[r, part of its block 0, part of block 1, ...]``: one watched request's blocks by
     #: part (``_budget.HIT`` for a hit, ``NOT_LOOKED_UP`` before its lookup); ``[-1]``: none
     why: np.ndarray
+    #: the replica a fresh view would have routed it to, under a stale router view with a
+    #: miss budget (the budget's ``STALE``); one entry: not kept
+    fresh: np.ndarray
 
 
 class Replicas(NamedTuple):
@@ -202,7 +207,10 @@ class Sets(NamedTuple):
     (sentinel ``i·(n_unique + 1) + n_unique``): the cache's eviction order (ideal), the router
     trees, the DRAM tiers and the store; ``last``: each node's last use (ttl's idle clock);
     ``ever``: per block, whether a pool ever cached it (the miss budget's evicted or pending;
-    one entry: not kept)."""
+    one entry: not kept). A stale router view (``_stale.py``; one entry each: none): ``rview``,
+    the masks as the router sees them; per replica a ring of changes (``log_t`` when,
+    ``log_b`` which block, ``log_on`` cached or dropped; ``log_at[i]``: head, count, applied
+    early) and ``log_now[0]``, the time a change now happens at."""
 
     held: np.ndarray
     nxt: np.ndarray
@@ -218,49 +226,12 @@ class Sets(NamedTuple):
     sprv: np.ndarray
     last: np.ndarray
     ever: np.ndarray
-
-
-class Pool(NamedTuple):
-    """One KV pool per replica (vllm, sglang), over the same nodes as :class:`Sets`.
-
-    - ``refcnt``: running requests holding the block; ``free_n``: free blocks (vllm: the free
-      queue's length; sglang: free plus evictable); ``cached_free``: free blocks that keep a
-      hash (the prefix cache);
-    - vllm's free queue is the list ``Sets.nxt``/``prv``; ``anon_before[v]``: hashless free
-      blocks just before node ``v`` (at the sentinel: after the last node);
-    - sglang: ``nchild`` cached children per block, ``stamp`` the release that last unlocked it,
-      a heap of evictable leaves by stamp (``heap_*``), ``anon_free`` hashless free blocks;
-      SGLang's radix nodes (``_pool.py``, "Radix nodes"): ``nstart`` whether a block begins
-      its node, ``ncont`` the next block of its node (NONE: it ends it);
-    - the running requests in schedule order (``rnext``/``rprev``, sentinel ``n + i``)."""
-
-    refcnt: np.ndarray
-    anon_before: np.ndarray
-    free_n: np.ndarray
-    cached_free: np.ndarray
-    nchild: np.ndarray
-    stamp: np.ndarray
-    heap_key: np.ndarray
-    heap_node: np.ndarray
-    heap_n: np.ndarray
-    heap_pos: np.ndarray
-    anon_free: np.ndarray
-    rnext: np.ndarray
-    rprev: np.ndarray
-    stamp_ctr: np.ndarray  # [releases so far] (sglang's stamps)
-    ans_mine: np.ndarray  # per answer position: its request holds the block under that id
-    # vllm's second copies of an id (``_pool.py``, "Second copies"): ``dup_of[v]`` the copy
-    # of node ``v`` (NONE: none); per copy slot (``dup_slots`` per replica) the node it
-    # copies and the answer position of the request holding it (NONE: free); a stack of
-    # free slots per replica; per answer position, the copy its request holds (NONE: none)
-    dup_of: np.ndarray
-    dup_owner: np.ndarray
-    dup_pos: np.ndarray
-    dup_stack: np.ndarray
-    dup_top: np.ndarray
-    ans_copy: np.ndarray
-    nstart: np.ndarray
-    ncont: np.ndarray
+    rview: np.ndarray
+    log_t: np.ndarray
+    log_b: np.ndarray
+    log_on: np.ndarray
+    log_at: np.ndarray
+    log_now: np.ndarray
 
 
 class Stop(NamedTuple):
@@ -288,10 +259,13 @@ def stop(limits: list[float], allowed: list[int], first: int) -> Stop:
     )  # fmt: skip
 
 
-def requests(n: int, budget: bool = False, watch: int = NONE, blocks: int = 0) -> Requests:
+def requests(
+    n: int, budget: bool = False, watch: int = NONE, blocks: int = 0, stale: bool = False
+) -> Requests:
     """Every request's state, zero (NONE where a position or a time is unset), by name;
     ``budget``: a miss budget row per request; ``watch``: the request (of ``blocks`` blocks)
-    whose blocks' parts are kept."""
+    whose blocks' parts are kept; ``stale``: the router's view lags (with ``budget``, each
+    request's fresh choice is kept)."""
 
     def full(dtype: type, fill: int = 0, width: int = 0) -> np.ndarray:
         return np.full((n, width) if width else n, fill, dtype)
@@ -306,6 +280,7 @@ def requests(n: int, budget: bool = False, watch: int = NONE, blocks: int = 0) -
         ans_own=full(i32), fill=full(np.bool_), pre_n=full(i64), pre_q=full(i64),
         pre_h=full(i64), miss=np.zeros((n if budget else 1, BUDGET_PARTS), np.int32),
         why=np.array([watch] + [NOT_LOOKED_UP] * (blocks if watch != NONE else 0), i64),
+        fresh=np.full(n if budget and stale else 1, NONE, i32),
     )  # fmt: skip
 
 
@@ -391,10 +366,12 @@ def sets(
     copies: int = 0,
     idle: bool = False,
     ever: bool = False,
+    log_capacity: int = 0,
 ) -> Sets:
     """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
     :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``); ``ever``:
-    whether each block was ever cached (a pool's miss budget)."""
+    whether each block was ever cached (a pool's miss budget); ``log_capacity``: changes each
+    replica's ring of a stale router view holds (0: the router reads the caches)."""
     nodes = n_rep * (n_unique + 1)
 
     def lists(on: bool, name: str, extra: int = 0) -> tuple[np.ndarray, ...]:
@@ -414,45 +391,10 @@ def sets(
         _nodes("sprv", s),
         np.zeros(nodes if idle else 1, np.float64),
         np.zeros(n_unique if ever else 1, np.uint8),
-    )
-
-
-def dup_slots(engine: int, capacity: int, answers: int) -> int:
-    """Second copies a vllm replica can hold at once: each is a block of its pool, and each
-    copies an id of some answer."""
-    return min(capacity, answers) if engine == VLLM else 0
-
-
-def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int, answers: int = 0) -> Pool:
-    on = engine != IDEAL
-    nodes = n_rep * (n_unique + 1) if on else 1
-    sg = engine == SGLANG
-    leaves = min(capacity, n_unique) + 1
-    slots = dup_slots(engine, capacity, answers)
-    copies = n_rep * slots
-    return Pool(
-        refcnt=np.zeros(nodes + copies, np.int32),
-        anon_before=np.zeros(nodes + copies if engine == VLLM else 1, np.int64),
-        free_n=np.full(n_rep, capacity, np.int64),
-        cached_free=np.zeros(n_rep, np.int64),
-        nchild=np.zeros(nodes if sg else 1, np.int32),
-        stamp=np.zeros(nodes if sg else 1, np.int64),
-        heap_key=np.zeros(n_rep * leaves if sg else 1, np.int64),
-        heap_node=np.zeros(n_rep * leaves if sg else 1, np.int64),
-        heap_n=np.zeros(n_rep, np.int64),
-        heap_pos=np.full(nodes if sg else 1, NONE, np.int64),
-        anon_free=np.full(n_rep, capacity, np.int64),
-        rnext=np.empty(n + n_rep if on else 1, np.int64),
-        rprev=np.empty(n + n_rep if on else 1, np.int64),
-        stamp_ctr=np.zeros(1, np.int64),
-        ans_mine=np.zeros(max(answers, 1), np.bool_),
-        # one entry past the last, so that an array of one entry means "no copies"
-        dup_of=np.full(nodes + 1 if slots else 1, NONE, np.int32),
-        dup_owner=np.full(copies + 1, NONE, np.int32),
-        dup_pos=np.full(copies + 1, NONE, np.int64),
-        dup_stack=np.append(np.tile(np.arange(slots, dtype=np.int32), n_rep), np.int32(0)),
-        dup_top=np.full(n_rep, slots, np.int64),
-        ans_copy=np.full(answers + 1 if slots else 1, NONE, np.int32),
-        nstart=np.ones(nodes if sg else 1, np.int8),
-        ncont=np.full(nodes if sg else 1, NONE, np.int32),
+        np.zeros(max(n_unique, 2) if log_capacity else 1, np.uint64),
+        np.zeros(n_rep * log_capacity if log_capacity else 1, np.float64),
+        np.zeros(n_rep * log_capacity if log_capacity else 1, np.int32),
+        np.zeros(n_rep * log_capacity if log_capacity else 1, np.bool_),
+        np.zeros((n_rep, 3), np.int64),
+        np.zeros(1, np.float64),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from prefixscope.analysis.fleet._records import CACHE_AWARE, KV_AWARE, LEAST_LOADED, piece
 from prefixscope.analysis.fleet._sets import _argmin, _evict_to, _overlaps, _touch
+from prefixscope.analysis.fleet._stale import catch_up
 
 
 @piece
@@ -19,14 +20,33 @@ def least_loaded(r, start, end, blocks, arrival, rp, rep, sets, n_rep, stride, b
 
 
 @piece
-def kv_aware(r, start, end, blocks, arrival, rp, rep, sets, n_rep, stride, block_size):  # type: ignore[no-untyped-def]
+def _kv_pick(r, start, end, blocks, held, rp, rep, n_rep, block_size):  # type: ignore[no-untyped-def]
     """Dynamo's logit, lowest wins: load weight × (queued prefill + decode context) in blocks
-    − overlap weight × the leading run each replica holds."""
-    _overlaps(blocks, start, end, sets.held, n_rep, rep.overlap)
+    − overlap weight × the leading run each replica holds (by ``held``)."""
+    _overlaps(blocks, start, end, held, n_rep, rep.overlap)
     for j in range(n_rep):
         load = (rep.outstanding[j] + rep.sum_ctx[j]) / block_size
         rep.score[j] = rp.load_weight * load - rp.overlap_weight * rep.overlap[j]
     return _argmin(rep.score, n_rep, r)
+
+
+@piece
+def kv_aware(r, start, end, blocks, arrival, rp, rep, sets, n_rep, stride, block_size):  # type: ignore[no-untyped-def]
+    """:func:`_kv_pick` over the caches as they are, or as they were ``rp.delay_s`` ago
+    (``_stale.py``); the loads are always current."""
+    if rp.delay_s > 0:
+        catch_up(sets, arrival - rp.delay_s, n_rep)
+        return _kv_pick(r, start, end, blocks, sets.rview, rp, rep, n_rep, block_size)
+    return _kv_pick(r, start, end, blocks, sets.held, rp, rep, n_rep, block_size)
+
+
+@piece
+def fresh_pick(r, start, end, blocks, rp, rep, sets, n_rep, block_size):  # type: ignore[no-untyped-def]
+    """The replica a stale router would have picked with a fresh view (the miss budget's
+    ``STALE``); -1 for a router whose view cannot lag."""
+    if rp.kind != KV_AWARE:
+        return -1
+    return _kv_pick(r, start, end, blocks, sets.held, rp, rep, n_rep, block_size)
 
 
 @piece

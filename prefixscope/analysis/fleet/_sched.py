@@ -27,6 +27,7 @@ EMPTY = 2**63 - 1  # an empty heap's top key
 @step_piece
 def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
     """Run one step of replica ``i`` and advance its clock."""
+    sets.log_now[0] = rep.now[i]  # what the step changes in the cache, it changes now
     if sched.engine != IDEAL:
         _grow(i, tr, sched, stride, req, rep, hp, sets, pool)
     else:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import numba
 
 from prefixscope.analysis.fleet._sets import _bit, _evict_to, _push_back, _unlink
+from prefixscope.analysis.fleet._stale import note
 
 
 @numba.njit(inline="always")
 def hbm_over_dram(  # type: ignore[no-untyped-def]
     blocks, start, end, i, base, s, capacity, dram_cap, size, dsize, recency,
-    held, nxt, prv, dram_held, dnxt, dprv,
+    held, nxt, prv, dram_held, dnxt, dprv, sets,
 ):  # fmt: skip
     bit = _bit(i)
     for p in range(end - 1, start - 1, -1):
@@ -35,12 +36,14 @@ def hbm_over_dram(  # type: ignore[no-untyped-def]
             dram_held[b] &= ~bit
             dsize -= 1
         held[b] |= bit
+        note(sets, i, b, True)
         size += 1
         _push_back(nxt, prv, s, v)
     while size > capacity:
         v = nxt[s]
         _unlink(nxt, prv, v)
         held[v - base] &= ~bit
+        note(sets, i, v - base, False)
         size -= 1
         dram_held[v - base] |= bit
         _push_back(dnxt, dprv, s, v)

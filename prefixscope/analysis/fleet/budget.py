@@ -35,8 +35,9 @@ MISSES = (
     ("other_replica", "router"),  # another replica held it
     ("evicted", "memory"),  # cached once, dropped since (capacity, ttl)
     ("not_yet_cached", "load"),  # named by a request still queued (pools)
+    ("stale_router_view", "fresher routing"),  # where a fresh view would have sent it
 )
-assert len(MISSES) == _budget.PENDING + 1
+assert len(MISSES) == _budget.STALE + 1
 PARTS = HITS + tuple(name for name, _ in MISSES)
 LEVERS = dict(MISSES)
 
@@ -44,18 +45,24 @@ LEVERS = dict(MISSES)
 KEYS = (
     "router", "replicas", "capacity_blocks", "policy", "load_scale", "dram_blocks", "dram_gbps",
     "store_blocks", "store_unbounded", "store_gbps", "model", "gpu", "deployment", "engine",
+    "router_delay_ms",
 )  # fmt: skip
 
 MISS_BUDGET_SCHEMA = pa.schema(
     [
         # the configuration and window, typed as fleet_hit_rates types them
-        *(FLEET_HIT_RATES_SCHEMA.field(k) for k in ("tenant", *KEYS, "measure_window")),
+        *(
+            FLEET_HIT_RATES_SCHEMA.field(k)
+            for k in ("tenant", *KEYS, "measure_window")
+            if k != "router_delay_ms"  # added later: the table's last column
+        ),
         ("part", pa.string()),
         ("lever", pa.string()),
         ("tokens", pa.int64()),
         ("input_tokens", pa.int64()),
         ("share", pa.float64()),
         ("gpu_seconds", pa.float64()),
+        FLEET_HIT_RATES_SCHEMA.field("router_delay_ms"),
     ]
 )
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from prefixscope.analysis.cost.gpus import resolve_gpu
-from prefixscope.analysis.fleet import _kernel, _records
+from prefixscope.analysis.fleet import _kernel, _pool_state, _records
 from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
 from prefixscope.analysis.fleet.pool_inputs import check_fits, repeats
 from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES, Pins, replayed_hits
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
+from prefixscope.analysis.fleet.running import per_busy, preempted, weighted_p95
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.policies.ceiling import leading_runs
 from prefixscope.analysis.structure.answers import answer_ids, routed_answer_blocks
@@ -34,6 +35,9 @@ LOOP_POLICIES = {"lru": True, "fifo": False, "ttl": True}
 FLEET_POLICIES = (*LOOP_POLICIES, *REPLAYED_POLICIES)
 #: The registry's other policies, and why a fleet does not run them.
 REFUSED_POLICIES = {"ceiling": "it is unbounded; a replica's cache has a capacity"}
+#: Changes each replica's ring holds for a stale router view (``_stale.py``): a block cached
+#: or dropped is one; more pending at once than this reach the view early (counted).
+LOG_CAPACITY = 2**18
 #: The bit masks of the loop hold one bit per replica.
 MAX_REPLICAS = 64
 #: vLLM's defaults: ``max_num_batched_tokens`` with chunked prefill, and ``max_num_seqs``.
@@ -112,6 +116,8 @@ class Fleet:
     engine: str = "ideal"
     ttl_s: float | None = None  # ``ttl``: idle seconds before a block is dropped
     pins: Pins = field(default_factory=Pins)  # ``pinned``: which prefixes each replica pins
+    #: seconds the router's view of the caches lags them (``_stale.py``; kv-aware reads them)
+    router_delay_s: float = 0.0
 
     @property
     def policy_label(self) -> str:
@@ -164,6 +170,13 @@ class Fleet:
             raise ValueError(f"capacity must be at least one block, got {self.capacity_blocks}")
         if not self.load_scale > 0:
             raise ValueError(f"the load scale must be positive, got {self.load_scale}")
+        if not 0 <= self.router_delay_s < float("inf"):
+            raise ValueError(f"a router's delay is seconds ≥ 0, got {self.router_delay_s}")
+        if self.router_delay_s and router.kind != _records.KV_AWARE:
+            raise ValueError(
+                f"--router-delay lags a router fed by the caches' events (kv-aware); "
+                f"{self.router} reads none (cache-aware keeps its own tree)"
+            )
 
 
 @dataclass(frozen=True)
@@ -262,6 +275,9 @@ class FleetOutcome:
     #: The watched request's blocks by part (``_records.HIT``, ``_budget.py``'s codes);
     #: None: none was watched.
     why: np.ndarray | None = None
+    #: Cache changes a stale router view took before they were ``router_delay_s`` old (a
+    #: replica's ring of :data:`LOG_CAPACITY` full; ``_stale.py``); 0 for a fresh view.
+    view_early: int = 0
 
     @property
     def fleet_filled_at(self) -> int:
@@ -367,23 +383,26 @@ def _run(  # type: ignore[no-untyped-def]
     rp = _records.RouterParams(
         kind, float(r.cache_threshold), float(r.balance_abs), float(r.balance_rel),
         max(1, r.tree_tokens // trace.block_size), float(r.evict_interval_s),
-        float(r.overlap_weight), float(r.load_weight),
+        float(r.overlap_weight), float(r.load_weight), float(fleet.router_delay_s),
     )  # fmt: skip
     store = -1 if t.store_blocks is None else t.store_blocks
     tiers = _records.TierParams(t.dram_blocks, store, dram_s, store_s)
     watched = _records.NONE if watch is None else watch
+    stale = fleet.router_delay_s > 0
     req = _records.requests(
-        n, budget, watched, int(trace.blocks_per_request[watch] if watch is not None else 0)
-    )
+        n, budget, watched, int(trace.blocks_per_request[watch] if watch is not None else 0),
+        stale,
+    )  # fmt: skip
     rep = _records.replicas(n_rep, float(arrival[0]) if n else 0.0)
     tree = kind == _records.CACHE_AWARE
-    copies = _records.dup_slots(code, fleet.capacity_blocks, len(answers[1]))
+    copies = _pool_state.dup_slots(code, fleet.capacity_blocks, len(answers[1]))
     sets = _records.sets(
         trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies,
         fleet.ttl_s is not None, budget and code != _records.IDEAL,
+        min(LOG_CAPACITY, 2 * (len(trace.blocks) + len(answers[1])) + 1) if stale else 0,
     )  # fmt: skip
     hp = _records.heaps(n, n_rep, engine.max_seqs)
-    pool = _records.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))
+    pool = _pool_state.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))
     longest = int(trace.blocks_per_request.max()) if n else 0
     scratch = (
         np.zeros(longest + 1, np.int8),
@@ -405,21 +424,13 @@ def _run(  # type: ignore[no-untyped-def]
         decode_tokens=rep.decode_tok, filled_at=rep.filled_at, drained_at=rep.now,
         source_tokens=req.src_tok, source_saved_s=req.saved, transfer_s=req.xfer,
         no_cache_s=req.cost_none, preemptions=rep.preemptions,
-        running_blocks_mean=_per_busy(rep.running_s, rep.busy),
+        running_blocks_mean=per_busy(rep.running_s, rep.busy),
         running_blocks_p95=weighted_p95(rep.hist, width),
-        prefix_cache_blocks_mean=_per_busy(rep.cached_s, rep.busy),
-        preempted=_preempted(req, code), stopped_at=int(halt.at[0]),
+        prefix_cache_blocks_mean=per_busy(rep.cached_s, rep.busy),
+        preempted=preempted(req, code), stopped_at=int(halt.at[0]),
         miss=req.miss if budget else None, why=None if watch is None else req.why[1:],
+        view_early=int(sets.log_at[:, 2].sum()),
     )  # fmt: skip
-
-
-def _preempted(req, code: int) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """The outcome's ``preempted`` (n × 3): the pools' counts; under ``ideal``, which never
-    preempts, zeros that take no memory (a read-only view of one row), as the SLO search keeps
-    many outcomes of millions of requests."""
-    if code == _records.IDEAL:
-        return np.broadcast_to(np.zeros((1, 3), np.int64), (len(req.pre_n), 3))
-    return np.stack([req.pre_n, req.pre_q, req.pre_h], 1)
 
 
 def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engine) -> int:
@@ -431,20 +442,3 @@ def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engi
         need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
         bound = max(bound, engine.max_seqs * int(need.max()))
     return -(-(bound + 1) // _records.HIST_BUCKETS)
-
-
-def _per_busy(weighted: np.ndarray, busy: np.ndarray) -> np.ndarray:
-    return np.divide(weighted, busy, out=np.zeros_like(weighted), where=busy > 0)
-
-
-def weighted_p95(hist: np.ndarray, width: int) -> np.ndarray:
-    """Per replica, the p95 of a histogram of seconds by running blocks (``width`` blocks a
-    bucket; a bucket stands for its lowest count): the smallest count whose bucket and those
-    below hold 95% of the seconds. 0 for a replica that never stepped."""
-    total = hist.sum(axis=1)
-    out = np.zeros(hist.shape[0], np.float64)
-    for i in range(hist.shape[0]):
-        if total[i] > 0:
-            below = np.cumsum(hist[i])
-            out[i] = float(np.argmax(below >= 0.95 * total[i]) * width)
-    return out

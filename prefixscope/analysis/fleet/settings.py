@@ -13,6 +13,7 @@ from prefixscope.analysis.cost.choice import check_kind, device
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
+from prefixscope.analysis.fleet._records import KV_AWARE
 from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.hardware import Hardware, capacity_options, of_deployment
 from prefixscope.analysis.fleet.replayed import Pins
@@ -50,6 +51,9 @@ class FleetSettings:
     #: ``pinned``'s prefixes per replica (``replayed.Pins``).
     pins: Pins = field(default_factory=Pins)
     load_scales: tuple[float, ...] = (1.0,)
+    #: Each kv-aware configuration with its view of the caches this many seconds old
+    #: (``_stale.py``; 0: as they are); the other routers read no cache events and run at 0.
+    router_delays: tuple[float, ...] = (0.0,)
     #: Each configuration under every one of these engines (``engines.ENGINES``).
     engines: tuple[str, ...] = ("ideal",)
     drams: tuple[TierSpec | None, ...] = (None,)
@@ -104,6 +108,13 @@ class FleetSettings:
         for gpu, tp in gpu_texts(self):
             check_kind(self.cost_model, shape, device(gpu), tp)
         check_windows(self.windows)
+        if any(d != 0 for d in self.router_delays) and not any(
+            resolve_router(r).kind == KV_AWARE for r in self.routers
+        ):
+            raise ValueError(
+                "--router-delay lags the view of a router fed by the caches' events: add "
+                "--router kv-aware"
+            )
         for dram in self.drams:
             if dram is not None:
                 dram.check("DRAM tier")
@@ -145,10 +156,10 @@ class FleetSettings:
         gibs: Sequence[float | None] | None = None,
         tiers: Sequence[Tiers] | None = None,
     ) -> list[Fleet]:
-        """Every replicas × capacity × tiers × load scale × router."""
+        """Every replicas × capacity × tiers × load scale × router (× router delay, kv-aware)."""
         gibs = list(gibs) if gibs else [None] * len(blocks)
         return [
-            Fleet(router, n, int(c), self.policy, float(s), g, t, e, self.ttl_s, self.pins)
+            Fleet(router, n, int(c), self.policy, float(s), g, t, e, self.ttl_s, self.pins, d)
             for e, n, (c, g), t, s, router in itertools.product(
                 self.engines,
                 self.replicas,
@@ -156,6 +167,11 @@ class FleetSettings:
                 list(tiers or [Tiers()]),
                 self.load_scales,
                 self.routers,
+            )
+            for d in (
+                dict.fromkeys(float(x) for x in self.router_delays)
+                if resolve_router(router).kind == KV_AWARE
+                else (0.0,)
             )
         ]
 

@@ -115,6 +115,7 @@ FLEET_HIT_RATES_SCHEMA = pa.schema(
         *ENGINE_FIELDS,
         *PREEMPTED_FIELDS,
         *DOLLAR_FIELDS,
+        ("router_delay_ms", pa.float64()),
     ]
 )
 
@@ -141,6 +142,7 @@ FLEET_REPLICAS_SCHEMA = pa.schema(
         ("drained_s", pa.float64()),
         *DEPLOYMENT_FIELDS,
         *ENGINE_FIELDS,
+        ("router_delay_ms", pa.float64()),
     ]
 )
 
@@ -402,6 +404,7 @@ def engine_columns(o: FleetOutcome, replica: int | None = None) -> dict:  # type
     pick = slice(None) if replica is None else slice(replica, replica + 1)
     return {
         "engine": o.fleet.engine,
+        "router_delay_ms": o.fleet.router_delay_s * 1e3,
         "preemptions": int(o.preemptions[pick].sum()),
         "running_blocks_mean": float(o.running_blocks_mean[pick].mean()),
         "running_blocks_p95": float(o.running_blocks_p95[pick].mean()),

@@ -112,3 +112,6 @@ ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_usd_saved_per_hour DOU
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_gib DOUBLE;
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_usd_per_hour DOUBLE;
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_net_usd_per_hour DOUBLE;
+-- How far the router's view of the caches lagged them (--router-delay, kv-aware; 0: it read
+-- them as they were; NULL in older rows: 0). Part of the configuration's key.
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS router_delay_ms DOUBLE;

@@ -48,3 +48,6 @@ ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS preemptions BIGINT;
 ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS running_blocks_mean DOUBLE;
 ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS running_blocks_p95 DOUBLE;
 ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS prefix_cache_blocks_mean DOUBLE;
+-- How far the router's view of the caches lagged them (--router-delay, kv-aware; 0: it read
+-- them as they were; NULL in older rows: 0). Part of the configuration's key.
+ALTER TABLE fleet_replicas ADD COLUMN IF NOT EXISTS router_delay_ms DOUBLE;

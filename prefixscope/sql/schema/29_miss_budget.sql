@@ -38,3 +38,6 @@ CREATE TABLE IF NOT EXISTS miss_budget (
     gpu_seconds      DOUBLE             -- a hit part: the prefill GPU-seconds it saved; else
                                         -- what serving it too would save (NULL: unpriced)
 );
+-- How far the router's view of the caches lagged them (--router-delay, kv-aware; 0: it read
+-- them as they were; NULL in older rows: 0). Part of the configuration's key.
+ALTER TABLE miss_budget ADD COLUMN IF NOT EXISTS router_delay_ms DOUBLE;

@@ -10,8 +10,9 @@
 --   latest_mrc         (policy, isolation, measure_window, method, sample_rate, sample_by)
 --   latest_savings     (tenant, policy, isolation, capacity_blocks, model, gpu, cost_model)
 --   latest_fleet_hit_rates (tenant, router, replicas, capacity_blocks, policy, load_scale,
---                      model, gpu, deployment, engine, measure_window)
---   latest_fleet_replicas  (router, replicas, capacity_blocks, policy, load_scale, deployment, engine)
+--                      model, gpu, deployment, engine, router_delay_ms, measure_window)
+--   latest_fleet_replicas  (router, replicas, capacity_blocks, policy, load_scale, deployment, engine,
+--                      router_delay_ms)
 --   latest_miss_budget     latest_fleet_hit_rates' key, one row a part
 --   latest_structure_run  no key: a structure run's tables describe the trace together, so the
 --                      page reads all of them from one run (the latest_<structure table> views).
