@@ -35,7 +35,9 @@ COST = StepCost(a=1e-3, b=1e-4, c=2e-6, e=5e-7, f=3e-6, k1=24.0, k2=6.0, source=
 #: every field but the miss budget, which the reference does not keep (test_miss_budget.py
 #: checks it against the unbounded cache and one hand-made case a part)
 FIELDS = [
-    f.name for f in fields(FleetOutcome) if f.name not in ("fleet", "stopped_at", "miss", "why", "view_early")
+    f.name
+    for f in fields(FleetOutcome)
+    if f.name not in ("fleet", "stopped_at", "miss", "why", "view_early")
 ]
 
 

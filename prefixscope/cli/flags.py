@@ -190,14 +190,32 @@ def router_delays(text: str) -> list[float]:
     try:
         values = [number(v) for v in _items(text)]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated milliseconds, got {text!r}"
-        ) from None
-    if any(not 0 <= v <= MAX_ROUTER_DELAY_MS for v in values):
+        values = [math.nan]
+    if not values or any(not 0 <= v <= MAX_ROUTER_DELAY_MS for v in values):
         raise argparse.ArgumentTypeError(
             f"expected milliseconds from 0 to {MAX_ROUTER_DELAY_MS:,.0f}, got {text!r}"
         )
     return distinct(values, text, key=lambda v: f"{v:.6g}")
+
+
+def add_warm_start(p: argparse.ArgumentParser) -> None:
+    """``--warm-start cold|events|first-window:SECONDS`` (``trace/warm.py``)."""
+    from prefixscope.analysis.trace.warm import parse_warm_start
+
+    def parse(text: str):  # noqa: ANN202
+        try:
+            return parse_warm_start(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    p.add_argument(
+        "--warm-start",
+        type=parse,
+        metavar="cold|events|first-window:SECONDS",
+        help="start the caches warm, replayed then never measured: as the captured KV events "
+        "(ingest --format vllm-events) left the engine at the trace's first arrival, or after "
+        "the trace's own first SECONDS (cold: empty, the default)",
+    )
 
 
 def out_file(text: str) -> str:

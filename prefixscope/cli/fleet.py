@@ -98,6 +98,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="S[,S...]",
         help="S times the traffic: the same requests in 1/S of the time (1)",
     )
+    flags.add_warm_start(p)
     p.add_argument(
         "--router-delay",
         type=flags.router_delays,
@@ -207,7 +208,7 @@ def stores(text: str) -> list[TierSpec | None]:
 def fleet_command(args: argparse.Namespace) -> int:
     from prefixscope.analysis.fleet.routers import RouterSettings
     from prefixscope.analysis.simulation.capacities import Capacities
-    from prefixscope.dashboards.text import format_budget, format_fleet
+    from prefixscope.dashboards.text import format_budget, format_fleet, format_warm_start
     from prefixscope.stages import fleet
     from prefixscope.terminal import More
 
@@ -232,6 +233,7 @@ def fleet_command(args: argparse.Namespace) -> int:
         pins=Pins(args.pin_top, args.pin),
         load_scales=tuple(args.load_scale),
         router_delays=tuple(d / 1e3 for d in args.router_delay),
+        **({"warm_start": args.warm_start} if args.warm_start else {}),
         engines=tuple(args.engine),
         vllm_blocks=args.vllm_blocks,
         cache_answers=args.cache_answers,
@@ -258,11 +260,8 @@ def fleet_command(args: argparse.Namespace) -> int:
 
         client_for(args.dask_address)
     result = fleet.simulate_fleets(args.warehouse, settings)
-    print(
-        format_fleet(
-            result.hit_rates, More.of_run(args.warehouse, "fleet_hit_rates", result.run_id)
-        )
-    )
+    more = More.of_run(args.warehouse, "fleet_hit_rates", result.run_id)
+    print(format_warm_start(result.hit_rates) + format_fleet(result.hit_rates, more))
     budget = format_budget(result.budget, More.of_run(args.warehouse, "miss_budget", result.run_id))
     if budget:
         print(budget)

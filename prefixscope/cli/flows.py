@@ -155,6 +155,13 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     )
     flags.hash_key_file(p)
     p.add_argument(
+        "--warm-start",
+        metavar="cold|events|first-window:SECONDS",
+        help="start the simulated caches warm (simulate and fleet): as the ingested KV events "
+        "left the engine at the trace's first arrival, or after the trace's first SECONDS "
+        f"({FlowParameters.warm_start})",
+    )
+    p.add_argument(
         "--fresh",
         action="store_true",
         help="run every stage, where a run of this flow on the same inputs and settings would "

@@ -61,11 +61,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="count blocks as vLLM does: a hash-id trace's partial last block never cached, "
         "and a prompt's last token always computed (fleet --engine vllm always does)",
     )
+    flags.add_warm_start(p)
 
 
 def simulate_command(args: argparse.Namespace) -> int:
     from prefixscope.analysis.simulation.scenarios import Settings
-    from prefixscope.dashboards.text import format_hit_rates
+    from prefixscope.dashboards.text import format_hit_rates, format_warm_start
     from prefixscope.stages import simulate
     from prefixscope.terminal import More
 
@@ -85,10 +86,12 @@ def simulate_command(args: argparse.Namespace) -> int:
         block_sizes=tuple(args.block_size) if args.block_size else None,
         vllm_blocks=args.vllm_blocks,
         **({"gap_bounds": tuple(args.gap_bounds)} if args.gap_bounds else {}),
+        **({"warm_start": args.warm_start} if args.warm_start else {}),
     )
     result = simulate.simulate_policies(args.warehouse, settings)
     more = More.of_run(args.warehouse, "hit_rates", result.run_id)
-    print(format_hit_rates(result.tables.arrow()[0], more))
+    hit_rates = result.tables.arrow()[0]
+    print(format_warm_start(hit_rates) + format_hit_rates(hit_rates, more))
     if result.tables.misses_by_gap:
         import polars as pl
         import pyarrow as pa

@@ -212,7 +212,16 @@ def group_title(spec: dict[str, Any], varies: dict[str, bool]) -> str:
 
 
 def window_note(rows: pl.DataFrame) -> str:
-    """Which window the section shows."""
+    """Which window the section shows, and where its caches started."""
+    warm = rows["warm_start"].drop_nulls().unique() if "warm_start" in rows.columns else None
+    started = "" if warm is None or warm.to_list() in ([], ["cold"]) else (
+        f" The caches started warm ({', '.join(warm.to_list())}): the requests replayed first "
+        "are not measured."
+    )  # fmt: skip
+    return _window_note(rows) + started
+
+
+def _window_note(rows: pl.DataFrame) -> str:
     windows = rows["measure_window"].unique().to_list()
     if windows == [STEADY]:
         start = rows["warmup_requests"].drop_nulls()

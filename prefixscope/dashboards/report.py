@@ -396,7 +396,9 @@ def rate_rows(rates: pl.DataFrame) -> list[dict[str, Any]]:
                 "window": r["measure_window"],
                 "tenant": "fleet" if r["tenant"] == FLEET else r["tenant"],
                 "policy": r["policy"]
-                + (f" ({r['policy_options']})" if r["policy_options"] else ""),
+                + (f" ({r['policy_options']})" if r["policy_options"] else "")
+                + (f", warm start {warm}" if (warm := r.get("warm_start")) not in (None, "cold")
+                   else ""),  # fmt: skip
                 "isolation": r["isolation"],
                 "capacity_blocks": _count(r["capacity_blocks"]),
                 "capacity_tokens": _count(r["capacity_tokens"]),

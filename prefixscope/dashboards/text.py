@@ -212,3 +212,14 @@ def format_budget(table: pa.Table, more: More | None = None) -> str:
         name = f"{key[0]} × {key[2]:,} blk {key[7]} {key[8]} {key[6]:g}x"
         lines.append(f"  {name}: {shown}{best}")
     return "\n".join([lines[0], *clip(lines[1:], more)])
+
+
+def format_warm_start(rows: pa.Table) -> str:
+    """What a warm start replayed before the measured requests ("" for a cold start)."""
+    if rows.num_rows == 0 or "warm_start" not in rows.column_names:
+        return ""
+    start, n = rows["warm_start"][0].as_py(), rows["warm_requests"][0].as_py()
+    if start in (None, "cold"):
+        return ""
+    what = "blocks the engine held" if start == "events" else "requests of the first window"
+    return f"warm start {start}: {n:,} {what} replayed first, never measured\n"

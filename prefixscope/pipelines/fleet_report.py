@@ -311,6 +311,7 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
             outcomes_for=priced,
             workers=workers if dask_address is None else None,
             dask_address=dask_address,
+            warm_start=checked.warm_start,
         )
         fleet_rates = steps_run(
             "simulate",
@@ -343,6 +344,7 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
             workers=workers,
             deployment=checked.deployment,
             model_config=config,
+            warm_start=checked.warm_start,
         )
         steps_run("fleet", lambda: fleet(wh, fleet_settings_), _none)
         step("plan")

@@ -84,6 +84,9 @@ class FlowParameters:
     dask_address: str | None = None
     fresh: bool = False
     hash_key_file: str | None = None
+    #: Where the simulated caches start (``trace/warm.py``): ``cold``, ``events`` or
+    #: ``first-window:SECONDS``; the simulate and fleet stages start so.
+    warm_start: str = "cold"
 
     @classmethod
     def given(cls, values: dict[str, object]) -> FlowParameters:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefixscope import warehouse
@@ -24,6 +24,7 @@ from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.scenarios import Scenario, scenarios
 from prefixscope.analysis.structure.tables import StructureSettings
+from prefixscope.analysis.trace.warm import WarmStart, parse_warm_start
 from prefixscope.analysis.trace.windows import check_windows
 from prefixscope.export.atomic import check_writable
 from prefixscope.ingest import FORMATS, IngestOptions
@@ -44,6 +45,7 @@ from prefixscope.pipelines.served import FLOW_MODEL
 from prefixscope.stages import fleet as fleet_stage
 from prefixscope.stages import plan as plan_stage
 from prefixscope.stages import plan_slo as plan_slo_stage
+from prefixscope.stages.simulate import check_warm_start
 from prefixscope.tenants import check_tenant
 
 #: The fleet grid's loads: the traffic as logged and twice it (each replica's cache is the
@@ -87,6 +89,8 @@ class Checked:
     simulated_blocks: tuple[int, ...] = ()
     #: The coding-agent traces, patterns expanded (``--agent-input``).
     agent_paths: tuple[str, ...] = ()
+    #: Where the simulated caches start (``--warm-start``).
+    warm_start: WarmStart = field(default_factory=WarmStart)
 
 
 def check(params: FlowParameters, *, serving: bool = False) -> Checked:
@@ -135,6 +139,8 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
         if twice:
             raise ValueError(f"{flag} gives {', '.join(twice)} twice — give each value once")
     check_windows(resolved["--window"])
+    warm = parse_warm_start(params.warm_start)
+    check_warm_start(warm, resolved["--policy"], resolved["--isolation"])
     bounded = [name for name in resolved["--policy"] if name != "ceiling"]
     if params.savings_policy is not None and params.savings_policy not in bounded:
         raise ValueError(
@@ -175,6 +181,7 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
         workers=params.workers,
         deployment=deployment,
         model_config=params.savings_model_config,
+        warm_start=warm,
     )
     settings.check()
     plan_stage.PlanSettings(
@@ -204,6 +211,7 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
         deployment=deployment,
         simulated_blocks=simulated,
         agent_paths=agent_paths,
+        warm_start=warm,
     )
 
 
@@ -340,6 +348,7 @@ def fleet_settings(
     workers: int = 1,
     deployment: str | None = None,
     model_config: str | None = None,
+    warm_start: WarmStart | None = None,
 ) -> fleet_stage.FleetSettings:
     """Every router at each replica count, each replica ``deployment`` at its own KV pool (a
     fleet that can exist); without one, the grid's middle capacity."""
@@ -357,6 +366,7 @@ def fleet_settings(
         workers=workers if dask_address is None else None,
         dask_address=dask_address,
         max_lookups=RECENT_LOOKUPS,
+        warm_start=warm_start or WarmStart(),
     )
 
 

@@ -19,6 +19,7 @@ from prefixscope.analysis.fleet.settings import FleetSettings, capacity_runs, gp
 from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.trace.load import block_size_of, load_trace
 from prefixscope.stages.outcomes import calibrated
+from prefixscope.stages.simulate import warm_of
 
 __all__ = ["FleetResult", "FleetSettings", "load_traffic", "simulate_fleets"]
 
@@ -45,7 +46,10 @@ def simulate_fleets(wh: str | Path, settings: FleetSettings) -> FleetResult:
                 for g, tp in dict.fromkeys(gpu_texts(settings))
                 if wants_calibration(settings.cost_model, tp)
             }
-        hit_rates, replicas, budget, outcomes = simulate_settings(trace, traffic, settings, fitted)
+            warm = warm_of(con, settings.warm_start, trace.block_size)
+        hit_rates, replicas, budget, outcomes = simulate_settings(
+            trace, traffic, settings, fitted, warm
+        )
         with stage_run.publishing() as con:
             warehouse.append(con, "fleet_hit_rates", hit_rates, stage_run.run_id)
             warehouse.append(con, "fleet_replicas", replicas, stage_run.run_id)

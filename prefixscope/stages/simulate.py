@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import duckdb
+
 from prefixscope import warehouse
 from prefixscope.analysis.fanout import fan_out
+from prefixscope.analysis.policies import PolicyOptions
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.analysis.simulation.gaps import (
     DEFAULT_BOUNDS,
@@ -17,13 +20,24 @@ from prefixscope.analysis.simulation.gaps import (
     load_gap_buckets,
 )
 from prefixscope.analysis.simulation.grid import Replayed, measure_replayed, replay_scenarios
+from prefixscope.analysis.simulation.replay import replay
 from prefixscope.analysis.simulation.scenarios import Scenario, Settings, scenarios
 from prefixscope.analysis.simulation.tables import Tables
 from prefixscope.analysis.trace.coarsen import check_block_size, coarsen
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.load import load_trace
+from prefixscope.analysis.trace.measure import hit_tokens
+from prefixscope.analysis.trace.tail import tail
+from prefixscope.analysis.trace.warm import (
+    Warmed,
+    WarmStart,
+    cold,
+    first_window,
+    with_blocks,
+)
 from prefixscope.analysis.trace.windows import check_windows
+from prefixscope.analysis.validate.events import engine_cache
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,9 @@ class SimulateSettings:
     vllm_blocks: bool = False
     #: Where ``misses_by_gap`` cuts the gaps before a request within its session (seconds).
     gap_bounds: tuple[float, ...] = DEFAULT_BOUNDS
+    #: Where the caches start (``trace/warm.py``): empty, after the trace's first window, or
+    #: as the captured KV events left the engine.
+    warm_start: WarmStart = field(default_factory=WarmStart)
 
     def check(self) -> None:
         """Names first, before any work."""
@@ -55,6 +72,11 @@ class SimulateSettings:
         scenarios(self.policies, [1] if given else [], self.isolations)
         check_windows(self.measure.windows)
         check_bounds(self.gap_bounds)
+        check_warm_start(self.warm_start, self.policies, self.isolations)
+        if not self.warm_start.cold and set(self.block_sizes or ()) - {None}:
+            raise ValueError(
+                "a warm start replays the warehouse's own blocks: run --block-size apart"
+            )
 
 
 @dataclass(frozen=True)
@@ -70,18 +92,22 @@ def simulate_policies(wh: str | Path, settings: SimulateSettings) -> SimulateRes
         with stage_run.reading() as con:
             trace = load_trace(con)
             gaps = load_gap_buckets(con, trace, settings.gap_bounds)
-        if settings.vllm_blocks:
-            trace = full_blocks_only(trace)
+            if settings.vllm_blocks:
+                trace = full_blocks_only(trace)
+            warmed = warm_trace(con, trace, settings.warm_start)
         for size in settings.block_sizes or ():
             check_block_size(trace, size)  # before any replay, not after the first grid
         measure = replace(
             settings.measure,
             model=settings.capacities.model_name,
             kv_dtype=settings.capacities.kv_dtype if settings.capacities.gib else None,
+            warm_start=warmed.start.label,
+            warm_requests=warmed.n_warm,
         )
         blocks, gibs = settings.capacities.resolve(trace.block_size)
         grid = scenarios(settings.policies, blocks, settings.isolations, gibs)
-        tables = simulate_scenarios(trace, grid, measure, settings, gaps)
+        gaps = None if gaps is None else gaps.tail(warmed.dropped)
+        tables = simulate_scenarios(warmed.trace, grid, measure, settings, gaps, warmed.n_warm)
         for size in sorted(set(settings.block_sizes or ()) - {trace.block_size}):
             # the same caches in tokens (or GiB), in blocks of the other size; its rows carry
             # their block size, and only hit_rates: the series and outcomes stay the log's own
@@ -129,33 +155,83 @@ def simulate_scenarios(
     measure: Settings,
     settings: SimulateSettings,
     gaps: GapBuckets | None = None,
+    discard: int = 0,
 ) -> Tables:
     """Every scenario, where ``settings`` says; rows in scenario order. Two passes: the tasks
     replay the scenarios (each returns its per-request outcome and own warm-up), then this
     process measures them all from the run's one shared steady start, so the rows are the same
     wherever the replays ran. In this process the scenarios replay in one call, so options
-    resolved against the trace (pins) are resolved once."""
+    resolved against the trace (pins) are resolved once. ``discard``: the first requests of
+    ``trace`` are a warm start (``trace/warm.py``), replayed and never measured; ``gaps`` are
+    of the rest."""
     local = settings.dask_address is None and settings.workers == 1
     belady = any(s.policy == "belady" for s in grid)
     if belady and settings.dask_address is None:
         trace.next_use  # noqa: B018 -- here, so that forked workers share this one copy
     if local:
-        replayed = replay_scenarios(trace, grid, measure)
+        replayed = replay_scenarios(trace, grid, measure, discard)
     else:
         replayed = fan_out(
             simulate_scenario,
             trace,
-            [(s, measure) for s in grid],
+            [(s, measure, discard) for s in grid],
             workers=settings.workers,
             dask_address=settings.dask_address,
             weights=[_TASK_WEIGHT.get(s.policy, 1.0) for s in grid],
             memory=[replay_bytes(trace)] * len(grid),
         )
     trace.forget("next_use")  # only belady reads it; the later stages keep the room
-    return measure_replayed(trace, replayed, measure, settings.outcomes_for, gaps)
+    measured = tail(trace, discard)
+    ceilings = None
+    if discard:  # the unbounded cache warm too, so that every row's ceiling is comparable
+        ceilings = {
+            mode: hit_tokens(
+                measured,
+                replay(trace, "ceiling", None, PolicyOptions(), mode, measure.quota_file)
+                .hit_blocks[discard:],
+            )
+            for mode in dict.fromkeys(s.isolation for s in grid)
+        }  # fmt: skip
+    return measure_replayed(measured, replayed, measure, settings.outcomes_for, gaps, ceilings)
 
 
-def simulate_scenario(trace: Trace, job: tuple[Scenario, Settings]) -> Replayed:
+def simulate_scenario(trace: Trace, job: tuple[Scenario, Settings, int]) -> Replayed:
     """One scenario's first pass (a task of :func:`simulate_scenarios`)."""
-    scenario, measure = job
-    return replay_scenarios(trace, [scenario], measure)[0]
+    scenario, measure, discard = job
+    return replay_scenarios(trace, [scenario], measure, discard)[0]
+
+
+def check_warm_start(start: WarmStart, policies: Sequence[str], isolations: Sequence[str]) -> None:
+    """A warm start from the engine's events fills one shared cache, in the order it stored
+    them: it says nothing of tenants (``salted``, ``partitioned``) nor of idle times (``ttl``)."""
+    start.check()
+    if start.source != "events":
+        return
+    if set(isolations) - {"shared"}:
+        raise ValueError("a warm start from the engine's events fills its one shared cache: "
+                         "run --isolation shared")  # fmt: skip
+    if "ttl" in policies:
+        raise ValueError("ttl drops blocks by their idle time, which the events do not carry: "
+                         "warm ttl from the trace's first window")  # fmt: skip
+
+
+def warm_trace(con: duckdb.DuckDBPyConnection, trace: Trace, start: WarmStart) -> Warmed:
+    """The trace a run replays for ``start``: as it is, after its own first window, or after
+    the engine's cache at its first arrival (the warehouse's ``kv_events``)."""
+    return warm_of(con, start, trace.block_size)(trace)
+
+
+def warm_of(
+    con: duckdb.DuckDBPyConnection, start: WarmStart, block_size: int
+) -> Callable[[Trace], Warmed]:
+    """How a trace of the warehouse starts warm for ``start``, the events read now (a stage
+    may cut the trace before it warms it: the events' state is then at the cut's first
+    arrival)."""
+    if start.source == "first-window":
+        return lambda trace: first_window(trace, start.seconds)
+    if start.source == "events":
+        from prefixscope.stages.validate_events import load_streams
+
+        streams = load_streams(con, block_size)
+        return lambda trace: with_blocks(trace, engine_cache(streams, trace.start_s))
+    return cold

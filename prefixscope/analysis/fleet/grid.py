@@ -5,7 +5,7 @@ loads, calls :func:`simulate_settings` and appends."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -39,11 +39,13 @@ from prefixscope.analysis.fleet.tables import (
     shared_start,
     window_groups,
 )
+from prefixscope.analysis.fleet.warmed import measured_outcome, warm_traffic
 from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.analysis.trace.tail import tail, tail_start
+from prefixscope.analysis.trace.warm import Warmed, cold
 
 
 def simulate_settings(
@@ -51,17 +53,22 @@ def simulate_settings(
     traffic: Traffic,
     settings: FleetSettings,
     fitted: dict[tuple[str, int], Fitted | None],
+    warm: Callable[[Trace], Warmed] = cold,
 ) -> tuple[pa.Table, pa.Table, pa.Table, list[FleetOutcome]]:
     """Every configuration of ``settings`` on ``trace`` (its last ``max_lookups`` where it
     holds more), each (GPU, TP) of ``settings.gpu_texts`` priced by its calibrated model in
     ``fitted`` where it has one: the hit-rate, replica and miss-budget tables, and the
-    outcomes in grid order."""
+    outcomes in grid order, all of the measured requests. ``warm``: the warm start of the
+    trace simulated (``trace/warm.py``; its warm-up replayed, never measured)."""
     first = tail_start(trace, settings.max_lookups)
     if first:
         trace = tail(trace, first)
         traffic = traffic.take(np.arange(first, first + trace.n_requests))
     if settings.vllm_blocks:  # every engine; ``vllm`` always counts so
         trace = full_blocks_only(trace)
+    warmed = warm(trace)
+    traffic = warm_traffic(warmed, traffic)
+    trace = warmed.trace
     prices = load_prices(settings.prices)
     priced = {
         (g, tp): engine_for(settings, fitted.get((g, tp)), tp, prices, gpu=g)
@@ -77,9 +84,16 @@ def simulate_settings(
     ]
     outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
     pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
+    n = warmed.n_warm
+    outcomes = [measured_outcome(o, n) for o in outcomes]
+    ceiling = hit_tokens(warmed.measured, POLICIES["ceiling"].hit_blocks(trace, None)[n:])
     hit_rates, replicas, budget = tables(
-        trace, outcomes, settings.windows, pricing, [h for _, h in runs]
+        warmed.measured, outcomes, settings.windows, pricing, [h for _, h in runs], ceiling
     )
+    start = {"warm_start": warmed.start.label, "warm_requests": n}
+    for name, value in start.items():
+        column = pa.array([value] * hit_rates.num_rows, FLEET_HIT_RATES_SCHEMA.field(name).type)
+        hit_rates = hit_rates.set_column(hit_rates.schema.get_field_index(name), name, column)
     return hit_rates, replicas, budget, outcomes
 
 
@@ -212,11 +226,15 @@ def tables(
     windows: Sequence[str],
     pricing: Pricing | Sequence[Pricing],
     hardware: Sequence[Hardware] | None = None,
+    ceiling: np.ndarray | None = None,
 ) -> tuple[pa.Table, pa.Table, pa.Table]:
     """The rows of every configuration, all measured from the run's one steady start:
     ``fleet_hit_rates``, ``fleet_replicas`` and ``miss_budget`` (the configurations that kept
-    one); ``pricing`` and ``hardware``: one for every configuration, or per configuration."""
-    ceiling = hit_tokens(trace, POLICIES["ceiling"].hit_blocks(trace, None))
+    one); ``pricing`` and ``hardware``: one for every configuration, or per configuration;
+    ``ceiling``: the unbounded cache's hit tokens per request, where the run has them (a warm
+    start's), else of ``trace`` from cold."""
+    if ceiling is None:
+        ceiling = hit_tokens(trace, POLICIES["ceiling"].hit_blocks(trace, None))
     start = shared_start(trace, outcomes)
     groups = window_groups(trace, windows, start)
     prices = [pricing] * len(outcomes) if isinstance(pricing, Pricing) else list(pricing)

@@ -29,6 +29,7 @@ from prefixscope.analysis.fleet.run import (
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.fleet.tierspec import TierSpec, tiers_of
 from prefixscope.analysis.simulation.capacities import Capacities
+from prefixscope.analysis.trace.warm import WarmStart
 from prefixscope.analysis.trace.windows import check_windows
 
 
@@ -88,6 +89,9 @@ class FleetSettings:
     #: A TOML file of prices (``cost/prices.py``; None: the defaults): what the GPU-seconds
     #: saved are worth and what the tiers cost.
     prices: str | None = None
+    #: Where the caches start (``trace/warm.py``): empty, after the trace's first window, or
+    #: as the captured KV events left the engine (each warm-up request routed as any).
+    warm_start: WarmStart = field(default_factory=WarmStart)
 
     def check(self) -> None:
         """Names and numbers first, before any work."""
@@ -108,6 +112,12 @@ class FleetSettings:
         for gpu, tp in gpu_texts(self):
             check_kind(self.cost_model, shape, device(gpu), tp)
         check_windows(self.windows)
+        self.warm_start.check()
+        if self.warm_start.source == "events" and self.policy == "ttl":
+            raise ValueError(
+                "ttl drops blocks by their idle time, which the events do not carry: warm ttl "
+                "from the trace's first window"
+            )
         if any(d != 0 for d in self.router_delays) and not any(
             resolve_router(r).kind == KV_AWARE for r in self.routers
         ):

@@ -116,6 +116,8 @@ FLEET_HIT_RATES_SCHEMA = pa.schema(
         *PREEMPTED_FIELDS,
         *DOLLAR_FIELDS,
         ("router_delay_ms", pa.float64()),
+        ("warm_start", pa.string()),
+        ("warm_requests", pa.int64()),
     ]
 )
 

@@ -13,7 +13,7 @@ none. Every request is in exactly one bucket, so each tenant's shares add up to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import duckdb
 import numpy as np
@@ -54,6 +54,10 @@ class GapBuckets:
     bounds: tuple[float, ...]
     bucket: np.ndarray  # int64 index into labels()
     subagent: np.ndarray  # bool
+
+    def tail(self, first: int) -> GapBuckets:
+        """Those of requests ``first ..`` (a warm start's measured ones)."""
+        return replace(self, bucket=self.bucket[first:], subagent=self.subagent[first:])
 
     def labels(self) -> list[tuple[str, float | None, float | None]]:
         """(label, low s, high s) of every bucket: no session, first, then the gap ranges."""

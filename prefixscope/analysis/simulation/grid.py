@@ -21,6 +21,7 @@ from prefixscope.analysis.structure import pins
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.analysis.trace.steady import WarmUp, warm_up
+from prefixscope.analysis.trace.tail import tail
 from prefixscope.analysis.trace.windows import STEADY, WINDOWS, check_windows
 
 
@@ -86,11 +87,14 @@ class Replayed:
 
 
 def replay_scenarios(
-    trace: Trace, scenarios_: Sequence[Scenario], settings: Settings
+    trace: Trace, scenarios_: Sequence[Scenario], settings: Settings, discard: int = 0
 ) -> list[Replayed]:
-    """The first pass: replay ``trace`` once per scenario (options resolved once)."""
+    """The first pass: replay ``trace`` once per scenario (options resolved once), its first
+    ``discard`` requests a warm-up (``trace/warm.py``): replayed, then left out of the outcome,
+    which is of the rest (``tail(trace, discard)``)."""
     check_windows(settings.windows)
     options = policy_options(trace, settings)
+    measured = tail(trace, discard)
     out = []
     for scenario in scenarios_:
         outcome = replay(
@@ -101,14 +105,18 @@ def replay_scenarios(
             scenario.isolation,
             settings.quota_file,
         )
-        tokens = hit_tokens(trace, outcome.hit_blocks)
+        hit_blocks = outcome.hit_blocks[discard:]
+        tokens = hit_tokens(measured, hit_blocks)
         bounded = POLICIES[scenario.policy].bounded
+        warmup = warm_up(tokens, measured.input_tokens, outcome.filled_at - discard, bounded)
+        if bounded and 0 <= outcome.filled_at < discard:  # full before the first measured
+            warmup = WarmUp(warmup.mser_end, True, warmup.mser_end)
         out.append(
             Replayed(
                 scenario,
-                _compact(trace, outcome.hit_blocks),
-                _narrow(cross_tokens(trace, outcome)),
-                warm_up(tokens, trace.input_tokens, outcome.filled_at, bounded),
+                _compact(measured, hit_blocks),
+                _narrow(cross_tokens(trace, outcome)[discard:]),
+                warmup,
                 _option_text(scenario.policy, settings, options),
             )
         )
@@ -148,18 +156,20 @@ def measure_replayed(
     settings: Settings,
     outcomes_for: Scenario | None = None,
     gaps: GapBuckets | None = None,
+    ceilings: dict[str, np.ndarray] | None = None,
 ) -> Tables:
     """The second pass: the rows, every steady row from the run's shared start, every row with
     the ceiling's rate over its own measured requests (one ``ceiling`` replay per isolation
     mode, reused when the run has it). ``request_outcomes`` rows: of ``outcomes_for`` alone
     when given, else of every scenario when ``settings.outcomes``; ``misses_by_gap`` rows of
-    every scenario, over the whole trace, when ``gaps`` (the requests' buckets) is given."""
+    every scenario, over the whole trace, when ``gaps`` (the requests' buckets) is given.
+    ``ceilings``: per isolation mode the unbounded cache's hit tokens where the run has them
+    already (a warm start's, ``simulate_scenarios``)."""
     start = shared_start(trace, replayed)
-    ceilings: dict[str, np.ndarray] = {
-        r.scenario.isolation: hit_tokens(trace, r.hit_blocks)
-        for r in replayed
-        if r.scenario.policy == "ceiling"
-    }
+    ceilings = dict(ceilings or {})
+    for r in replayed:
+        if r.scenario.policy == "ceiling":
+            ceilings.setdefault(r.scenario.isolation, hit_tokens(trace, r.hit_blocks))
     tables = Tables()
     # every scenario measures the same requests per window (the steady one from the shared
     # start): their groups, counts and batches are found once (``sums.py``)
@@ -208,6 +218,8 @@ def _base_row(trace: Trace, s: Scenario, settings: Settings, option_text: str | 
         "model": settings.model if s.capacity_gib is not None else None,
         "kv_dtype": settings.kv_dtype if s.capacity_gib is not None else None,
         "block_size": trace.block_size,
+        "warm_start": settings.warm_start,
+        "warm_requests": settings.warm_requests,
     }
 
 

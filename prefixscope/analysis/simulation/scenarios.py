@@ -34,6 +34,10 @@ class Settings:
     kv_dtype: str | None = None
     bucket_s: float = 300.0
     outcomes: bool = False
+    #: Where the caches started (``trace/warm.py``'s label) and the requests replayed before
+    #: the measured trace, never measured (0: a cold start).
+    warm_start: str = "cold"
+    warm_requests: int = 0
 
 
 def scenarios(

@@ -33,6 +33,8 @@ HIT_RATES_SCHEMA = pa.schema(
         ("ci_high", pa.float64()),
         ("own_warmup_requests", pa.int64()),
         ("ceiling_token_hit_rate", pa.float64()),
+        ("warm_start", pa.string()),
+        ("warm_requests", pa.int64()),
     ]
 )
 

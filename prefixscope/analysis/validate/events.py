@@ -21,6 +21,8 @@ Figures, pooled over the windows:
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numba
@@ -295,3 +297,35 @@ def attribute_ranks(
                 best_rank = int(rk[k])
         ranks[i] = max(best_rank, 0)
     return ranks
+
+
+def engine_cache(streams: Mapping[int, EngineStream], at: float) -> np.ndarray:
+    """The blocks the engine's GPU pools held at epoch second ``at`` (every rank's, after its
+    events up to then), by their last store, oldest first: prefixscope ids where the events
+    link them, else an id of the engine's block of its own (:func:`_unlinked`)."""
+    held: dict[tuple[int, int], tuple[float, int]] = {}  # (rank, block) -> (stored at, id)
+    for rank, s in streams.items():
+        mine: dict[int, tuple[float, int]] = {}
+        upto = int(np.searchsorted(s.t, at + TIME_SLACK_S, side="right"))
+        for t, kind, block, linked, key in zip(
+            s.t[:upto].tolist(), s.kind[:upto].tolist(), s.block_id[:upto].tolist(),
+            s.linked[:upto].tolist(), s.key[:upto].tolist(), strict=True,
+        ):  # fmt: skip
+            name = block if linked else _unlinked(rank, key)
+            if kind == STORED_KIND:
+                mine.pop(name, None)
+                mine[name] = (t, name)
+            elif kind == REMOVED_KIND:
+                mine.pop(name, None)
+            elif kind == CLEARED_KIND:
+                mine.clear()
+        held |= {(rank, name): value for name, value in mine.items()}
+    ordered = sorted(held.values())
+    return np.fromiter((name for _, name in ordered), np.uint64, len(ordered))
+
+
+def _unlinked(rank: int, key: int) -> int:
+    """An id for an engine block the events name without a prefixscope id: no request's, so
+    it only takes room."""
+    digest = hashlib.blake2b(f"unlinked:{rank}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")

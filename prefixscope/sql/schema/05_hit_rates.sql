@@ -37,3 +37,7 @@ CREATE TABLE IF NOT EXISTS hit_rates (
 -- Warehouses created before these columns existed.
 ALTER TABLE hit_rates ADD COLUMN IF NOT EXISTS own_warmup_requests BIGINT;
 ALTER TABLE hit_rates ADD COLUMN IF NOT EXISTS ceiling_token_hit_rate DOUBLE;
+-- Where the caches started (simulate --warm-start: cold, first-window:SECONDS, events; NULL in
+-- older rows: cold) and the requests replayed before the measured ones, never measured.
+ALTER TABLE hit_rates ADD COLUMN IF NOT EXISTS warm_start VARCHAR;
+ALTER TABLE hit_rates ADD COLUMN IF NOT EXISTS warm_requests BIGINT;

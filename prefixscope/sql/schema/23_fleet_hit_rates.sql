@@ -115,3 +115,7 @@ ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS tier_net_usd_per_hour DOUBL
 -- How far the router's view of the caches lagged them (--router-delay, kv-aware; 0: it read
 -- them as they were; NULL in older rows: 0). Part of the configuration's key.
 ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS router_delay_ms DOUBLE;
+-- Where the caches started (fleet --warm-start: cold, first-window:SECONDS, events; NULL in
+-- older rows: cold) and the requests replayed before the measured ones, never measured.
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS warm_start VARCHAR;
+ALTER TABLE fleet_hit_rates ADD COLUMN IF NOT EXISTS warm_requests BIGINT;
