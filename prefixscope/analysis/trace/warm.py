@@ -11,8 +11,9 @@ cold run of the trace would:
   (``kv_events``, ``validate/events.engine_cache``; a capture that begins with the engine's
   snapshot holds its whole cache):
   one request of one block per held block, in the order the engine stored them, oldest first,
-  all before the trace. A block the events name without a prefixscope id (a chain begun before
-  the capture) is a block of its own that no request ever hits: it takes its room.
+  all well before the trace (:data:`LEAD_S`). A block the events name without a prefixscope
+  id (a chain begun before the capture) is a block of its own that no request ever hits: it
+  takes its room.
 
 ``Warmed`` is the replayed trace and how many of its first requests are the warm-up;
 ``measured`` is the rest, the trace the tables are made of.
@@ -32,8 +33,9 @@ from prefixscope.analysis.trace.tail import tail
 
 SOURCES = ("cold", "first-window", "events")
 #: How long before the first arrival the warm-up requests of ``events`` arrive: long enough
-#: for a fleet's replicas to prefill them all before the trace starts (a day).
-LEAD_S = 86_400.0
+#: for a fleet's replicas to prefill them all before the trace starts (10⁷ s, four months:
+#: ten million blocks of 512 tokens at 500,000 tokens a second, at ×1 load).
+LEAD_S = 1e7
 
 
 @dataclass(frozen=True)
