@@ -505,6 +505,57 @@ def test_capture_stops_on_interrupt_and_appends(tmp_path: Path) -> None:
     assert parsed.frames == 5 and parsed.tail is None and parsed.rejected == 0
 
 
+def snapshot_server(reply: list[bytes] | None) -> int:
+    """vLLM's snapshot socket (a ROUTER): answers one ``snapshot`` request with ``reply``
+    (None: never answers). Returns its port."""
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1", min_port=20_000, max_port=60_000)
+
+    def serve() -> None:
+        if sock.poll(8_000):
+            identity, *request = sock.recv_multipart()
+            if reply is not None and request == [b"snapshot"]:
+                sock.send_multipart([identity, *reply])
+        time.sleep(0.5)
+        sock.close(linger=1_000)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return port
+
+
+PROMPT_D = [int(t) for t in np.random.default_rng(3).integers(0, 150_000, 2 * BLOCK)]
+
+
+@pytest.mark.parametrize(
+    ("sequence", "answers", "written", "notice"),
+    [(7, True, 1, None), (-2, True, 0, "no snapshot to give"), (0, False, 0, "did not answer")],
+)
+def test_a_snapshot_is_captured_first_and_warms_the_cache(
+    tmp_path: Path, sequence: int, answers: bool, written: int, notice: str | None
+) -> None:
+    """The engine's cache before the capture (prompt D, stored ten minutes before) arrives as
+    the snapshot's chunk after the first live batch, its events at their own time: what the
+    engine held when the live batches begin (``validate/events.engine_cache``). A publisher
+    without a snapshot, or one that never answers, is one notice; the live capture goes on."""
+    e = "map"
+    hd = [engine_hash(e, PROMPT_D, n) for n in (1, 2)]
+    chunk = structs.encode_batch(e, T0 - 600, [structs.stored(e, hd, None, PROMPT_D, BLOCK)], 0)
+    reply = [sequence.to_bytes(8, "big", signed=True), b"p" * 16]
+    port = snapshot_server((reply + [chunk] if sequence >= 0 else reply) if answers else None)
+    pub = start_publisher(fixture_batches(e)[:2], ranks=1)
+    out, notices = tmp_path / "events.bin", []
+    summary = capture_events(
+        [f"tcp://127.0.0.1:{pub.ports[0]}"], out, duration=3.0, notice=notices.append,
+        snapshot_endpoints=[f"tcp://127.0.0.1:{port}"], snapshot_timeout_s=1.0,
+    )  # fmt: skip
+    assert (summary.snapshots, summary.snapshot_batches, summary.batches) == (written, written, 2)
+    assert notice is None or any(notice in line for line in notices)
+    parsed = parse_capture(out)
+    assert parsed.rejected == 0
+    stored = [r for r in parsed.rows.to_pylist() if r["kind"] == "stored"]
+    assert sum(r["ts"].timestamp() == T0 - 600 for r in stored) == 2 * written
+
+
 def test_capture_refuses_bad_flags(tmp_path: Path, capsys) -> None:
     """Each is one line, exit 2, and no capture file: full-width digits and a space pass no
     check of ours; ``tcp://...:5557`` passes them and ZMQ refuses it (its socket was once left

@@ -41,6 +41,15 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "host); once per data-parallel rank (rank r publishes on port + r)",
     )
     p.add_argument(
+        "--snapshot-endpoint",
+        type=endpoint,
+        action="append",
+        default=[],
+        metavar="tcp://HOST:PORT",
+        help="also ask each publisher for its snapshot first, the engine's whole cache (vLLM's "
+        "--kv-events-config snapshot_endpoint); once per --endpoint, in the same order",
+    )
+    p.add_argument(
         "--out",
         type=flags.out_file,
         required=True,
@@ -83,6 +92,7 @@ def events_command(args: argparse.Namespace) -> int:
             topic=args.topic,
             stop=stop,
             notice=lambda line: print(line, file=sys.stderr, flush=True),
+            snapshot_endpoints=args.snapshot_endpoint,
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -303,9 +303,10 @@ def engine_cache(streams: Mapping[int, EngineStream], at: float) -> np.ndarray:
     """The blocks the engine's GPU pools held at epoch second ``at`` (every rank's, after its
     events up to then), by their last store, oldest first: prefixscope ids where the events
     link them, else an id of the engine's block of its own (:func:`_unlinked`)."""
-    held: dict[tuple[int, int], tuple[float, int]] = {}  # (rank, block) -> (stored at, id)
+    held: dict[tuple[int, int], tuple[float, int, int]] = {}  # (rank, block) -> (t, order, id)
+    order = 0  # ties in time keep the events' order (a snapshot's chunks share one time)
     for rank, s in streams.items():
-        mine: dict[int, tuple[float, int]] = {}
+        mine: dict[int, tuple[float, int, int]] = {}
         upto = int(np.searchsorted(s.t, at + TIME_SLACK_S, side="right"))
         for t, kind, block, linked, key in zip(
             s.t[:upto].tolist(), s.kind[:upto].tolist(), s.block_id[:upto].tolist(),
@@ -314,14 +315,15 @@ def engine_cache(streams: Mapping[int, EngineStream], at: float) -> np.ndarray:
             name = block if linked else _unlinked(rank, key)
             if kind == STORED_KIND:
                 mine.pop(name, None)
-                mine[name] = (t, name)
+                mine[name] = (t, order, name)
+                order += 1
             elif kind == REMOVED_KIND:
                 mine.pop(name, None)
             elif kind == CLEARED_KIND:
                 mine.clear()
         held |= {(rank, name): value for name, value in mine.items()}
     ordered = sorted(held.values())
-    return np.fromiter((name for _, name in ordered), np.uint64, len(ordered))
+    return np.fromiter((name for _, _, name in ordered), np.uint64, len(ordered))
 
 
 def _unlinked(rank: int, key: int) -> int:

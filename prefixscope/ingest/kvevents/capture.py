@@ -10,6 +10,16 @@ snapshot socket is not used). Data-parallel rank ``r`` binds port ``5557 + r``; 
 ``--endpoint`` per rank. Its optional ROUTER replay socket is not used: a gap in ``seq`` is
 counted and reported, not filled.
 
+With ``--snapshot-endpoint`` (one per ``--endpoint``, the config's ``snapshot_endpoint``), the
+capture asks each publisher for its snapshot once its first live batch has arrived, as vLLM's
+wire contract says (docs/features/kv_events.md, "Install a snapshot", at 0aa3ce8): a DEALER
+sends one ``snapshot`` frame; the reply is the last batch's sequence (signed: -1 none yet, -2
+unavailable), the publisher's 16-byte identity and the snapshot's ``KVEventBatch`` chunks, each
+written as a frame of that sequence and topic ``snapshot``. The chunks are the engine's cache as
+its events built it, so a capture that begins with them holds what the engine held
+(``validate/events.engine_cache``, a warm start); live batches at or below the snapshot's
+sequence repeat some of its events, which replaying the events absorbs.
+
 Each batch is appended as one frame (:mod:`.framing`) with one write and flushed at once, so
 whatever stops the capture -- Ctrl-C, ``--duration``, the publisher going away, the process
 killed -- the file is valid up to its last whole frame.
@@ -37,6 +47,10 @@ from prefixscope.ingest.kvevents.framing import (
 
 #: How often the loop wakes to check the clock and the stop signal (ms).
 POLL_MS = 50
+#: How long a snapshot request waits for its reply (s) before the capture goes on without it.
+SNAPSHOT_TIMEOUT_S = 30.0
+#: A snapshot chunk's topic in the capture file (a live batch's is the publisher's own).
+SNAPSHOT_TOPIC = b"snapshot"
 #: The receive high-water mark: as many batches as vLLM's publisher queues by default.
 RCVHWM = 100_000
 
@@ -50,6 +64,8 @@ class CaptureSummary:
     vanished: list[str] = field(default_factory=list)  # endpoints whose publisher went away
     stopped_by: str = "duration"  # duration | interrupt | stop (a signal, the caller)
     seconds: float = 0.0
+    snapshots: int = 0  # snapshots written (one per snapshot endpoint that answered)
+    snapshot_batches: int = 0  # their chunks
 
     def line(self, out: Path) -> str:
         text = (
@@ -59,6 +75,8 @@ class CaptureSummary:
         )
         if self.malformed:
             text += f"; {self.malformed:,} malformed messages skipped"
+        if self.snapshots:
+            text += f"; {self.snapshots} snapshots ({self.snapshot_batches:,} batches) first"
         return text
 
 
@@ -154,11 +172,21 @@ def capture_events(
     topic: str = "",
     stop: threading.Event | None = None,
     notice: Callable[[str], None] = lambda line: None,
+    snapshot_endpoints: Sequence[str] = (),
+    snapshot_timeout_s: float = SNAPSHOT_TIMEOUT_S,
 ) -> CaptureSummary:
     """Append every batch the publishers at ``endpoints`` send on ``topic`` to ``out`` until
     ``duration`` seconds pass, ``stop`` is set or the process is interrupted (Ctrl-C); each
-    publisher that goes away meanwhile is one ``notice`` line."""
+    publisher that goes away meanwhile is one ``notice`` line. ``snapshot_endpoints``: the
+    publishers' snapshot sockets, in ``endpoints``' order, each asked once (module doc)."""
     endpoints = [check_endpoint(e) for e in endpoints]
+    snapshot_endpoints = [check_endpoint(e) for e in snapshot_endpoints]
+    if snapshot_endpoints and len(snapshot_endpoints) != len(endpoints):
+        raise ValueError(
+            f"{len(snapshot_endpoints)} --snapshot-endpoint for {len(endpoints)} --endpoint — "
+            "give one per endpoint, in the same order"
+        )
+    asking = set(range(len(snapshot_endpoints)))  # the endpoints whose snapshot is still due
     summary = CaptureSummary()
     ctx = zmq.Context()
     sockets: list[zmq.Socket] = []
@@ -201,7 +229,11 @@ def capture_events(
                     if sock in monitors:
                         _on_monitor(sock, endpoints[monitors[sock]], summary, notice)
                         continue
-                    _drain(f, sock, index[sock], summary, last_seq)
+                    i = index[sock]
+                    if _drain(f, sock, i, summary, last_seq) and i in asking:
+                        asking.discard(i)  # live batches flow: the snapshot can be asked for
+                        _snapshot(ctx, f, i, snapshot_endpoints[i], summary, notice,
+                                  snapshot_timeout_s)  # fmt: skip
             except KeyboardInterrupt:
                 summary.stopped_by = "interrupt"
                 break
@@ -228,14 +260,59 @@ def _drain(
     endpoint: int,
     summary: CaptureSummary,
     last_seq: dict[tuple[int, bytes], int],
-) -> None:
-    """Write every message that has arrived on ``sock``, without waiting."""
+) -> int:
+    """Write every message that has arrived on ``sock``, without waiting; how many."""
+    n = 0
     while True:
         try:
             parts = sock.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
-            return
+            return n
         _write(f, endpoint, parts, summary, last_seq)
+        n += 1
+
+
+def _snapshot(  # noqa: PLR0913
+    ctx: zmq.Context,
+    f: object,
+    endpoint: int,
+    address: str,
+    summary: CaptureSummary,
+    notice: Callable[[str], None],
+    timeout_s: float,
+) -> None:
+    """Ask the publisher at ``address`` for its snapshot and write its chunks (module doc);
+    a publisher that does not answer, or answers that it has none, is one ``notice`` line."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(address)
+        sock.send_multipart([SNAPSHOT_TOPIC])
+        if not sock.poll(int(timeout_s * 1e3)):
+            notice(f"the snapshot at {address} did not answer in {timeout_s:g} s: capturing "
+                   "the live batches without it")  # fmt: skip
+            return
+        parts = sock.recv_multipart()
+    finally:
+        sock.close(linger=0)
+    if len(parts) < 2 or len(parts[0]) != 8 or len(parts[1]) != 16:
+        notice(f"the snapshot at {address} answered no snapshot reply ({len(parts)} frames): "
+               "capturing the live batches without it")  # fmt: skip
+        summary.malformed += 1
+        return
+    seq = int.from_bytes(parts[0], "big", signed=True)
+    if seq == -2:
+        notice(f"the publisher at {address} has no snapshot to give (its recorder is invalid; "
+               "a restart recovers it): capturing the live batches without it")  # fmt: skip
+        return
+    received = time.time()
+    for chunk in parts[2:]:
+        frame = encode_frame(received, seq, endpoint, SNAPSHOT_TOPIC, chunk)
+        f.write(frame)  # type: ignore[attr-defined]
+        summary.bytes_written += len(frame)
+        summary.snapshot_batches += 1
+    f.flush()  # type: ignore[attr-defined]
+    summary.snapshots += 1
 
 
 def _write(
