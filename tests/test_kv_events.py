@@ -545,8 +545,8 @@ def test_a_snapshot_is_captured_first_and_warms_the_cache(
     pub = start_publisher(fixture_batches(e)[:2], ranks=1)
     out, notices = tmp_path / "events.bin", []
     summary = capture_events(
-        [f"tcp://127.0.0.1:{pub.ports[0]}"], out, duration=3.0, notice=notices.append,
-        snapshot_endpoints=[f"tcp://127.0.0.1:{port}"], snapshot_timeout_s=1.0,
+        [f"tcp://127.0.0.1:{pub.ports[0]}"], out, duration=1.5, notice=notices.append,
+        snapshot_endpoints=[f"tcp://127.0.0.1:{port}"], snapshot_timeout_s=0.5,
     )  # fmt: skip
     assert (summary.snapshots, summary.snapshot_batches, summary.batches) == (written, written, 2)
     assert notice is None or any(notice in line for line in notices)
