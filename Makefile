@@ -76,6 +76,7 @@ bench: setup peers-vllm peers-sglang
 	$(BIN)/python benchmarks/validate_layouts.py
 	$(BIN)/python benchmarks/validate_events.py
 	$(BIN)/python benchmarks/warm_start.py
+	$(BIN)/python benchmarks/router_delay.py
 	$(BIN)/python benchmarks/sampled_error.py --quick
 	$(BIN)/python benchmarks/flow_speed.py --cluster
 	$(BIN)/python benchmarks/export_roundtrip.py
