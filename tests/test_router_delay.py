@@ -113,3 +113,14 @@ def test_the_grid_lags_kv_aware_alone() -> None:
 def test_the_flag_refuses_what_is_not_a_delay(text: str, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["fleet", "--router", "kv-aware", "--router-delay", text]) == 2
     assert "argument --router-delay" in capsys.readouterr().err
+
+
+def test_the_command_says_when_the_view_was_fresher_than_asked(  # type: ignore[no-untyped-def]
+    bundled_warehouse, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(run, "LOG_CAPACITY", 16)
+    wh = str(bundled_warehouse.copy_to(tmp_path))
+    assert main(["fleet", "--warehouse", wh, "--router", "kv-aware", "--replicas", "2",
+                 "--capacity-blocks", "1000", "--router-delay", "60000",
+                 "--no-miss-budget"]) == 0  # fmt: skip
+    assert "reached the router's view before they were that old" in capsys.readouterr().out

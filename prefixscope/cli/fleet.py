@@ -265,6 +265,13 @@ def fleet_command(args: argparse.Namespace) -> int:
     budget = format_budget(result.budget, More.of_run(args.warehouse, "miss_budget", result.run_id))
     if budget:
         print(budget)
+    for o in result.outcomes:  # a ring of cache changes that filled (``fleet/_stale.py``)
+        if o.view_early:
+            f = o.fleet
+            print(f"note: {f.router}@{f.router_delay_s * 1e3:g}ms at {f.replicas} × "
+                  f"{f.capacity_blocks:,} blocks, load {f.load_scale:g}x: {o.view_early:,} cache "
+                  "changes reached the router's view before they were that old (more pending "
+                  "than a replica's ring holds): its view was fresher than asked")  # fmt: skip
     return 0
 
 
