@@ -147,10 +147,15 @@ def ints(low: int = 1, high: int = INT64_MAX) -> Callable[[str], list[int]]:
 
 
 def floats(
-    high: float, low: float = 0.0, key: Callable[[float], object] = lambda v: v
+    high: float,
+    low: float = 0.0,
+    key: Callable[[float], object] = lambda v: v,
+    *,
+    strict: bool = True,
 ) -> Callable[[str], list[float]]:
-    """An argparse type: distinct comma-separated finite numbers above ``low``, at most
-    ``high``; distinct by ``key`` (two that print alike would be one row to a reader)."""
+    """An argparse type: distinct comma-separated finite numbers above ``low`` (or at it, when
+    not ``strict``), at most ``high``; distinct by ``key`` (two that print alike would be one
+    row to a reader)."""
 
     def parse(text: str) -> list[float]:
         try:
@@ -159,9 +164,10 @@ def floats(
             raise argparse.ArgumentTypeError(
                 f"expected comma-separated finite numbers, got {text!r}"
             ) from None
-        if any(not low < v <= high for v in values):
+        if any(not (low < v if strict else low <= v) or v > high for v in values):
             raise argparse.ArgumentTypeError(
-                f"expected numbers above {low:g} and at most {high:,g}, got {text!r}"
+                f"expected numbers {'above' if strict else 'from'} {low:g} and at most "
+                f"{high:,g}, got {text!r}"
             )
         return distinct(values, text, key)
 
@@ -185,17 +191,8 @@ load_scales = floats(MAX_LOAD_SCALE, MIN_LOAD_SCALE, key=lambda v: f"{v:.6g}")
 MAX_ROUTER_DELAY_MS = 1e12
 
 
-def router_delays(text: str) -> list[float]:
-    """``--router-delay``: distinct comma-separated milliseconds, 0 (a fresh view) or more."""
-    try:
-        values = [number(v) for v in _items(text)]
-    except ValueError:
-        values = [math.nan]
-    if not values or any(not 0 <= v <= MAX_ROUTER_DELAY_MS for v in values):
-        raise argparse.ArgumentTypeError(
-            f"expected milliseconds from 0 to {MAX_ROUTER_DELAY_MS:,.0f}, got {text!r}"
-        )
-    return distinct(values, text, key=lambda v: f"{v:.6g}")
+#: ``--router-delay``: distinct milliseconds, 0 (a fresh view) or more.
+router_delays = floats(MAX_ROUTER_DELAY_MS, key=lambda v: f"{v:.6g}", strict=False)
 
 
 def add_warm_start(p: argparse.ArgumentParser) -> None:

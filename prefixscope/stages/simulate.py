@@ -94,7 +94,7 @@ def simulate_policies(wh: str | Path, settings: SimulateSettings) -> SimulateRes
             gaps = load_gap_buckets(con, trace, settings.gap_bounds)
             if settings.vllm_blocks:
                 trace = full_blocks_only(trace)
-            warmed = warm_trace(con, trace, settings.warm_start)
+            warmed = warm_of(con, settings.warm_start, trace.block_size)(trace)
         for size in settings.block_sizes or ():
             check_block_size(trace, size)  # before any replay, not after the first grid
         measure = replace(
@@ -186,10 +186,9 @@ def simulate_scenarios(
     if discard:  # the unbounded cache warm too, so that every row's ceiling is comparable
         ceilings = {
             mode: hit_tokens(
-                measured,
-                replay(trace, "ceiling", None, PolicyOptions(), mode, measure.quota_file)
-                .hit_blocks[discard:],
-            )
+                trace, replay(trace, "ceiling", None, PolicyOptions(), mode, measure.quota_file)
+                .hit_blocks,
+            )[discard:]
             for mode in dict.fromkeys(s.isolation for s in grid)
         }  # fmt: skip
     return measure_replayed(measured, replayed, measure, settings.outcomes_for, gaps, ceilings)
@@ -213,12 +212,6 @@ def check_warm_start(start: WarmStart, policies: Sequence[str], isolations: Sequ
     if "ttl" in policies:
         raise ValueError("ttl drops blocks by their idle time, which the events do not carry: "
                          "warm ttl from the trace's first window")  # fmt: skip
-
-
-def warm_trace(con: duckdb.DuckDBPyConnection, trace: Trace, start: WarmStart) -> Warmed:
-    """The trace a run replays for ``start``: as it is, after its own first window, or after
-    the engine's cache at its first arrival (the warehouse's ``kv_events``)."""
-    return warm_of(con, start, trace.block_size)(trace)
 
 
 def warm_of(

@@ -21,7 +21,6 @@ from prefixscope.analysis.structure import pins
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import hit_tokens
 from prefixscope.analysis.trace.steady import WarmUp, warm_up
-from prefixscope.analysis.trace.tail import tail
 from prefixscope.analysis.trace.windows import STEADY, WINDOWS, check_windows
 
 
@@ -91,10 +90,11 @@ def replay_scenarios(
 ) -> list[Replayed]:
     """The first pass: replay ``trace`` once per scenario (options resolved once), its first
     ``discard`` requests a warm-up (``trace/warm.py``): replayed, then left out of the outcome,
-    which is of the rest (``tail(trace, discard)``)."""
+    which is of the rest (``tail(trace, discard)``; a request's hit tokens are its own, so they
+    are read off ``trace`` and cut)."""
     check_windows(settings.windows)
     options = policy_options(trace, settings)
-    measured = tail(trace, discard)
+    inputs = trace.input_tokens[discard:]
     out = []
     for scenario in scenarios_:
         outcome = replay(
@@ -105,16 +105,15 @@ def replay_scenarios(
             scenario.isolation,
             settings.quota_file,
         )
-        hit_blocks = outcome.hit_blocks[discard:]
-        tokens = hit_tokens(measured, hit_blocks)
+        tokens = hit_tokens(trace, outcome.hit_blocks)[discard:]
         bounded = POLICIES[scenario.policy].bounded
-        warmup = warm_up(tokens, measured.input_tokens, outcome.filled_at - discard, bounded)
+        warmup = warm_up(tokens, inputs, outcome.filled_at - discard, bounded)
         if bounded and 0 <= outcome.filled_at < discard:  # full before the first measured
             warmup = WarmUp(warmup.mser_end, True, warmup.mser_end)
         out.append(
             Replayed(
                 scenario,
-                _compact(measured, hit_blocks),
+                _compact(trace, outcome.hit_blocks[discard:]),
                 _narrow(cross_tokens(trace, outcome)[discard:]),
                 warmup,
                 _option_text(scenario.policy, settings, options),
