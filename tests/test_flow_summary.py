@@ -1,4 +1,4 @@
-"""The fleet_report flow's short answer: what `make demo` prints (at most 15 lines, Prefect's own
+"""The fleet_report flow's short answer: what `make demo` prints (at most 17 lines, Prefect's own
 lines quieted), the markdown artifact each run publishes, and two scheduled runs on two hours of
 logs adding to the trend."""
 
@@ -13,6 +13,7 @@ import pytest
 
 from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.dashboards.summary import MAX_LINES
 from tests.conftest import DemoRun
 from tests.test_history import TENANTS, write_hour
 from tests.test_report import figures
@@ -26,7 +27,7 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
     wh, page, out = demo_run.warehouse, demo_run.page, demo_run
     assert out.returncode == 0, out.stdout
     lines = out.stdout.splitlines()
-    assert len(lines) <= 15, out.stdout
+    assert len(lines) <= MAX_LINES, out.stdout
     text = out.stdout
     assert "INFO" not in text and "temporary server" not in text
     # the key figures: 12,031 Kimi requests, 2,792 synthetic ones and 1,064 of coding agents; the
@@ -52,6 +53,13 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
     assert re.search(r"^gap: +to belady, the offline optimum", text, re.M)
     assert re.search(rf"^tenants: +lru shared {lru}, salted ", text, re.M)
     assert re.search(r"^plan: +To keep 90% of the ceiling", text, re.M)
+    # the SLO's answer colocated, and split into prefill and decode pools, each in GPUs
+    with duckdb.connect(str(wh), read_only=True) as con:
+        ((split, fewer),) = con.execute(
+            "SELECT gpus, gpus_fewer_than_colocated FROM latest_plan_slo_disagg"
+        ).fetchall()
+    assert re.search(rf"^split: +{split} × H200 as \d+ prefill \+ \d+ decode", text, re.M)
+    assert f"{abs(fewer)} GPUs fewer" in text
     saves = re.search(r"^saves: +([\d,.]+) prefill GPU-s \(\$([\d,.]+)\) an hour", text, re.M)
     assert saves, text
     with duckdb.connect(str(wh), read_only=True) as con:
@@ -74,6 +82,7 @@ def test_the_demo_prints_a_short_answer_and_nothing_else(demo_run: DemoRun) -> N
         ).fetchone()
     assert found == (["*", "agent", "chat", "claude-code", "kimi", "search"], ["salted", "shared"])
     assert 'id="history"' in page.read_text()
+    assert 'id="slo-disagg"' in page.read_text()  # the split answer under the SLO table
 
 
 def test_two_scheduled_runs_publish_their_summary_and_add_to_the_trend(
@@ -105,7 +114,7 @@ def test_two_scheduled_runs_publish_their_summary_and_add_to_the_trend(
         )
     assert all(s.is_completed() for s in states)
     answer = states[1].result().summary
-    assert len(answer.splitlines()) <= 15 and "ceiling:" in answer
+    assert len(answer.splitlines()) <= MAX_LINES and "ceiling:" in answer
 
     async def published() -> list:
         async with get_client() as client:

@@ -35,6 +35,7 @@ __all__ = ["CHROMIUM", "CHROMIUM_ARGS", "figures", "needs_chromium", "tables"]
 VIEWS = (
     "fresh_runs",
     "latest_agent_sessions",
+    "latest_disagg_fleets",
     "latest_first_new_blocks",
     "latest_fleet_hit_rates",
     "latest_fleet_replicas",
@@ -45,6 +46,7 @@ VIEWS = (
     "latest_mrc",
     "latest_plan",
     "latest_plan_slo_answers",
+    "latest_plan_slo_disagg",
     "latest_plan_slo_fleets",
     "latest_plan_slo_windows",
     "latest_reuse_shares",
@@ -173,6 +175,7 @@ def test_every_view_is_in_the_warehouse_for_a_plain_duckdb_client(warehouse_path
     unwritten |= {"latest_miss_budget"}
     unwritten |= {"latest_validation", "latest_validation_disagreements"}
     unwritten |= {"latest_plan_slo_answers", "latest_plan_slo_fleets", "latest_validation_events"}
+    unwritten |= {"latest_disagg_fleets", "latest_plan_slo_disagg"}
     # no log names sessions
     unwritten |= {"latest_plan_slo_windows", "latest_agent_sessions", "latest_misses_by_gap"}
     assert all(counts[v] == 0 for v in unwritten)  # no curve, no fleet run, no validation

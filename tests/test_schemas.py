@@ -14,7 +14,9 @@ from prefixscope import warehouse
 from prefixscope.analysis.cost.savings import SAVINGS_SCHEMA
 from prefixscope.analysis.curves.curve import MRC_SCHEMA
 from prefixscope.analysis.fleet.budget import MISS_BUDGET_SCHEMA
+from prefixscope.analysis.fleet.disagg_table import DISAGG_FLEETS_SCHEMA
 from prefixscope.analysis.fleet.tables import FLEET_HIT_RATES_SCHEMA, FLEET_REPLICAS_SCHEMA
+from prefixscope.analysis.plan.disagg_plan import PLAN_SLO_DISAGG_SCHEMA
 from prefixscope.analysis.plan.plan import PLAN_SCHEMA
 from prefixscope.analysis.simulation.gaps import MISSES_BY_GAP_SCHEMA
 from prefixscope.analysis.simulation.tables import (
@@ -111,6 +113,8 @@ CASES: list[tuple[str, Callable[[], pa.Schema], set[str]]] = [
     ("agent_sessions", lambda: AGENT_SESSIONS_SCHEMA, set()),
     ("misses_by_gap", lambda: MISSES_BY_GAP_SCHEMA, set()),
     ("miss_budget", lambda: MISS_BUDGET_SCHEMA, set()),
+    ("disagg_fleets", lambda: DISAGG_FLEETS_SCHEMA, set()),
+    ("plan_slo_disagg", lambda: PLAN_SLO_DISAGG_SCHEMA, set()),
 ]
 
 

@@ -32,6 +32,7 @@ MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("events", ("capture-events",)),
     ("simulate", ("simulate",)),
     ("fleet", ("fleet",)),
+    ("disagg", ("disagg",)),
     ("plan", ("plan",)),
     ("curve", ("curve",)),
     ("structure", ("structure",)),

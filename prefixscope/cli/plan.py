@@ -66,6 +66,15 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "its GPU-hours beside the static answer's (writes plan_slo_windows)",
     )
     p.add_argument(
+        "--disagg",
+        nargs="?",
+        const="rdma",
+        metavar="rdma|nvlink|inf|GBPS",
+        help="with --slo: also the fewest GPUs split into prefill and decode pools, the KV "
+        "moving over this link (rdma: a 400 Gb/s NIC per GPU), beside the colocated answer "
+        "(writes plan_slo_disagg)",
+    )
+    p.add_argument(
         "--workers",
         type=flags.count,
         default=1,
@@ -82,6 +91,7 @@ def plan_command(args: argparse.Namespace) -> int:
         ("--engine", args.engine),
         ("--slo-window", args.slo_window),
         ("--per-window", args.per_window or None),
+        ("--disagg", args.disagg),
     ):
         if value is not None:  # it would be ignored
             raise ValueError(f"{flag} applies to plan --slo — give --slo and --deployments")
@@ -132,6 +142,7 @@ def _run_slo(args: argparse.Namespace) -> int:
         dask_address=args.dask_address,
         window_s=plan_slo.PlanSloSettings.window_s if args.slo_window is None else args.slo_window,
         per_window=args.per_window,
+        disagg_link=args.disagg,
     )
     settings.check()  # before the warehouse is opened: nothing written on bad input
     result = plan_slo.plan_for_slo(args.warehouse, settings)
@@ -142,6 +153,9 @@ def _run_slo(args: argparse.Namespace) -> int:
         print(line)
     for line in words.per_window_lines(answers, result.windows.to_pylist()):
         print(line)
+    if result.disagg is not None:
+        for line in words.disagg_lines(result.disagg.to_pylist()):
+            print(line)
     print(words.searched(result.outcomes))
     print()
     print(words.fleets_table(fleets))

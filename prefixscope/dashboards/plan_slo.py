@@ -242,11 +242,12 @@ def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[
             "GROUP BY deployment"
         ).fetchall()
     )
+    # every row fetched: a result left open would refuse the connection's next query
     model = con.execute(
         "SELECT r.parameters ->> 'model' FROM runs r WHERE r.run_id = ?",
         [_run_of(con)],
-    ).fetchone()
-    name = (model or [None])[0] or "the model"
+    ).fetchall()
+    name = (model[0] if model else [None])[0] or "the model"
     if brief:
         line = short(answers, name)
         return [] if line is None else [line + "."]
@@ -254,8 +255,8 @@ def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[
 
 
 def _run_of(con: duckdb.DuckDBPyConnection) -> str | None:
-    found = con.execute("SELECT any_value(run_id) FROM latest_plan_slo_answers").fetchone()
-    return None if found is None else found[0]
+    found = con.execute("SELECT any_value(run_id) FROM latest_plan_slo_answers").fetchall()
+    return found[0][0] if found else None
 
 
 def searched(outcomes: Sequence) -> str:  # type: ignore[type-arg]
@@ -273,6 +274,77 @@ def searched(outcomes: Sequence) -> str:  # type: ignore[type-arg]
             + (f", {o.non_monotone:,} not monotone in replicas" if o.non_monotone else "")
         )
     return "Searched: " + "; ".join(parts) + "."
+
+
+def disagg_lines(rows: Sequence[dict]) -> list[str]:
+    """The disaggregated answers (``plan_slo_disagg``), a sentence per load scale: the split,
+    its GPUs beside the colocated answer's, and which layout needs fewer."""
+    out = []
+    for r in rows:
+        over = (
+            "at once"
+            if r["link_gbps"] is None
+            else f"over {r['link']}, {r['link_gbps']:g} GB/s per GPU"
+        )
+        where = (
+            f"{_load(r['load_scale'])}, split into prefill and decode pools (the KV moving "
+            f"{over}; held in the busiest window)"
+        )
+        if not r["met"]:
+            out.append(
+                f"{where}: no split of {r['deployment']} up to {r['max_replicas_searched']} "
+                f"replicas meets {r['slo']} ({r['fleets_searched']:,} simulated)."
+            )
+            continue
+        gpu = r["deployment"].rsplit("x", 1)[0].upper()
+        text = (
+            f"{where}: {r['gpus']} × {gpu} ({r['prefill_replicas']} × {r['deployment']} "
+            f"prefill, {r['decode_replicas']} × {r['deployment']} decode) meet {r['slo']} at "
+            f"${r['usd_per_hour']:,.2f} an hour"
+        )
+        fewer = r["gpus_fewer_than_colocated"]
+        if r["colocated_gpus"] is None:
+            text += "; no colocated fleet searched meets it"
+        elif fewer > 0:
+            text += f": {fewer} GPUs fewer than colocated ({r['colocated_gpus']})"
+        elif fewer < 0:
+            text += f": colocated needs {-fewer} GPUs fewer ({r['colocated_gpus']})"
+        else:
+            text += f", as many GPUs as colocated ({r['colocated_gpus']})"
+        out.append(text + ".")
+    return out
+
+
+def disagg_short(r: dict) -> str:
+    """The first load's split in a line or two (the demo's summary): ``40 × H200 as 3 prefill
+    + 2 decode replicas of h200x8 meet ttft-p95=5 ($144.40 an hour): colocated needs 16 GPUs
+    fewer``."""
+    if not r["met"]:
+        return f"no split of {r['deployment']} into prefill and decode pools meets {r['slo']}"
+    gpu = r["deployment"].rsplit("x", 1)[0].upper()
+    text = (
+        f"{r['gpus']} × {gpu} as {r['prefill_replicas']} prefill + {r['decode_replicas']} decode "
+        f"replicas of {r['deployment']} meet {r['slo']} (${r['usd_per_hour']:,.2f} an hour)"
+    )
+    fewer = r["gpus_fewer_than_colocated"]
+    if fewer is None:
+        return text
+    if fewer == 0:
+        return text + ", as many GPUs as colocated"
+    who = "the split needs" if fewer > 0 else "colocated needs"
+    return f"{text}: {who} {abs(fewer)} GPUs fewer"
+
+
+def disagg_from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[str]:
+    """:func:`disagg_lines` of the newest search that split its fleets (none: no such run);
+    ``brief``: the first load's in a line (:func:`disagg_short`)."""
+    try:
+        rows = con.sql("SELECT * FROM latest_plan_slo_disagg").to_arrow_table().to_pylist()
+    except duckdb.CatalogException:  # a warehouse written before the split search, read-only
+        return []
+    if brief:
+        return [disagg_short(rows[0]) + "."] if rows else []
+    return disagg_lines(rows)
 
 
 def per_window_lines(answers: Sequence[dict], windows: Sequence[dict]) -> list[str]:

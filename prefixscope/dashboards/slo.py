@@ -14,11 +14,13 @@ import polars as pl
 from markupsafe import Markup
 
 from prefixscope.dashboards.figures import base_layout, figure_markup, plotly_text, selectable
+from prefixscope.dashboards.plan_slo import disagg_lines
 from prefixscope.dashboards.views import has_view, read_view
 
 FLEETS = "latest_plan_slo_fleets"
 ANSWERS = "latest_plan_slo_answers"
 WINDOWS = "latest_plan_slo_windows"
+DISAGG = "latest_plan_slo_disagg"
 #: How each line of the window-by-window chart is drawn: (prefix caching, scaled) -> name, dash.
 GPU_LINES = {
     (True, True): ("each window sized alone, prefix caching", "solid", "#1f77b4"),
@@ -65,6 +67,7 @@ def slo_section(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
         "gpus_chart": None if windows.is_empty() else gpus_figure(windows, answers, loads),
         "answers": [answer_cells(r) for r in answers],
         "columns": ANSWER_COLUMNS,
+        "disagg": disagg_lines(read_view(con, DISAGG).to_dicts()) if has_view(con, DISAGG) else [],
     }
 
 

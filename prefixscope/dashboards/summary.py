@@ -22,11 +22,12 @@ import polars as pl
 
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.plan import sentences
+from prefixscope.dashboards.plan_slo import disagg_from_warehouse as split_sentences
 from prefixscope.dashboards.plan_slo import from_warehouse as slo_sentences
 from prefixscope.dashboards.savings import priced_on
 from prefixscope.dashboards.views import read_view, trace_summary
 
-MAX_LINES = 15
+MAX_LINES = 17
 WIDTH = 100
 LABEL = 11  # the label column: "warehouse: "
 WINDOW = "all"
@@ -125,6 +126,7 @@ def summarize(con: duckdb.DuckDBPyConnection, page: str | Path, warehouse: str |
         slo = slo_sentences(con, brief=True)
         items += [Item("fleet", s, optional=True) for s in fleet[:1] if not slo]
         items += [Item("SLO", s) for s in slo]
+        items += [Item("split", s, optional=True) for s in split_sentences(con, brief=True)]
     if priced is not None:
         items.append(_saves(priced))
     return Summary(tuple(i for i in items if i.text), str(page), str(warehouse))

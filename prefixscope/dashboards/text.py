@@ -223,3 +223,49 @@ def format_warm_start(rows: pa.Table) -> str:
         return ""
     what = "blocks the engine held" if start == "events" else "requests of the first window"
     return f"warm start {start}: {n:,} {what} replayed first, never measured\n"
+
+
+def format_disagg(table: pa.Table) -> str:
+    """``disagg_fleets`` rows: the disaggregated fleet and the colocated one of the same GPUs,
+    a line each, with the TTFT and TPOT each gives and what each pool is busy."""
+    lines = [
+        f"{'layout':<38} {'GPUs':>5} {'token hit':>9} {'TTFT p50':>9} {'p95':>8} {'p99':>8} "
+        f"{'TPOT p50':>9} {'p95':>8} {'KV move p95':>11} {'wait p95':>9} {'busy':>11}"
+    ]
+    notes = []
+    for r in table.to_pylist():
+        if r["layout"] == "disaggregated":
+            name = (
+                f"{r['prefill_replicas']} × {r['prefill_deployment']} → "
+                f"{r['decode_replicas']} × {r['decode_deployment']}"
+            )
+            if r["link_gbps"] is None:
+                notes.append("the KV moves at once (an unbounded link)")
+            else:
+                notes.append(f"the KV moves over {r['link']} ({r['link_gbps']:g} GB/s per GPU)")
+            busy = f"{r['prefill_utilisation']:.0%} / {r['decode_utilisation']:.0%}"
+            if r["refused"]:
+                notes.append(
+                    f"{r['refused']:,} requests need more KV than a decode replica holds: "
+                    "never served, their TTFT not counted"
+                )
+        else:
+            name = f"colocated {r['prefill_replicas']} × {r['prefill_deployment']}"
+            busy = f"{r['prefill_utilisation']:.0%}"
+        lines.append(
+            f"{name:<38} {r['gpus']:>5} {_num(r['token_hit_rate'], 9)} "
+            f"{_seconds(r['ttft_p50_s'], 9)} {_seconds(r['ttft_p95_s'], 8)} "
+            f"{_seconds(r['ttft_p99_s'], 8)} {_ms(r['tpot_p50_s'], 9)} {_ms(r['tpot_p95_s'], 8)} "
+            f"{_ms(r['transfer_p95_s'], 11)} {_seconds(r['decode_wait_p95_s'], 9)} {busy:>11}"
+        )
+    first = table.to_pylist()[0] if table.num_rows else None
+    if first:
+        notes.append(
+            f"{first['model']}, {first['router']} router, {first['engine']} engine, load "
+            f"{first['load_scale']:g}x, priced by {first['cost_source']}; busy: prefill / decode"
+        )
+    return "\n".join(lines + notes)
+
+
+def _ms(x: float | None, width: int) -> str:
+    return f"{'—':>{width}}" if x is None else f"{x * 1e3:>{width - 2}.1f}ms"

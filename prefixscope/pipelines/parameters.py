@@ -68,6 +68,9 @@ RECENT_LOOKUPS = 12_000_000
 DEFAULT_SLO_MODEL = FLOW_MODEL  # one model throughout the report (``served.py``)
 DEFAULT_SLO_DEPLOYMENTS = ("h200x8",)
 DEFAULT_SLO_LOAD_SCALES = (1.0,)
+#: The SLO plan also splits its fleet into prefill and decode pools (the bundled hour's own
+#: layout: Mooncake serves Kimi disaggregated), the KV over RDMA between nodes.
+DEFAULT_SLO_LINK = "rdma"
 
 
 @dataclass(frozen=True)
@@ -382,6 +385,7 @@ def slo_settings(
         model=DEFAULT_SLO_MODEL,
         workers=workers if dask_address is None else None,
         dask_address=dask_address,
+        disagg_link=DEFAULT_SLO_LINK,
     )
 
 

@@ -34,6 +34,7 @@ class PlanSloResult:
     searched: Searched | None = None
     slower: Searched | None = None  # the range's search (measured steps only)
     windows: pa.Table | None = None  # each window sized alone (``per_window``), else empty
+    disagg: pa.Table | None = None  # the disaggregated answers (``disagg_link``), else None
 
 
 def plan_for_slo(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
@@ -55,5 +56,7 @@ def plan_for_slo(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
             warehouse.append(con, "plan_slo_answers", plan.answers, stage_run.run_id)
             if plan.windows.num_rows:
                 warehouse.append(con, "plan_slo_windows", plan.windows, stage_run.run_id)
+            if plan.disagg is not None:
+                warehouse.append(con, "plan_slo_disagg", plan.disagg, stage_run.run_id)
     return PlanSloResult(stage_run.run_id, plan.searched.outcomes, plan.fleets, plan.answers,
-                         plan.searched, plan.slower, plan.windows)  # fmt: skip
+                         plan.searched, plan.slower, plan.windows, plan.disagg)  # fmt: skip

@@ -15,8 +15,11 @@ from prefixscope.analysis.cost.choice import Fitted
 from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.fanout import fan_out, on_every_worker
 from prefixscope.analysis.fleet._records import kept_nodes, release_kept
+from prefixscope.analysis.fleet.disagg import link_for
 from prefixscope.analysis.fleet.run import Traffic
 from prefixscope.analysis.forked import session
+from prefixscope.analysis.plan.disagg_plan import Span, disagg_row, search_disagg
+from prefixscope.analysis.plan.disagg_plan import table as disagg_table
 from prefixscope.analysis.plan.held import Held, Task, hold
 from prefixscope.analysis.plan.per_window import Sized, gpu_hours, size_each_window
 from prefixscope.analysis.plan.probe import (
@@ -41,7 +44,7 @@ from prefixscope.analysis.plan.slo_tables import (
     windows_table,
     with_gpu_hours,
 )
-from prefixscope.analysis.plan.space import Replica, replica_of
+from prefixscope.analysis.plan.space import Replica, replica_of, tiers_for
 from prefixscope.analysis.plan.uncertainty import slower, slower_pct, with_range
 from prefixscope.analysis.plan.windows import (
     Window,
@@ -73,6 +76,7 @@ class SloPlan:
     fleets: pa.Table
     answers: pa.Table
     windows: pa.Table  # ``plan_slo_windows``: empty unless each window was sized alone
+    disagg: pa.Table | None = None  # ``plan_slo_disagg``: with ``disagg_link`` only
 
 
 def plan_slo(
@@ -115,7 +119,53 @@ def plan_slo(
                   for r in rows}  # fmt: skip
         with_gpu_hours(rows, gpu_hours(searched.sized, static))
     answers = pa.Table.from_pylist(rows, schema=PLAN_SLO_ANSWERS_SCHEMA)
-    return SloPlan(searched, slow, fleets, answers, windows_table(searched.sized))
+    disagg = None
+    if settings.disagg_link is not None:
+        resources.give_back_heap()
+        disagg = disagg_answers(trace, traffic, replicas, rows, slo, settings, prices, searched)
+    return SloPlan(searched, slow, fleets, answers, windows_table(searched.sized), disagg)
+
+
+def disagg_answers(
+    trace: Trace,
+    traffic: Traffic,
+    replicas: Sequence[Replica],
+    rows: list[dict],
+    slo: Slo,
+    settings: PlanSloSettings,
+    prices: Prices,
+    searched: Searched,
+) -> pa.Table:
+    """At each load scale, caching on: the fewest GPUs of the colocated answer's deployment
+    split into prefill and decode pools, routed as the colocated answer is (where none met,
+    the first deployment under ``kv-aware``), its tiers on the prefill pool, on the busiest
+    window (``disagg_plan.py``)."""
+    span = Span.of(trace, traffic, searched.busiest)
+    by_name = {r.deployment: r for r in replicas}
+    out = []
+    for scale in settings.load_scales:
+        row = next(r for r in rows if r["load_scale"] == scale and r["prefix_caching"])
+        met = bool(row["met"])
+        replica = by_name[row["deployment"]] if met else replicas[0]
+        router = row["router"] if met else "kv-aware"
+        link = link_for(settings.disagg_link or "rdma", replica.gpu_spec)
+        colocated = row["replicas"] if met else None
+        tiers = None
+        if met:
+            dram, store = row["dram_gib_per_replica"] or 0.0, row["store_gib"]
+            tiers = tiers_for(replica, dram, store, trace.block_size)
+        answer, tried, bound = search_disagg(
+            span, replica, slo, router, settings.engine, link, scale, colocated, tiers
+        )
+        out.append(
+            disagg_row(
+                answer, tried, bound, replica=replica, slo=slo, router=router, link=link,
+                load_scale=scale, window=searched.busiest,
+                colocated_gpus=row["gpus"] if met else None, prices=prices,
+                cost_model=replica.engine.cost.source, tiers=tiers,
+            )
+        )  # fmt: skip
+    return disagg_table(out)
 
 
 def plan_search(

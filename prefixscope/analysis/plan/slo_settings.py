@@ -13,6 +13,7 @@ from prefixscope.analysis.cost.deployment import parse_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import Prices, load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
+from prefixscope.analysis.fleet.disagg import link_for
 from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.routers import ROUTERS, resolve_router
 from prefixscope.analysis.fleet.stepcost import StepCost, choose
@@ -53,6 +54,9 @@ class PlanSloSettings:
     dask_address: str | None = None
     window_s: float = DEFAULT_WINDOW_S
     per_window: bool = False  # each window also sized alone (``per_window.py``)
+    #: also the fewest GPUs split into prefill and decode pools, the KV moving over this link
+    #: (``rdma``, ``nvlink``, ``inf`` or GB/s: ``fleet/disagg.py``); None: colocated only
+    disagg_link: str | None = None
 
     @cached_property
     def shape(self) -> ModelShape:
@@ -86,6 +90,8 @@ class PlanSloSettings:
             replica_of(text, shape, 1, self.kv_dtype, dummy)
             d = parse_deployment(text)
             check_kind(self.cost_model, shape, d.gpu, d.tp)
+            if self.disagg_link is not None:
+                link_for(self.disagg_link, d.gpu).check()
         return slo
 
 
