@@ -24,6 +24,7 @@ from prefixscope.analysis.fleet.disagg import (
 from prefixscope.analysis.fleet.run import Fleet, simulate_fleet
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.cli import main
+from tests.oracles.decode_pool import reference_decode
 from tests.test_fleet import ENGINE, sessions_trace
 from tests.test_fleet_deployment import small  # noqa: F401 (a fixture)
 
@@ -165,6 +166,42 @@ def test_the_decode_pool_keeps_its_rules(reqs: list, replicas: int, cap: int, se
     order = np.lexsort((np.arange(len(ready)), ready))
     served = [i for i in order if ok[i]]
     assert np.all(np.diff(out.admitted_at[served]) >= 0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 1, allow_nan=False),
+            st.sampled_from([0.0, 0.001, 0.01, 0.03]),
+            st.integers(1, 200),
+            st.integers(0, 30),
+        ),
+        min_size=1,
+        max_size=50,
+    ),
+    st.integers(1, 3),
+    st.integers(1, 30),
+    st.integers(1, 5),
+)
+def test_the_compiled_loop_is_the_plain_python_one(
+    reqs: list, replicas: int, cap: int, seqs: int
+) -> None:  # type: ignore[type-arg]
+    # ties included: ready times and moves from a few values land requests at one instant
+    ready, move, inputs, outputs = (np.array(c) for c in zip(*reqs, strict=True))
+    pool = DecodePool(replicas, cap, 16, TERMS, seqs)
+    got = decode(ready, move, inputs, outputs, pool)
+    want = reference_decode(ready, move, inputs, outputs, pool)
+    for name in (
+        "replica",
+        "admitted_at",
+        "landed_at",
+        "done_at",
+        "busy",
+        "steps",
+        "decode_tokens",
+    ):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
 
 
 def test_the_cli_writes_both_layouts(small: Path, capsys) -> None:  # noqa: ANN001, F811
