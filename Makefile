@@ -10,7 +10,7 @@ SAMPLE := data/sample/mooncake/conversation_trace.jsonl.gz
 AGENTS := data/sample/agents/claude_code_traces.tar.gz
 BUILD := build
 
-.PHONY: setup demo test test-fast browser bench bench-week peers peers-vllm peers-sglang \
+.PHONY: setup demo test test-fast browser bench bench-week bench-plan-week peers peers-vllm peers-sglang \
 	peers-replay lint clean
 
 setup: $(STAMP)
@@ -93,6 +93,11 @@ bench: setup peers-vllm peers-sglang
 # 3.2 GB trace file in a temporary directory): docs/scale.md.
 bench-week: setup
 	$(BIN)/python benchmarks/flow_speed.py --week
+
+# The SLO plan on the same week on 2 Dask workers: every hour held, each sized alone, and the
+# fleet split into prefill and decode pools (docs/plan.md).
+bench-plan-week: setup
+	$(BIN)/python benchmarks/plan_week.py
 
 # The KVCache.AI simulator, to time beside ours in `make bench`: a scratch environment outside
 # the repository, never a dependency of the project.

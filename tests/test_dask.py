@@ -252,9 +252,13 @@ def test_the_slo_search_on_the_dask_workers_equals_the_search_here(cluster) -> N
     remote = replace(settings, workers=None, dask_address=cluster.scheduler_address)
     with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
         there = plan_search(trace, traffic, replicas, slo, remote, Prices())
-    ran = [t for t in stream.data if "probe_task" in t["key"]]
+    ran = [t for t in stream.data if "probe_carried" in t["key"]]
     # one window (the trace spans a minute): a task per fleet searched, none to check
     assert len(ran) == sum(len(o.fleets) for o in there.outcomes) > 10
+    # each task carried its own span: the trace itself was never sent to the workers
+    from prefixscope.analysis import fanout
+
+    assert not any(f.key.startswith("Trace-") for f in fanout._SCATTERED.values())
     assert fleets_table(here.outcomes, "ideal", here.windows).equals(
         fleets_table(there.outcomes, "ideal", there.windows)
     )
@@ -263,3 +267,44 @@ def test_the_slo_search_on_the_dask_workers_equals_the_search_here(cluster) -> N
     )
     # an SLO some fleet meets, and not with one replica: the comparison is not vacuous
     assert all(o.best is not None and o.best.probe.replicas > 1 for o in here.outcomes)
+
+
+def test_the_slo_held_in_every_window_and_each_window_alone_equal_the_search_here(
+    cluster,
+) -> None:
+    from prefixscope.analysis.cost.gpus import GPUS
+    from prefixscope.analysis.cost.models import resolve_model
+    from prefixscope.analysis.cost.prices import Prices
+    from prefixscope.analysis.fleet.run import Traffic
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.analysis.plan.slo import parse_slo
+    from prefixscope.analysis.plan.slo_plan import plan_search
+    from prefixscope.analysis.plan.slo_settings import PlanSloSettings
+    from prefixscope.analysis.plan.slo_tables import answers_table
+    from prefixscope.analysis.plan.space import replica_of
+    from prefixscope.analysis.trace.csr import build_trace
+
+    # three minutes of conversations, busier in the second: three windows of a minute, each
+    # checked (runs of windows: tasks that carry their run's span) and each sized alone
+    rng = np.random.default_rng(5)
+    n = 360
+    turns = rng.integers(1, 6, n)
+    requests = [[int(rng.integers(0, 4)), *(90_000 + i * 8 + k for k in range(turns[i]))]
+                for i in range(n)]  # fmt: skip
+    times = np.sort(np.concatenate([rng.uniform(0, 60, 80), rng.uniform(60, 120, 200),
+                                    rng.uniform(120, 180, 80)]))  # fmt: skip
+    trace = build_trace(requests, [512 * len(r) for r in requests], ["t"] * n, 512, times)
+    traffic = Traffic(rng.integers(1, 200, trace.n_requests))
+    shape = resolve_model("llama-3-8b")
+    replicas = [replica_of("h100x1", shape, 512, "bf16", from_roofline(shape, GPUS["h100"]))]
+    slo = parse_slo("ttft-p95=0.4")
+    settings = PlanSloSettings(("h100x1",), slo.text, (20.0,), ("session",), window_s=60.0,
+                               per_window=True)  # fmt: skip
+    here = plan_search(trace, traffic, replicas, slo, settings, Prices(), per_window=True)
+    remote = replace(settings, workers=None, dask_address=cluster.scheduler_address)
+    there = plan_search(trace, traffic, replicas, slo, remote, Prices(), per_window=True)
+    assert len(here.windows) == 3 and all(h.checked == 3 for h in here.held)
+    assert answers_table(here.outcomes, slo, here.held, here.windows).equals(
+        answers_table(there.outcomes, slo, there.held, there.windows)
+    )
+    assert here.sized == there.sized and len(here.sized) > 0

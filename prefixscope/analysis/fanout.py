@@ -224,7 +224,11 @@ def _run(
         try:
             return client.gather(futures)
         except Exception as exc:
-            if type(exc).__name__ == "KilledWorker":  # distributed.scheduler.KilledWorker
+            # a task that killed each worker it ran on (``KilledWorker``), or a worker gone
+            # with the parts scattered to it, which its tasks then lose (``CancelledError``:
+            # "already forgotten"); either way what was scattered is gone with it
+            if type(exc).__name__ in ("KilledWorker", "FutureCancelledError", "CancelledError"):
+                _forget(dask_address)
                 raise _cluster_lost(dask_address, exc) from None
             raise
     workers = workers or os.cpu_count() or 1
@@ -236,11 +240,18 @@ def _run(
     return forked(fn, shared, items, min(workers, len(items)))
 
 
+def _forget(address: str) -> None:
+    """Drop what was scattered to the cluster at ``address``: a later fan-out sends it again."""
+    for key in [k for k in _SCATTERED if k[0] == address]:
+        with suppress(Exception):
+            _SCATTERED.pop(key).release()
+
+
 def _cluster_lost(address: str, exc: BaseException) -> resources.ResourceError:
     where = resources.stage()
     name = f"the {where} stage" if where else "a fan-out"
     return resources.ResourceError(
-        f"{name} lost the Dask workers at {address} that ran one of its tasks, each in turn "
-        f"({' '.join(str(exc).split())[:160]}) — give the workers more memory (dask worker "
-        "--memory-limit), or run less of the trace at once"
+        f"{name} lost the Dask workers at {address} that ran one of its tasks, or held what it "
+        f"sent them ({' '.join(str(exc).split())[:160]}) — give the workers more memory (dask "
+        "worker --memory-limit), or run less of the trace at once"
     )

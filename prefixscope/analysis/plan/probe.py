@@ -43,14 +43,16 @@ class Part:
 class Shared:
     """What every fleet of a search reads: the trace and its traffic, the SLO, the engine, the
     windows, and the spans of the windows being searched (window index, prefix caching) →
-    (trace, traffic), cut once before the workers start. Shipped to each worker once."""
+    (trace, traffic), cut once before the workers start. Shipped to each worker once. On a
+    Dask cluster a task carries its own span instead (the run's under :func:`run_key`), and
+    the trace stays here (None there)."""
 
-    trace: Trace
-    traffic: Traffic
+    trace: Trace | None
+    traffic: Traffic | None
     slo: Slo
     engine: str = "ideal"
     windows: tuple[Window, ...] = ()
-    spans: dict[tuple[int, bool], tuple[Trace, Traffic]] | None = None
+    spans: dict[tuple, tuple[Trace, Traffic]] | None = None
 
 
 def fleet_of(probe: Probe, engine: str = "ideal") -> Fleet:
@@ -89,9 +91,12 @@ def spans_for(
     trace: Trace, traffic: Traffic, windows: Sequence[Window], caching: Sequence[bool]
 ) -> dict[tuple[int, bool], tuple[Trace, Traffic]]:
     """The span of each window (its warm-up and its requests), caching on and off as asked."""
-    return {
-        (w.index, c): cut(trace, traffic, w.warm, w.end, c) for w in windows for c in caching
-    }
+    return {(w.index, c): cut(trace, traffic, w.warm, w.end, c) for w in windows for c in caching}
+
+
+def run_key(windows: Sequence[Window], run: Sequence[int], probe: Probe) -> tuple:
+    """The key of a run's span among ``Shared.spans``: its first and last request, caching."""
+    return ("run", windows[run[0]].warm, windows[run[-1]].end, probe.prefix_caching)
 
 
 def simulate_window(shared: Shared, probe: Probe, window: int) -> Part:
@@ -116,7 +121,8 @@ def simulate_run(
     windows at a time); it never stops early."""
     first, last = shared.windows[windows[0]], shared.windows[windows[-1]]
     lo, hi = first.warm, last.end
-    trace, traffic = cut(shared.trace, shared.traffic, lo, hi, probe.prefix_caching)
+    found = shared.spans.get(run_key(shared.windows, windows, probe)) if shared.spans else None
+    trace, traffic = found or cut(shared.trace, shared.traffic, lo, hi, probe.prefix_caching)
     ws = [shared.windows[i] for i in measured]
     return _parts(shared.slo, trace, traffic, probe, shared.engine,
                   [(w, w.first - lo) for w in ws], None)  # fmt: skip

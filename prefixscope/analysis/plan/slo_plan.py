@@ -13,7 +13,7 @@ import pyarrow as pa
 from prefixscope import resources
 from prefixscope.analysis.cost.choice import Fitted
 from prefixscope.analysis.cost.prices import Prices
-from prefixscope.analysis.fanout import fan_out, on_every_worker
+from prefixscope.analysis.fanout import client_for, fan_out, on_every_worker, width
 from prefixscope.analysis.fleet._records import kept_nodes, release_kept
 from prefixscope.analysis.fleet.disagg import link_for
 from prefixscope.analysis.fleet.run import Traffic
@@ -26,6 +26,7 @@ from prefixscope.analysis.plan.probe import (
     Part,
     Shared,
     cut,
+    run_key,
     simulate_run,
     simulate_window,
 )
@@ -202,6 +203,8 @@ def plan_search(
                     spans[key] = cut(trace, traffic, w.warm, w.end, t.probe.prefix_caching)
         if local:
             return [probe_task(shared, t) for t in tasks]
+        if settings.dask_address:
+            return on_cluster(tasks)
         # parts shipped apart, so that a cluster keeps the trace it was sent once while the
         # spans grow (``fanout.scattered``); the same object while they do not, so that forked
         # workers live from round to round with what they hold (``forked.session``)
@@ -217,6 +220,38 @@ def plan_search(
             weights=[task_weight(trace, windows, t) for t in tasks],
             memory=[task_bytes(trace, windows, t, spans) for t in tasks],
         )
+
+    def on_cluster(tasks: Sequence[Task]) -> list[list[Part]]:
+        # each task carries its own span, scattered to one worker, never the trace: a week's
+        # trace copied to every worker would not fit them; a few tasks' spans at a time, so
+        # that what is cut here and held there stays bounded
+        address = settings.dask_address
+        assert address is not None
+        client = client_for(address)
+        step = 2 * width(dask_address=address)
+        out: list[list[Part]] = []
+        for lo in range(0, len(tasks), step):
+            chunk = tasks[lo : lo + step]
+            keys = [span_key(t) for t in chunk]
+            sent = {k: client.scatter(span_of(t, k), hash=False)
+                    for t, k in zip(chunk, keys, strict=True)}  # fmt: skip
+            items = [(t, k, sent[k]) for t, k in zip(chunk, keys, strict=True)]
+            out += fan_out(
+                probe_carried, (slo, settings.engine, windows), items, dask_address=address,
+                weights=[task_weight(trace, windows, t) for t in chunk],
+            )  # fmt: skip
+        return out
+
+    def span_key(t: Task) -> tuple:
+        if t.search:
+            return (t.windows[0], t.probe.prefix_caching)
+        return run_key(windows, t.windows, t.probe)
+
+    def span_of(t: Task, key: tuple) -> tuple:
+        if t.search:
+            return spans[key]
+        first, last = windows[t.windows[0]], windows[t.windows[-1]]
+        return cut(trace, traffic, first.warm, last.end, t.probe.prefix_caching)
 
     def lookups(first: int, end: int) -> int:
         return int(trace.offsets[end] - trace.offsets[first])
@@ -244,6 +279,14 @@ def probe_task(shared: Shared | tuple, task: Task) -> list[Part]:
         if task.search:
             return [simulate_window(shared, task.probe, task.windows[0])]
         return simulate_run(shared, task.probe, task.windows, task.measured)
+
+
+def probe_carried(shared: tuple, item: tuple) -> list[Part]:
+    """One task on a Dask cluster (``plan_search``): ``item`` is the task, its span's key and
+    the span, carried with it; ``shared`` the search's SLO, engine and windows."""
+    slo, engine, windows = shared
+    task, key, span = item
+    return probe_task(Shared(None, None, slo, engine, windows, {key: span}), task)
 
 
 def task_weight(trace, windows, task: Task) -> float:  # type: ignore[no-untyped-def]
