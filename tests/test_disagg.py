@@ -130,7 +130,7 @@ def test_a_request_larger_than_a_replica_is_refused_and_the_rest_are_served() ->
     assert list(out.replica[[0, 2]]) == [0, 1]  # the most free blocks, then the lower replica
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -168,7 +168,7 @@ def test_the_decode_pool_keeps_its_rules(reqs: list, replicas: int, cap: int, se
     assert np.all(np.diff(out.admitted_at[served]) >= 0)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     st.lists(
         st.tuples(
