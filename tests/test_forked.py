@@ -43,7 +43,7 @@ def killed_always(shared: object, item: int) -> int:
     return item
 
 
-@pytest.mark.parametrize("workers", [2, 3, 8])
+@pytest.mark.parametrize("workers", [2, 5])  # more workers than items per worker, and cores
 def test_results_come_back_in_item_order(workers: int) -> None:
     data = np.arange(40)
     assert forked(square_plus, data, list(range(40)), workers) == [i * i for i in range(40)]
