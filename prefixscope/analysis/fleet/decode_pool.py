@@ -227,7 +227,7 @@ def _run(order, ready, move, inputs, steps_left, need, capacity, max_seqs, r, co
     size, nxt = 0, 0
     while nxt < n or size > 0:
         # the next event: a ready request (kind 0: first at its instant) or the heap's first
-        if nxt < n and (size == 0 or _before(ready[order[nxt]], 0, order[nxt], 0,
+        if nxt < n and (size == 0 or _before(ready[order[nxt]], _READY, order[nxt], 0,
                                              et[0], ek[0], ea[0], eb[0])):  # fmt: skip
             i = order[nxt]
             nxt += 1
@@ -236,11 +236,11 @@ def _run(order, ready, move, inputs, steps_left, need, capacity, max_seqs, r, co
                 continue  # never fits: refused, reported by the caller
             queue[qt] = i
             qt += 1
-            kind, x, y = 0, i, 0
+            kind, x, y = _READY, i, 0
         else:
             t, kind, x, y = et[0], ek[0], ea[0], eb[0]
             size = _ev_pop(et, ek, ea, eb, size)
-        admit = kind == 0
+        admit = kind == _READY
         if kind == _LAND:
             landed[x] = t
             if steps_left[x] == 0:  # its one token came from the prefill replica

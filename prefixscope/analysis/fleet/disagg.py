@@ -35,7 +35,6 @@ from prefixscope.analysis.trace.csr import Trace
 #: H100, H200 and B200 (NVIDIA's DGX datasheets), one 200 Gb/s ConnectX-6 per GPU in DGX A100.
 RDMA_GBPS = {"a100": 25.0}
 RDMA_DEFAULT_GBPS = 50.0
-LINKS = ("rdma", "nvlink")
 
 
 @dataclass(frozen=True)
