@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -27,10 +28,15 @@ def cluster():  # type: ignore[no-untyped-def]
         close_clients()  # the stages keep theirs open for the process's life
 
 
-def test_the_flow_runs_its_simulations_on_the_dask_workers(
+def test_the_flow_runs_every_stage_with_its_simulations_on_the_dask_workers(
     prefect_server, cluster, sample_path, tmp_path
 ) -> None:
+    """The flow's defaults on the bundled hour, its simulations fanned out on the cluster: every
+    stage's tables, the page, the metrics file and the server's record, and the stored hit
+    rates equal to the same grid simulated in this process."""
+    import anyio
     from distributed import Client, get_task_stream
+    from prefect.client.orchestration import get_client
 
     from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
     from prefixscope.analysis.cost.models import resolve_model
@@ -39,38 +45,113 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(
     from prefixscope.analysis.trace.load import load_trace
     from prefixscope.pipelines.fleet_report import FlowParameters, fleet_report
 
-    wh = tmp_path / "wh.duckdb"
-    policies, capacities = ["ceiling", "lru", "fifo"], [4_000, 64_000]
+    wh, page = tmp_path / "wh.duckdb", tmp_path / "report.html"
+    capacities = [4_000, 64_000]
     with Client(cluster.scheduler_address) as client, get_task_stream(client) as stream:
         params = FlowParameters(
             inputs=(str(sample_path),),
             warehouse_path=str(wh),
-            report_path=str(tmp_path / "report.html"),
-            policies=tuple(policies),
+            report_path=str(page),
             capacities_blocks=tuple(capacities),
-            windows=("all",),
+            metrics_path=str(tmp_path / "wh.prom"),
             dask_address=cluster.scheduler_address,
         )
-        outcome = fleet_report(params)
-    # the grid, and the KV pool of the h200x8 the savings price (the priced scenario)
+        state = fleet_report(params, return_state=True)
+    assert state.is_completed()
+    outcome = state.result()
+    assert 'prefixscope_token_hit_ratio{block_size="512"' in (tmp_path / "wh.prom").read_text()
+    assert (outcome.lines, outcome.accepted, outcome.rejected) == (12_031, 12_031, 0)
+    assert Path(outcome.report).stat().st_size > 1_000_000 and "Plotly.newPlot" in page.read_text()
+
+    # Every scenario was one task on the cluster, spread over both workers.
+    policies = ["ceiling", "lru", "fifo", "s3fifo", "belady"]
     pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
     grid = scenarios(policies, sorted([*capacities, pool.kv_pool_blocks]))
-    assert outcome.accepted == 12_031
-    # Every scenario was one task on the cluster, spread over both workers.
     ran = [t for t in stream.data if "simulate_scenario" in t["key"]]
     assert len(ran) == len(grid)
     assert len({t["worker"] for t in ran}) == 2
 
     con = duckdb.connect(str(wh), read_only=True)
+    commands = con.execute("SELECT command, status FROM runs ORDER BY started_at").fetchall()
+    stages = ["ingest", "simulate", "curve", "structure", "fleet", "plan", "plan-slo"]
+    assert commands == [(c, "succeeded") for c in [*stages, "savings", "report"]]
+    # the fleet step: every router at 4 and 8 replicas, the logged traffic and twice it, each
+    # replica one h200x8 serving the flow's model at its own KV pool, priced like the savings
+    fleet = con.execute(
+        "SELECT count(DISTINCT router), list(DISTINCT replicas ORDER BY replicas), "
+        "list(DISTINCT load_scale ORDER BY load_scale), list(DISTINCT capacity_blocks), "
+        "list(DISTINCT cost_model), list(DISTINCT deployment), list(DISTINCT exceeds_hbm) "
+        "FROM fleet_hit_rates WHERE tenant = '*'"
+    ).fetchall()
+    assert fleet == [(6, [4, 8], [1.0, 2.0], [pool.kv_pool_blocks], ["measured"], ["h200x8"],
+                      [False])]  # fmt: skip
+    replicas = con.execute(
+        "SELECT sum(replicas) FROM (SELECT DISTINCT router, replicas, load_scale "
+        "FROM fleet_replicas)"
+    ).fetchall()
+    assert replicas == [(6 * 2 * 12,)]
+    # the planner answered for the fleet, from the flow's own results, and the page opens with it
+    planned = con.execute(
+        "SELECT kind, policy, reached FROM plan WHERE tenant = '*' ORDER BY kind, policy"
+    ).fetchall()
+    assert ("capacity", "lru", True) in planned and planned[-1][0] == "configuration"
+    html = page.read_text()
+    assert html.index('id="plan"') < html.index('id="cards"') < html.index("over cache capacity")
+    rates = dict(
+        con.execute(
+            "SELECT coalesce(capacity_blocks, -1), token_hit_rate FROM hit_rates "
+            "WHERE tenant = '*' AND measure_window = 'all' AND policy IN ('ceiling', 'lru')"
+        ).fetchall()
+    )
+    # the grid, and the pool of the H200s the savings price (see the fleet's pool above)
+    assert set(rates) == {-1, *capacities, pool.kv_pool_blocks}
+    assert rates[4_000] < rates[64_000] < rates[-1] == pytest.approx(0.3736, abs=5e-4)
+    # The curve ends at the ceiling: at the working set LRU holds every block.
+    curve = dict(
+        con.execute(
+            "SELECT capacity_blocks, token_hit_rate FROM mrc WHERE tenant = '*' "
+            "AND measure_window = 'all' AND policy = 'lru'"
+        ).fetchall()
+    )
+    assert len(curve) >= 200 and curve[max(curve)] == pytest.approx(rates[-1], abs=1e-12)
+    assert (curve[4_000], curve[64_000]) == (rates[4_000], rates[64_000])  # it holds them too
+    stored_policies = {
+        p for (p,) in con.execute("SELECT DISTINCT policy FROM hit_rates").fetchall()
+    }
+    assert stored_policies == set(policies)
+    windows = {
+        w for (w,) in con.execute("SELECT DISTINCT measure_window FROM hit_rates").fetchall()
+    }
+    assert windows == {"all", "last-half", "steady"}
+    assert con.execute("SELECT count(*) FROM hit_rate_timeseries").fetchall()[0][0] > 0
+    # The structure stage simulated the middle capacity and its attribution adds up.
+    sources = con.execute(
+        "SELECT capacity_blocks, hit_tokens, own_session_tokens + shared_prefix_tokens "
+        "+ other_tenant_tokens FROM hit_sources WHERE tenant = '*' AND policy = 'lru'"
+    ).fetchall()
+    assert sources == [(64_000, sources[0][1], sources[0][1])]
+    assert "id='hit-sources'" in html
+    # the savings stage priced the lru outcomes at the KV pool of h200x8, with the measured
+    # kernels (no calibrated model of deepseek-v3 on the H200 is held); the priced scenario's
+    # per-request outcomes came back from its worker
+    outcomes = con.execute("SELECT DISTINCT policy, capacity_blocks FROM request_outcomes")
+    assert outcomes.fetchall() == [("lru", pool.kv_pool_blocks)]
+    saved = con.execute(
+        "SELECT cost_model, requests, prefill_gpu_seconds_no_cache > "
+        "prefill_gpu_seconds_with_cache, deployment, gpus, kv_pool_blocks FROM savings "
+        "WHERE tenant = '*'"
+    ).fetchall()
+    assert saved == [("measured", 12_031, True, "h200x8", 8, pool.kv_pool_blocks)]
+    assert "Decode time is unchanged" in outcome.savings
+
+    # what the workers computed equals the same scenarios computed here (the whole window)
     stored = con.execute(
         "SELECT policy, coalesce(capacity_blocks, -1), hit_tokens FROM hit_rates "
-        "WHERE tenant = '*' AND measure_window = 'all' ORDER BY 1, 2"
+        "WHERE tenant = '*' AND measure_window = 'all' AND policy IN ('ceiling', 'lru', 'fifo') "
+        "ORDER BY 1, 2"
     ).fetchall()
-    here = simulate_grid(load_trace(con), grid, Settings(windows=("all",)))
-    # The priced scenario's per-request outcomes came back from its worker.
-    outcomes = con.execute(
-        "SELECT DISTINCT policy, capacity_blocks FROM request_outcomes"
-    ).fetchall()
+    here_grid = [s for s in grid if s.policy in ("ceiling", "lru", "fifo")]
+    here = simulate_grid(load_trace(con), here_grid, Settings(windows=("all",)))
     con.close()
     expected = sorted(
         (r["policy"], r["capacity_blocks"] or -1, r["hit_tokens"])
@@ -78,7 +159,15 @@ def test_the_flow_runs_its_simulations_on_the_dask_workers(
         if r["tenant"] == "*"
     )
     assert stored == expected
-    assert outcomes == [("lru", pool.kv_pool_blocks)]
+
+    # The run is on the server's record, under the flow's name, completed.
+    async def recorded() -> tuple[str, str]:
+        async with get_client() as client:
+            run = await client.read_flow_run(state.state_details.flow_run_id)
+            flow = await client.read_flow(run.flow_id)
+            return flow.name, run.state.type.value
+
+    assert anyio.run(recorded) == ("fleet_report", "COMPLETED")
 
 
 def test_a_grid_curve_on_the_dask_workers_equals_the_one_computed_here(cluster) -> None:

@@ -14,9 +14,12 @@ Written for obviousness, not speed. Each replica's pool is a dict of the hashes 
 - ``sglang``: hashless free blocks are counted; an allocation evicts, among the free hashed
   blocks no cached block extends, the one released longest ago (ties: the smaller id).
 
-The schedule (docs/fleet.md, "Engines"): a request is looked up and takes its blocks when
-first scheduled, if they fit; each step, the decodes that outgrow their blocks take one
-each, oldest schedule first, preempting the newest running request while none is free.
+The schedule (docs/fleet.md, "Engines"): a request is looked up when first scheduled, if
+its whole sequence's blocks fit; ``sglang`` takes them all then, ``vllm`` its cached leading
+run then and the rest chunk by chunk, a chunk that finds too few free blocks preempting its
+own request (the newest running one), and a step that preempted admits nobody; each step,
+the decodes that outgrow their blocks take one each, oldest schedule first, preempting the
+newest running request while none is free.
 """
 
 from __future__ import annotations
@@ -113,13 +116,70 @@ class _Context:
     answers: list[list[int]]  # per request, its next turn's ids for its answer
 
 
+def _span(q: int, rep: _PoolReplica, c: _Context) -> tuple[int, int]:
+    """The answer positions a readmission holds (vllm) and all the request's positions."""
+    req, bs = c.requests[q], c.trace.block_size
+    length, nb = req.input_tokens + c.gen[q], len(req.blocks)
+    m = min(len(c.answers[q]), max(length // bs - nb, 0)) if c.gen[q] and not rep.sglang else 0
+    return m, max(nb + m, -(-length // bs))
+
+
+def _hold(q: int, rep: _PoolReplica, c: _Context, lo: int, hi: int, dry: bool = False) -> int:
+    """Positions ``lo .. hi`` of request ``q`` (its prompt's blocks, a readmission's answer
+    ids, then hashless ones): the free blocks they take; unless ``dry``, held: the cached
+    ones locked first, then new ones taken and named."""
+    req = c.requests[q]
+    nb, (m, _) = len(req.blocks), _span(q, rep, c)
+    answer = c.answers[q]
+    prompt = [req.blocks[j] for j in range(lo, min(hi, nb)) if req.blocks[j] not in req.blocks[:j]]
+    ids = prompt + answer[max(lo, nb) - nb : max(min(hi, nb + m), nb) - nb]
+    anon = max(hi - max(lo, nb + m), 0)
+    need = anon + sum(1 for b in ids if rep.cache.get(b, 0) == 0)
+    if dry:
+        return need
+    for b in ids:
+        if b in rep.cache:
+            rep.lock(b)
+    prev = None  # the previous position's block, where this call cached it
+    for j in range(lo, min(hi, nb)):
+        b = req.blocks[j]
+        if b in rep.cache:
+            prev = None
+            continue
+        rep.take(q, c.trace.parent)
+        rep.cache[b] = 1
+        if rep.sglang:  # one insert: one radix node, along the chain
+            rep.joins(b, prev if prev is not None and c.trace.parent[b] == prev else None)
+        prev = b
+    for b in ids[len(prompt) :]:
+        if b not in rep.cache:
+            rep.take(q, c.trace.parent)
+            rep.cache[b] = 1
+    for _ in range(anon):
+        rep.take(q, c.trace.parent)
+    rep.pheld[q] = max(rep.pheld.get(q, 0), min(hi, nb))
+    rep.held.setdefault(q, []).extend([*ids[len(prompt) :], *([None] * anon)])
+    rep.reached[q] = sum(1 for b in rep.held[q] if b is not None)
+    return need
+
+
+def _extend(q: int, rep: _PoolReplica, c: _Context, upto: int) -> bool:
+    """vllm: the blocks the request's first ``upto`` tokens need, if they are free."""
+    have = rep.pheld[q] + len(rep.held[q])
+    want = min(_span(q, rep, c)[1], -(-upto // c.trace.block_size))
+    if want > have and _hold(q, rep, c, have, want, dry=True) > rep.free():
+        return False
+    if want > have:
+        _hold(q, rep, c, have, want)
+    return True
+
+
 def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
     req, bs = c.requests[q], c.trace.block_size
     length = req.input_tokens + c.gen[q]
     nb = len(req.blocks)
     answer = c.answers[q]
-    # vllm looks a readmitted request's generated tokens up too: its answer's known blocks
-    m = min(len(answer), max(length // bs - nb, 0)) if c.gen[q] and not rep.sglang else 0
+    m, total = _span(q, rep, c)  # vllm looks a readmission's known answer blocks up too
     k = 0
     while k < nb and req.blocks[k] in rep.cache:
         k += 1
@@ -130,33 +190,11 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
     if k == nb:
         while k_ans < min(m, (length - 1) // bs - nb) and answer[k_ans] in rep.cache:
             k_ans += 1
-    anon = max(nb + m, -(-length // bs)) - nb - m
-    distinct = list(dict.fromkeys(req.blocks))  # a block named twice is held once
-    need = anon + sum(1 for b in distinct + answer[:m] if rep.cache.get(b, 0) == 0)
-    if need > rep.free():
+    if _hold(q, rep, c, 0, total, dry=True) > rep.free():
         return False
-    for b in distinct + answer[:m]:
-        if b in rep.cache:
-            rep.lock(b)
-    prev = None  # the previous position's block, where this admission cached it
-    for b in req.blocks:
-        if b in rep.cache:
-            prev = None
-            continue
-        rep.take(q, c.trace.parent)
-        rep.cache[b] = 1
-        if rep.sglang:  # one insert: one radix node, along the chain
-            rep.joins(b, prev if prev is not None and c.trace.parent[b] == prev else None)
-        prev = b
-    for b in answer[:m]:
-        if b not in rep.cache:
-            rep.take(q, c.trace.parent)
-            rep.cache[b] = 1
-    for _ in range(anon):
-        rep.take(q, c.trace.parent)
-    rep.held[q] = [*answer[:m], *([None] * anon)]
-    rep.reached[q] = m
-    rep.dup_held[q] = set()
+    rep.pheld[q], rep.held[q], rep.dup_held[q] = 0, [], set()
+    # sglang holds every position now; vllm its cached leading run, its chunks the rest
+    _hold(q, rep, c, 0, total if rep.sglang else k + k_ans)
     inp = req.input_tokens
     if c.gen[q] == 0:
         served = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
@@ -200,7 +238,8 @@ def _release(r: int, rep: _PoolReplica, c: _Context, computed: int, done: bool) 
     answer, copies = (c.answers[r] if done else None), rep.dup_held.pop(r)
     if rep.sglang and done and full > 0 and req.blocks:
         rep.split(req.blocks[-1])  # SGLang's split_prompt
-    rep.release(req.blocks, tail, full, answer, c.trace.parent, rep.reached.pop(r), copies)
+    prompt = req.blocks[: rep.pheld.pop(r)]
+    rep.release(prompt, tail, full, answer, c.trace.parent, rep.reached.pop(r), copies)
 
 
 def _grow(rep: _PoolReplica, c: _Context) -> None:
@@ -243,6 +282,7 @@ def _filled(q: int, rep: _PoolReplica, c: _Context) -> None:
 
 
 def _step(rep: _PoolReplica, c: _Context) -> None:
+    preempted = rep.preemptions
     _grow(rep, c)
     a, b, cc, e, f, k1, k2 = (float(x) for x in c.engine.cost.array())
     d = len(rep.decoding)
@@ -255,7 +295,11 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
             break
         req = c.requests[q]
         if not req.started:
-            if running >= c.engine.max_seqs or not _admit(q, rep, c):
+            if running >= c.engine.max_seqs:
+                break
+            if not rep.sglang and rep.preemptions != preempted:
+                break  # vLLM admits no waiting request in a step that preempted
+            if not _admit(q, rep, c):
                 break
             if c.seq[q] == -1:
                 req.first_start = rep.now
@@ -265,6 +309,11 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
             rep.running.append(q)
             running += 1
         take = min(req.to_prefill, left)
+        if not rep.sglang and not _extend(q, rep, c, req.context + take):
+            # its chunk's blocks are not free: it is the newest running request, preempted
+            assert max(rep.running, key=lambda r: c.seq[r]) == q
+            _preempt(q, rep, c)
+            break
         seconds += cc * req.context + e * max(take, k2) * req.context + f * take * take
         tokens += take
         left -= take

@@ -36,6 +36,7 @@ class _PoolReplica:
     running: list[int] = field(default_factory=list)  # schedule order
     # request -> its blocks past its prompt's: the answer id it holds each under, or None
     held: dict[int, list[int | None]] = field(default_factory=dict)
+    pheld: dict[int, int] = field(default_factory=dict)  # request -> prompt positions it holds
     reached: dict[int, int] = field(default_factory=dict)  # request -> answer positions reached
     now: float = 0.0
     busy: float = 0.0

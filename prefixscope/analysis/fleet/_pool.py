@@ -7,9 +7,9 @@ prefix cache and a later request can hit it) or has none. Prompt blocks carry th
 hashes; a partial last prompt block and the generated tokens' blocks have none, so they are
 freed like the others but never hit, except the full generated blocks of a finished request
 whose next turn sends its answer back: they join the cache under that turn's ids
-(``structure/answers.py``), as the engines cache generated blocks. What differs between the
-engines is only which free block an allocation takes (:func:`take`) and where a released
-block goes (:func:`release`):
+(``structure/answers.py``), as the engines cache generated blocks. When a request takes its
+blocks is ``_admit.py``'s. What differs between the engines here is only which free block an
+allocation takes (:func:`take`) and where a released block goes (:func:`release`):
 
 - ``vllm`` (``vllm/v1/core/block_pool.py``): one free queue, least recently freed at the head.
   A finished request's blocks are appended tail block first, so its deepest block leaves
@@ -42,8 +42,6 @@ free blocks keep a hash.
 from __future__ import annotations
 
 from prefixscope.analysis.fleet import _heap
-from prefixscope.analysis.fleet._budget import classify
-from prefixscope.analysis.fleet._cache import prefill_alone, served
 from prefixscope.analysis.fleet._copies import _copy, _drop_copy
 from prefixscope.analysis.fleet._records import NONE, SGLANG, piece
 from prefixscope.analysis.fleet._sets import _bit, _push_back, _unlink
@@ -223,14 +221,14 @@ def _cache_free(i, v, s, sets, pool, sg, n_rep):  # type: ignore[no-untyped-def]
 @piece
 def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # type: ignore[no-untyped-def]
     """Request ``q`` frees its blocks, deepest first: its generated-side blocks (the tail past
-    its prompt's blocks), then its prompt's; a block no running request holds any more joins
-    the prefix cache. Of the tail, the first ``full`` are full of computed tokens, which the
-    engines cache (vLLM hashes them, SGLang inserts them): those it holds under its answer's
-    ids (:func:`filled`, and a readmission's) and, once it is ``done``, the answer positions
-    not reached yet (``structure/answers.py``) are cached under those ids, so the next turn hits
-    them; the others stay cached but nothing here can hit them. Under ``vllm`` the cached
-    ones go to the queue's tail, deepest first, and the rest to its head (vLLM's "LIFO
-    reuse" of blocks that never match): taken first."""
+    its prompt's blocks), then those of its prompt it holds; a block no running request holds
+    any more joins the prefix cache. Of the tail, the first ``full`` are full of computed
+    tokens, which the engines cache (vLLM hashes them, SGLang inserts them): those it holds
+    under its answer's ids (:func:`filled`, and a readmission's) and, once it is ``done``, the
+    answer positions not reached yet (``structure/answers.py``) are cached under those ids, so
+    the next turn hits them; the others stay cached but nothing here can hit them. Under
+    ``vllm`` the cached ones go to the queue's tail, deepest first, and the rest to its head
+    (vLLM's "LIFO reuse" of blocks that never match): taken first."""
     base = i * stride
     s = base + stride - 1
     sg = sched.engine == SGLANG
@@ -301,7 +299,7 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
         pool.anon_free[i] += hashless
     req.ans_n[q] = 0
     req.ans_own[q] = 0
-    for p in range(tr.offsets[q + 1] - 1, tr.offsets[q] - 1, -1):
+    for p in range(tr.offsets[q] + req.pheld[q] - 1, tr.offsets[q] - 1, -1):
         if tr.repeat[p]:
             continue
         v = base + tr.blocks[p]
@@ -311,109 +309,3 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
         pool.free_n[i] += 1
         pool.cached_free[i] += 1
         _cache_free(i, v, s, sets, pool, sg, n_rep)
-
-
-@piece
-def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[no-untyped-def]
-    """Schedule request ``q`` on replica ``i`` if its blocks fit: look up its prompt's
-    leading run, lock the cached blocks, take new ones for the rest (the new hashes are
-    visible at once) and for its hashless tail. ``False``, nothing changed, when the free
-    blocks (cached ones it hits count against them) fall short, as vLLM's
-    ``allocate_slots`` refuses. Its hit is its first admission's lookup, as vLLM's metric
-    counts it (``v1/metrics/stats.py``; a lookup after a preemption is not a query there).
-    Under ``vllm`` a request readmitted after a preemption looks up its generated tokens too
-    (vLLM hashes them): the answer positions its known tokens fill are blocks like its
-    prompt's, locked where cached, taken and named where not."""
-    start, end = tr.offsets[q], tr.offsets[q + 1]
-    nb = end - start
-    bs = sched.block_size
-    base = i * stride
-    bit = _bit(i)
-    inp = tr.input_tokens[q]
-    length = inp + req.gen[q]  # a preempted request recomputes its generated tokens too
-    a0 = tr.answer_offsets[q]
-    m = 0
-    if req.gen[q] > 0 and sched.engine != SGLANG:
-        m = min(tr.answer_offsets[q + 1] - a0, max(length // bs - nb, 0))
-    k = 0
-    while start + k < end and sets.held[tr.blocks[start + k]] & bit:
-        k += 1
-    matched = served(k, nb, tr.recompute_last[q])  # the blocks the lookup hands over
-    if sched.engine == SGLANG and matched > 0:
-        _split(base + tr.blocks[start + matched - 1], pool)
-    k_ans = 0  # the lookup goes on into the answer (to the last token but one)
-    if k == nb:
-        while (
-            k_ans < min(m, (length - 1) // bs - nb)
-            and sets.held[tr.answer_blocks[a0 + k_ans]] & bit
-        ):
-            k_ans += 1
-    total = max(nb + m, (length + bs - 1) // bs)
-    need = total - nb - m
-    for p in range(start, end):
-        b = tr.blocks[p]
-        if not tr.repeat[p] and (not sets.held[b] & bit or pool.refcnt[base + b] == 0):
-            need += 1
-    for p in range(a0, a0 + m):
-        b = tr.answer_blocks[p]
-        if not sets.held[b] & bit or pool.refcnt[base + b] == 0:
-            need += 1
-    if need > pool.free_n[i]:
-        return False
-    if req.gen[q] == 0 and req.seq[q] == NONE and tr.ceiling_run.size:  # the first admission
-        rl = tr.recompute_last[q]
-        classify(q, i, tr.blocks, start, end, inp, matched, k, rl, tr.ceiling_run[q], bs, sets, req)
-    for p in range(start, end):  # cached blocks first, so taking new ones cannot evict them
-        b = tr.blocks[p]
-        if sets.held[b] & bit and not tr.repeat[p]:
-            lock(i, base + b, stride, sched, sets, pool, rep.now.size)
-    for p in range(a0, a0 + m):
-        b = tr.answer_blocks[p]
-        if sets.held[b] & bit:
-            lock(i, base + b, stride, sched, sets, pool, rep.now.size)
-            pool.ans_mine[p] = True
-    prev = NONE  # the previous position's node, where this admission cached it
-    for p in range(start, end):  # parents before children
-        b = tr.blocks[p]
-        if sets.held[b] & bit:
-            prev = NONE
-            continue
-        take(i, q, stride, sched, tr.parent, sets, pool, rep)
-        register(i, b, stride, sched, tr.parent, sets, pool)
-        if sched.engine == SGLANG:
-            chained = prev != NONE and tr.parent[b] == tr.blocks[p - 1]
-            _joins(base + b, prev if chained else NONE, pool)
-        prev = base + b
-    for p in range(a0, a0 + m):
-        b = tr.answer_blocks[p]
-        if not pool.ans_mine[p]:
-            take(i, q, stride, sched, tr.parent, sets, pool, rep)
-            register(i, b, stride, sched, tr.parent, sets, pool)
-            pool.ans_mine[p] = True
-    for _ in range(total - nb - m):
-        take(i, q, stride, sched, tr.parent, sets, pool, rep)
-    req.anon[q] = total - nb - m
-    req.ans_n[q] = m
-    req.ans_own[q] = m
-    if req.gen[q] == 0:
-        hit = min(matched * bs, inp)
-        new = max(inp - hit, 1)
-        if req.seq[q] != NONE:  # a lookup after a preemption: vLLM's preempted_* counters
-            req.pre_n[q] += 1
-            req.pre_q[q] += inp
-            req.pre_h[q] += hit
-        else:  # vLLM's hit metric counts a request's first admission alone
-            req.hit_blocks[q] = k
-            req.hit_tok[q] = hit
-            req.src_tok[q, 0] = hit
-            req.cost_none[q] = prefill_alone(cost, inp, 0, bs)
-            req.saved[q, 0] = req.cost_none[q] - prefill_alone(cost, inp, matched, bs)
-    else:
-        new = length - min(k * bs, inp) - k_ans * bs
-        req.pre_n[q] += 1
-        req.pre_q[q] += length
-        req.pre_h[q] += length - new
-    rep.outstanding[i] += new - req.rem[q]
-    req.rem[q] = new
-    req.ctx[q] = max(length - new, 0)
-    return True

@@ -116,8 +116,9 @@ class TierParams(NamedTuple):
 
 
 class Requests(NamedTuple):
-    """Per request. ``gen``: tokens generated so far; ``anon``: blocks it holds that carry no
-    hash (a partial prompt block, generated tokens); ``seq``: its latest schedule's number."""
+    """Per request. ``gen``: tokens generated so far; ``pheld``: its prompt's positions it holds
+    (``vllm`` takes them chunk by chunk); ``anon``: blocks it holds that carry no hash (a
+    partial prompt block, generated tokens); ``seq``: its latest schedule's number."""
 
     replica: np.ndarray
     hit_blocks: np.ndarray
@@ -130,6 +131,7 @@ class Requests(NamedTuple):
     qnext: np.ndarray
     started: np.ndarray
     gen: np.ndarray
+    pheld: np.ndarray
     anon: np.ndarray
     dec_start: np.ndarray  # the replica's step count when its decode began
     seq: np.ndarray
@@ -274,7 +276,8 @@ def requests(
     return Requests(
         replica=full(i32, NONE), hit_blocks=full(i32), hit_tok=full(i64), ttft=full(f64),
         first_start=full(f64), done_at=full(f64), rem=full(i64), ctx=full(i64),
-        qnext=full(i64, NONE), started=full(np.bool_), gen=full(i64), anon=full(i64),
+        qnext=full(i64, NONE), started=full(np.bool_), gen=full(i64), pheld=full(i64),
+        anon=full(i64),
         dec_start=full(i64), seq=full(i64, NONE), src_tok=full(i64, width=3),
         saved=full(f64, width=3), xfer=full(f64), cost_none=full(f64), ans_n=full(i32),
         ans_own=full(i32), fill=full(np.bool_), pre_n=full(i64), pre_q=full(i64),

@@ -6,7 +6,9 @@
 2. every decoding request adds one token; the queue, first come first served, fills what is
    left of the token ``budget``, a request's prefill split across steps when it does not fit;
    at most ``max_seqs`` requests run (decoding or part-prefilled). Under a KV pool a request
-   is scheduled only when its blocks fit (``_pool.admit``), else the queue waits;
+   is scheduled only when its blocks fit (``_admit.admit``), else the queue waits; under
+   ``vllm`` each chunk takes its blocks when scheduled, preempting as decodes do (its own
+   request, the newest, first), and a step that preempted schedules no waiting request;
 3. the step's time is the cost model over its chunks and decodes (``stepcost.py``);
 4. decodes that end and prefills that complete leave: a request's first token is out when
    the step holding its last prefill chunk ends (its TTFT), then it decodes ``output - 1``
@@ -18,7 +20,7 @@ are not taken from the cache), so the engines report running blocks alike.
 
 from __future__ import annotations
 
-from prefixscope.analysis.fleet import _heap, _pool
+from prefixscope.analysis.fleet import _admit, _heap, _pool
 from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, SGLANG, VLLM, step_piece
 
 EMPTY = 2**63 - 1  # an empty heap's top key
@@ -28,6 +30,7 @@ EMPTY = 2**63 - 1  # an empty heap's top key
 def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
     """Run one step of replica ``i`` and advance its clock."""
     sets.log_now[0] = rep.now[i]  # what the step changes in the cache, it changes now
+    preempted = rep.preemptions[i]
     if sched.engine != IDEAL:
         _grow(i, tr, sched, stride, req, rep, hp, sets, pool)
     else:
@@ -41,10 +44,16 @@ def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
         if not req.started[q]:
             if d + rep.n_started[i] >= sched.max_seqs:
                 break
+            if sched.engine == VLLM and rep.preemptions[i] != preempted:
+                break  # vLLM schedules no waiting request in a step that preempted
             if not _start(q, i, tr, cost, sched, stride, req, rep, sets, pool):
                 break
             seconds += req.xfer[q]  # its prefix is loaded before its first chunk
         take = min(req.rem[q], left)
+        if sched.engine == VLLM and not _chunk(
+            q, i, req.ctx[q] + take, tr, sched, stride, req, rep, hp, sets, pool
+        ):
+            break
         c0 = req.ctx[q]
         seconds += cost.c * c0 + cost.e * max(take, cost.k2) * c0 + cost.f * take * take
         tokens += take
@@ -74,7 +83,7 @@ def _start(q, i, tr, cost, sched, stride, req, rep, sets, pool):  # type: ignore
     """Request ``q`` is scheduled: its blocks (under a pool, if they fit), its schedule number
     and, the first time, its start."""
     if sched.engine != IDEAL:
-        if not _pool.admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):
+        if not _admit.admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):
             return False
         n = tr.offsets.size - 1
         sentinel = n + i  # the newest running request is the list's last
@@ -86,14 +95,30 @@ def _start(q, i, tr, cost, sched, stride, req, rep, sets, pool):  # type: ignore
     else:
         nb = tr.offsets[q + 1] - tr.offsets[q]
         total = max(nb, (tr.input_tokens[q] + sched.block_size - 1) // sched.block_size)
+        req.pheld[q] = nb
         req.anon[q] = total - nb
-    rep.footprint[i] += tr.offsets[q + 1] - tr.offsets[q] + req.anon[q] + req.ans_own[q]
+        rep.footprint[i] += total
     if req.seq[q] == NONE:
         req.first_start[q] = rep.now[i]
     req.seq[q] = int(rep.clock[1])
     rep.clock[1] += 1
     req.started[q] = True
     rep.n_started[i] += 1
+    return True
+
+
+@step_piece
+def _chunk(q, i, upto, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+    """``vllm``: request ``q``'s next chunk takes the blocks its first ``upto`` tokens need
+    (``_admit.extend``), preempting the newest running request while they are not free;
+    ``False`` once it preempted ``q`` itself (first come first served, ``q`` is the newest:
+    the queue's head)."""
+    sentinel = tr.offsets.size - 1 + i
+    while not _admit.extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):
+        v = pool.rprev[sentinel]
+        preempt(v, i, tr, sched, stride, req, rep, hp, sets, pool)
+        if v == q:
+            return False
     return True
 
 
@@ -232,10 +257,11 @@ def _free(q, i, computed, done, tr, sched, stride, req, rep, sets, pool):  # typ
     ``done``, where its next turn names them (``structure/answers.py``); the rest are not."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
     tail = req.anon[q] + req.ans_own[q]
-    rep.footprint[i] -= end - start + tail
+    rep.footprint[i] -= req.pheld[q] + tail
     if sched.engine != IDEAL:
         full = min(max(computed // sched.block_size - (end - start), 0), tail)
         _pool.release(i, q, full, done, tr, stride, sched, sets, pool, req, rep.now.size)
+    req.pheld[q] = 0
     req.anon[q] = 0
 
 

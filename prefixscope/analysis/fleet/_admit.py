@@ -1,0 +1,191 @@
+"""A request takes its blocks from its replica's KV pool (``_pool.py``): at its admission, and
+under ``vllm`` chunk by chunk as its prefill is scheduled.
+
+A request's blocks are positions in one order: its prompt's blocks (the trace's ids), then,
+for a request readmitted after a preemption, the answer positions its known tokens fill
+(named by its next turn, ``structure/answers.py``), then hashless ones (a partial block, the
+rest of its generated tokens). ``req.pheld`` prompt positions, ``req.ans_own`` answer
+positions and ``req.anon`` hashless ones are held, in that order.
+
+- ``sglang`` takes every position at admission, as SGLang's scheduler reserves a request's
+  room when it adds it to a batch.
+- ``vllm`` follows vLLM 0.34.0's scheduler with its default ``scheduler_reserve_full_isl``:
+  a waiting request is admitted only if the free blocks could hold its whole sequence
+  (``allocate_slots(full_sequence_must_fit=True)`` in ``vllm/v1/core/kv_cache_manager.py``),
+  but it takes only its cached leading run and the blocks of its first chunk; each later
+  chunk takes its own blocks when it is scheduled (:func:`extend`), and when they are not
+  free the scheduler preempts its newest running request, the chunk's own request included
+  (``schedule`` in ``vllm/v1/core/sched/scheduler.py``). A chunk's blocks carry their ids
+  from the step that schedules them, as ``allocate_slots`` caches them.
+"""
+
+from __future__ import annotations
+
+from prefixscope.analysis.fleet._budget import classify
+from prefixscope.analysis.fleet._cache import prefill_alone, served
+from prefixscope.analysis.fleet._pool import _joins, _split, lock, register, take
+from prefixscope.analysis.fleet._records import NONE, SGLANG, piece
+from prefixscope.analysis.fleet._sets import _bit
+
+
+@piece
+def _answer_span(q, tr, sched, req):  # type: ignore[no-untyped-def]
+    """The request's answer positions (a readmission's under ``vllm``) and all its positions."""
+    nb = tr.offsets[q + 1] - tr.offsets[q]
+    bs = sched.block_size
+    length = tr.input_tokens[q] + req.gen[q]
+    m = 0
+    if req.gen[q] > 0 and sched.engine != SGLANG:
+        m = min(tr.answer_offsets[q + 1] - tr.answer_offsets[q], max(length // bs - nb, 0))
+    return m, max(nb + m, (length + bs - 1) // bs)
+
+
+@piece
+def _needed(q, i, lo, hi, m, tr, stride, sets, pool):  # type: ignore[no-untyped-def]
+    """Free blocks positions ``lo .. hi`` take: each but a cached block another running
+    request holds, and a block the prompt named before."""
+    start, nb = tr.offsets[q], tr.offsets[q + 1] - tr.offsets[q]
+    base, bit = i * stride, _bit(i)
+    need = 0
+    for j in range(lo, hi):
+        if j < nb:
+            b = tr.blocks[start + j]
+            if tr.repeat[start + j]:
+                continue
+        elif j < nb + m:
+            b = tr.answer_blocks[tr.answer_offsets[q] + j - nb]
+        else:
+            need += 1
+            continue
+        if not sets.held[b] & bit or pool.refcnt[base + b] == 0:
+            need += 1
+    return need
+
+
+@piece
+def _hold(q, i, lo, hi, m, tr, stride, sched, sets, pool, req, rep):  # type: ignore[no-untyped-def]
+    """Request ``q`` holds positions ``lo .. hi`` (their free blocks counted by the caller):
+    the cached ones locked first, so taking new blocks cannot evict them, then new blocks
+    taken and named, parents before children."""
+    start, nb = tr.offsets[q], tr.offsets[q + 1] - tr.offsets[q]
+    a0 = tr.answer_offsets[q]
+    base, bit = i * stride, _bit(i)
+    for j in range(lo, min(hi, nb + m)):
+        if j < nb:
+            b = tr.blocks[start + j]
+            if sets.held[b] & bit and not tr.repeat[start + j]:
+                lock(i, base + b, stride, sched, sets, pool, rep.now.size)
+        else:
+            b = tr.answer_blocks[a0 + j - nb]
+            if sets.held[b] & bit:
+                lock(i, base + b, stride, sched, sets, pool, rep.now.size)
+                pool.ans_mine[a0 + j - nb] = True
+    prev = NONE  # the previous position's node, where this call cached it
+    for j in range(lo, hi):
+        if j < nb:
+            b = tr.blocks[start + j]
+            if sets.held[b] & bit:
+                prev = NONE
+                continue
+            take(i, q, stride, sched, tr.parent, sets, pool, rep)
+            register(i, b, stride, sched, tr.parent, sets, pool)
+            if sched.engine == SGLANG:
+                chained = prev != NONE and tr.parent[b] == tr.blocks[start + j - 1]
+                _joins(base + b, prev if chained else NONE, pool)
+            prev = base + b
+        elif j < nb + m:
+            if not pool.ans_mine[a0 + j - nb]:
+                take(i, q, stride, sched, tr.parent, sets, pool, rep)
+                register(i, tr.answer_blocks[a0 + j - nb], stride, sched, tr.parent, sets, pool)
+                pool.ans_mine[a0 + j - nb] = True
+        else:
+            take(i, q, stride, sched, tr.parent, sets, pool, rep)
+    req.pheld[q] = max(req.pheld[q], min(hi, nb))
+    req.ans_own[q] = max(req.ans_own[q], min(max(hi - nb, 0), m))
+    req.ans_n[q] = req.ans_own[q]
+    req.anon[q] = max(req.anon[q], hi - nb - m)
+    rep.footprint[i] += hi - lo
+
+
+@piece
+def extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):  # type: ignore[no-untyped-def]
+    """``vllm``: the blocks request ``q``'s first ``upto`` tokens need, taken where it holds
+    fewer; ``False``, nothing changed, when they are not free."""
+    m, total = _answer_span(q, tr, sched, req)
+    have = req.pheld[q] + req.ans_own[q] + req.anon[q]
+    want = min(total, (upto + sched.block_size - 1) // sched.block_size)
+    if want <= have:
+        return True
+    if _needed(q, i, have, want, m, tr, stride, sets, pool) > pool.free_n[i]:
+        return False
+    _hold(q, i, have, want, m, tr, stride, sched, sets, pool, req, rep)
+    return True
+
+
+@piece
+def admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[no-untyped-def]
+    """Schedule request ``q`` on replica ``i`` if its blocks fit: look up its prompt's
+    leading run and hold it (``sglang``: every position; ``vllm``: the run, the chunks
+    following by :func:`extend`). ``False``, nothing changed, when the free blocks (cached
+    ones it hits count against them) fall short of its whole sequence, as vLLM's
+    ``allocate_slots`` refuses. Its hit is its first admission's lookup, as vLLM's metric
+    counts it (``v1/metrics/stats.py``; a lookup after a preemption is not a query there).
+    Under ``vllm`` a request readmitted after a preemption looks up its generated tokens too
+    (vLLM hashes them): the answer positions its known tokens fill are blocks like its
+    prompt's."""
+    start, end = tr.offsets[q], tr.offsets[q + 1]
+    nb = end - start
+    bs = sched.block_size
+    bit = _bit(i)
+    inp = tr.input_tokens[q]
+    length = inp + req.gen[q]  # a preempted request recomputes its generated tokens too
+    a0 = tr.answer_offsets[q]
+    m, total = _answer_span(q, tr, sched, req)
+    k = 0
+    while start + k < end and sets.held[tr.blocks[start + k]] & bit:
+        k += 1
+    matched = served(k, nb, tr.recompute_last[q])  # the blocks the lookup hands over
+    if sched.engine == SGLANG and matched > 0:
+        _split(i * stride + tr.blocks[start + matched - 1], pool)
+    k_ans = 0  # the lookup goes on into the answer (to the last token but one)
+    if k == nb:
+        while (
+            k_ans < min(m, (length - 1) // bs - nb)
+            and sets.held[tr.answer_blocks[a0 + k_ans]] & bit
+        ):
+            k_ans += 1
+    if _needed(q, i, 0, total, m, tr, stride, sets, pool) > pool.free_n[i]:
+        return False
+    if req.gen[q] == 0 and req.seq[q] == NONE and tr.ceiling_run.size:  # the first admission
+        rl = tr.recompute_last[q]
+        classify(q, i, tr.blocks, start, end, inp, matched, k, rl, tr.ceiling_run[q], bs, sets, req)
+    req.pheld[q] = 0
+    req.ans_own[q] = 0
+    req.anon[q] = 0
+    if sched.engine == SGLANG:
+        _hold(q, i, 0, total, m, tr, stride, sched, sets, pool, req, rep)
+    else:  # the cached leading run; the chunks take the rest
+        held = k + k_ans
+        _hold(q, i, 0, held, m, tr, stride, sched, sets, pool, req, rep)
+    if req.gen[q] == 0:
+        hit = min(matched * bs, inp)
+        new = max(inp - hit, 1)
+        if req.seq[q] != NONE:  # a lookup after a preemption: vLLM's preempted_* counters
+            req.pre_n[q] += 1
+            req.pre_q[q] += inp
+            req.pre_h[q] += hit
+        else:  # vLLM's hit metric counts a request's first admission alone
+            req.hit_blocks[q] = k
+            req.hit_tok[q] = hit
+            req.src_tok[q, 0] = hit
+            req.cost_none[q] = prefill_alone(cost, inp, 0, bs)
+            req.saved[q, 0] = req.cost_none[q] - prefill_alone(cost, inp, matched, bs)
+    else:
+        new = length - min(k * bs, inp) - k_ans * bs
+        req.pre_n[q] += 1
+        req.pre_q[q] += length
+        req.pre_h[q] += length - new
+    rep.outstanding[i] += new - req.rem[q]
+    req.rem[q] = new
+    req.ctx[q] = max(length - new, 0)
+    return True
