@@ -21,7 +21,15 @@ are not taken from the cache), so the engines report running blocks alike.
 from __future__ import annotations
 
 from prefixscope.analysis.fleet import _admit, _heap, _pool
-from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, SGLANG, VLLM, step_piece
+from prefixscope.analysis.fleet._records import (
+    IDEAL,
+    NONE,
+    SEQ_SPAN,
+    SGLANG,
+    VLLM,
+    piece,
+    step_piece,
+)
 
 EMPTY = 2**63 - 1  # an empty heap's top key
 
@@ -46,12 +54,16 @@ def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
                 break
             if sched.engine == VLLM and rep.preemptions[i] != preempted:
                 break  # vLLM schedules no waiting request in a step that preempted
-            if not _start(q, i, tr, cost, sched, stride, req, rep, sets, pool):
+            if not _start(q, i, left, tr, cost, sched, stride, req, rep, sets, pool):
                 break
             seconds += req.xfer[q]  # its prefix is loaded before its first chunk
         take = min(req.rem[q], left)
-        if sched.engine == VLLM and not _chunk(
-            q, i, req.ctx[q] + take, tr, sched, stride, req, rep, hp, sets, pool
+        upto = req.ctx[q] + take
+        held = req.pheld[q] + req.ans_own[q] + req.anon[q]
+        if (
+            sched.engine == VLLM
+            and held * sched.block_size < upto  # a later chunk, past the blocks it holds
+            and not _chunk(q, i, upto, tr, sched, stride, req, rep, hp, sets, pool)
         ):
             break
         c0 = req.ctx[q]
@@ -79,11 +91,11 @@ def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
 
 
 @step_piece
-def _start(q, i, tr, cost, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
-    """Request ``q`` is scheduled: its blocks (under a pool, if they fit), its schedule number
-    and, the first time, its start."""
+def _start(q, i, left, tr, cost, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+    """Request ``q`` is scheduled, its first chunk at most ``left`` tokens: its blocks (under a
+    pool, if they fit), its schedule number and, the first time, its start."""
     if sched.engine != IDEAL:
-        if not _admit.admit(q, i, tr, cost, sched, stride, sets, pool, req, rep):
+        if not _admit.admit(q, i, left, tr, cost, sched, stride, sets, pool, req, rep):
             return False
         n = tr.offsets.size - 1
         sentinel = n + i  # the newest running request is the list's last
@@ -112,7 +124,7 @@ def _chunk(q, i, upto, tr, sched, stride, req, rep, hp, sets, pool):  # type: ig
     """``vllm``: request ``q``'s next chunk takes the blocks its first ``upto`` tokens need
     (``_admit.extend``), preempting the newest running request while they are not free;
     ``False`` once it preempted ``q`` itself (first come first served, ``q`` is the newest:
-    the queue's head)."""
+    the queue's head). Called, not inlined: only a chunk past a request's first needs it."""
     sentinel = tr.offsets.size - 1 + i
     while not _admit.extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):
         v = pool.rprev[sentinel]
