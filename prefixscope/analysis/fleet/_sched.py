@@ -21,15 +21,7 @@ are not taken from the cache), so the engines report running blocks alike.
 from __future__ import annotations
 
 from prefixscope.analysis.fleet import _admit, _heap, _pool
-from prefixscope.analysis.fleet._records import (
-    IDEAL,
-    NONE,
-    SEQ_SPAN,
-    SGLANG,
-    VLLM,
-    piece,
-    step_piece,
-)
+from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, SGLANG, VLLM, step_piece
 
 EMPTY = 2**63 - 1  # an empty heap's top key
 
@@ -124,7 +116,7 @@ def _chunk(q, i, upto, tr, sched, stride, req, rep, hp, sets, pool):  # type: ig
     """``vllm``: request ``q``'s next chunk takes the blocks its first ``upto`` tokens need
     (``_admit.extend``), preempting the newest running request while they are not free;
     ``False`` once it preempted ``q`` itself (first come first served, ``q`` is the newest:
-    the queue's head). Called, not inlined: only a chunk past a request's first needs it."""
+    the queue's head). Only a chunk past a request's first comes here."""
     sentinel = tr.offsets.size - 1 + i
     while not _admit.extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):
         v = pool.rprev[sentinel]
