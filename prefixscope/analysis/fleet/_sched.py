@@ -21,7 +21,15 @@ are not taken from the cache), so the engines report running blocks alike.
 from __future__ import annotations
 
 from prefixscope.analysis.fleet import _admit, _heap, _pool
-from prefixscope.analysis.fleet._records import IDEAL, NONE, SEQ_SPAN, SGLANG, VLLM, step_piece
+from prefixscope.analysis.fleet._records import (
+    IDEAL,
+    NONE,
+    SEQ_SPAN,
+    SGLANG,
+    VLLM,
+    piece,
+    step_piece,
+)
 
 EMPTY = 2**63 - 1  # an empty heap's top key
 
@@ -111,12 +119,14 @@ def _start(q, i, left, tr, cost, sched, stride, req, rep, sets, pool):  # type: 
     return True
 
 
-@step_piece
+@piece
 def _chunk(q, i, upto, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
     """``vllm``: request ``q``'s next chunk takes the blocks its first ``upto`` tokens need
     (``_admit.extend``), preempting the newest running request while they are not free;
     ``False`` once it preempted ``q`` itself (first come first served, ``q`` is the newest:
-    the queue's head). Only a chunk past a request's first comes here."""
+    the queue's head). Only a chunk past a request's first comes here; called rather than
+    inlined in the step, which costs the vllm pool 5–10% of its time and saves 11 s of the
+    loop's compile time (benchmarks/RESULTS.md)."""
     sentinel = tr.offsets.size - 1 + i
     while not _admit.extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):
         v = pool.rprev[sentinel]
