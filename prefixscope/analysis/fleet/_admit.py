@@ -67,9 +67,9 @@ def _needed(q, i, lo, hi, m, tr, stride, sets, pool):  # type: ignore[no-untyped
 
 @step_piece
 def _hold(q, i, lo, hi, m, tr, stride, sched, sets, pool, req, rep):  # type: ignore[no-untyped-def]
-    """Request ``q`` holds positions ``lo .. hi`` (their free blocks counted by the caller):
-    the cached ones locked first, so taking new blocks cannot evict them, then new blocks
-    taken and named, parents before children."""
+    """Request ``q``, holding positions ``0 .. lo``, holds ``lo .. hi`` too (their free blocks
+    counted by the caller): the cached ones locked first, so taking new blocks cannot evict
+    them, then new blocks taken and named, parents before children."""
     start, nb = tr.offsets[q], tr.offsets[q + 1] - tr.offsets[q]
     a0 = tr.answer_offsets[q]
     base, bit = i * stride, _bit(i)
@@ -103,10 +103,10 @@ def _hold(q, i, lo, hi, m, tr, stride, sched, sets, pool, req, rep):  # type: ig
                 pool.ans_mine[a0 + j - nb] = True
         else:
             take(i, q, stride, sched, tr.parent, sets, pool, rep)
-    req.pheld[q] = max(req.pheld[q], min(hi, nb))
-    req.ans_own[q] = max(req.ans_own[q], min(max(hi - nb, 0), m))
+    req.pheld[q] = min(hi, nb)
+    req.ans_own[q] = min(max(hi - nb, 0), m)
     req.ans_n[q] = req.ans_own[q]
-    req.anon[q] = max(req.anon[q], hi - nb - m)
+    req.anon[q] = max(hi - nb - m, 0)
     rep.footprint[i] += hi - lo
 
 
@@ -130,13 +130,13 @@ def admit(q, i, left, tr, cost, sched, stride, sets, pool, req, rep):  # type: i
     """Schedule request ``q`` on replica ``i`` if its blocks fit: look up its prompt's
     leading run and hold it (``sglang``: every position; ``vllm``: the run and its first
     chunk, at most ``left`` tokens, the later chunks by :func:`extend`). ``False``, nothing
-    changed, when the free blocks (cached
-    ones it hits count against them) fall short of its whole sequence, as vLLM's
-    ``allocate_slots`` refuses. Its hit is its first admission's lookup, as vLLM's metric
-    counts it (``v1/metrics/stats.py``; a lookup after a preemption is not a query there).
-    Under ``vllm`` a request readmitted after a preemption looks up its generated tokens too
-    (vLLM hashes them): the answer positions its known tokens fill are blocks like its
-    prompt's."""
+    changed, when the free blocks (cached ones it hits count against them) fall short of its
+    whole sequence, as vLLM's ``allocate_slots`` refuses. A request not running holds
+    nothing (``_sched._free`` and ``_pool.release`` zero its counts). Its hit is its first
+    admission's lookup, as vLLM's metric counts it (``v1/metrics/stats.py``; a lookup after
+    a preemption is not a query there). Under ``vllm`` a request readmitted after a
+    preemption looks up its generated tokens too (vLLM hashes them): the answer positions its
+    known tokens fill are blocks like its prompt's."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
     nb = end - start
     bs = sched.block_size
@@ -184,9 +184,6 @@ def admit(q, i, left, tr, cost, sched, stride, sets, pool, req, rep):  # type: i
     rep.outstanding[i] += new - req.rem[q]
     req.rem[q] = new
     req.ctx[q] = max(length - new, 0)
-    req.pheld[q] = 0
-    req.ans_own[q] = 0
-    req.anon[q] = 0
     hold = total  # sglang: every position; vllm: the cached run and the first chunk
     if sched.engine != SGLANG:
         hold = max(k + k_ans, (req.ctx[q] + min(new, left) + bs - 1) // bs)

@@ -58,14 +58,13 @@ def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
                 break
             seconds += req.xfer[q]  # its prefix is loaded before its first chunk
         take = min(req.rem[q], left)
-        upto = req.ctx[q] + take
-        held = req.pheld[q] + req.ans_own[q] + req.anon[q]
-        if (
-            sched.engine == VLLM
-            and held * sched.block_size < upto  # a later chunk, past the blocks it holds
-            and not _chunk(q, i, upto, tr, sched, stride, req, rep, hp, sets, pool)
-        ):
-            break
+        if sched.engine == VLLM:  # a later chunk, past the blocks it holds, takes its own
+            upto = req.ctx[q] + take
+            held = req.pheld[q] + req.ans_own[q] + req.anon[q]
+            if held * sched.block_size < upto and not _chunk(
+                q, i, upto, tr, sched, stride, req, rep, hp, sets, pool
+            ):
+                break
         c0 = req.ctx[q]
         seconds += cost.c * c0 + cost.e * max(take, cost.k2) * c0 + cost.f * take * take
         tokens += take
