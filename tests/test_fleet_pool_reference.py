@@ -1,6 +1,6 @@
 """The compiled KV pools (vllm, sglang) against their plain-Python reference, request by
 request, on small random traces whose pools fill, so blocks are evicted and requests
-preempted."""
+preempted; under ``vllm`` with the DRAM tiers and stores the cases draw."""
 
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ def test_the_pool_matches_its_reference_request_by_request(
     output = case.traffic.output_tokens * data.draw(st.sampled_from([1, 4]))
     longest = trace.input_tokens + np.maximum(output, 1) - 1
     need = int(np.maximum(trace.blocks_per_request, -(-longest // trace.block_size)).max())
-    fleet = replace(
-        case.fleet,
-        engine=engine,
-        tiers=Tiers(),
-        capacity_blocks=need + data.draw(st.sampled_from([0, 1, 3, 10, 40])),
-    )
+    capacity = need + data.draw(st.sampled_from([0, 1, 3, 10, 40]))
+    tiers = Tiers()  # sglang's HiCache is refused
+    if engine == "vllm":  # inclusive tiers: a DRAM tier past the pool's size holds its victims
+        dram = data.draw(st.sampled_from([0, 3, capacity, 2 * capacity + 5]))
+        tiers = replace(case.fleet.tiers, dram_blocks=dram)
+    fleet = replace(case.fleet, engine=engine, tiers=tiers, capacity_blocks=capacity)
     traffic = Traffic(output, case.traffic.sessions)
     got = simulate_fleet(trace, traffic, fleet, case.engine)
     want = reference_pool_fleet(trace, traffic, fleet, case.engine)

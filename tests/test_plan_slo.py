@@ -262,11 +262,11 @@ def test_each_window_sized_alone_costs_no_more_than_the_static_answer(
     assert "Window by window" in out and "GPU-hours against" in out
 
 
-@pytest.mark.parametrize(("engine", "tiered"), [("ideal", True), ("vllm", False)])
-def test_an_engines_pool_is_searched_without_tiers(engine: str, tiered: bool) -> None:
-    """A KV pool is HBM alone, so ``--engine vllm`` searches its fleets untiered (the search
-    once gave it the tiers the pool refuses, and ``plan --slo --engine vllm`` never ran); the
-    ideal engine's caching-on search has its DRAM tiers and store."""
+@pytest.mark.parametrize(("engine", "tiered"), [("ideal", True), ("vllm", True), ("sglang", False)])
+def test_an_engine_without_tiers_is_searched_without_them(engine: str, tiered: bool) -> None:
+    """SGLang's pool runs on HBM alone, so ``--engine sglang`` searches its fleets untiered (the
+    search once gave the pools the tiers they refused, and ``plan --slo --engine vllm`` never
+    ran); the ideal engine's and vLLM's caching-on searches have their DRAM tiers and store."""
     shape = resolve_model("deepseek-v3")
     replica = replica_of("h200x8", shape, 512, "bf16", from_roofline(shape, GPUS["h200"], tp=8))
     settings = PlanSloSettings(slo="ttft-p95=5", deployments=("h200x8",), engine=engine)

@@ -20,10 +20,17 @@ run then and the rest chunk by chunk, a chunk that finds too few free blocks pre
 own request (the newest running one), and a step that preempted admits nobody; each step,
 the decodes that outgrow their blocks take one each, oldest schedule first, preempting the
 newest running request while none is free.
+
+Tiers (``vllm``): each replica's DRAM tier and the fleet's store are ``OrderedDict`` LRU
+lists, least recent first; a computed prompt is written to both, deepest block first (a
+block held already moves to the end), and they are cut from the front. A lookup goes on
+past the GPU's run through blocks either holds, loaded at their links' speed before the
+request's first chunk.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +93,13 @@ def reference_pool_fleet(
         for a in np.flatnonzero(found.count):
             b, first = int(found.child[a]), int(found.first[a])
             answers[a] = requests[b].blocks[first : first + int(found.count[a])]
-    ctx = _Context(trace, engine, requests, gen, seq, width, [0], answers)
+    tiers = fleet.tiers
+    store: OrderedDict[int, None] | None = None if tiers.store_blocks is None else OrderedDict()
+    per_token = [0.0, *tiers.per_token_s(engine.kv_bytes_per_token)]
+    ctx = _Context(
+        trace, engine, requests, gen, seq, width, [0], answers, store, per_token,
+        tiers.dram_blocks, tiers.store_blocks,
+    )  # fmt: skip
     clock = [requests[0].arrival if requests else 0.0]
     for r, req in enumerate(requests):
         for rep in replicas:
@@ -114,6 +127,10 @@ class _Context:
     width: int
     schedules: list[int]
     answers: list[list[int]]  # per request, its next turn's ids for its answer
+    store: OrderedDict[int, None] | None  # the fleet's store, LRU first
+    per_token: list[float]  # seconds to copy a token from HBM, DRAM, the store
+    dram_blocks: int  # each replica's DRAM tier (0: none)
+    store_blocks: int | None  # the store (None: none)
 
 
 def _span(q: int, rep: _PoolReplica, c: _Context) -> tuple[int, int]:
@@ -183,7 +200,10 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
     k = 0
     while k < nb and req.blocks[k] in rep.cache:
         k += 1
-    matched = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
+    kt = k  # on through the tiers
+    while kt < nb and (req.blocks[kt] in rep.dram or req.blocks[kt] in (c.store or ())):
+        kt += 1
+    matched = kt - (1 if req.recomputes_last and kt >= nb and kt > 0 else 0)
     if rep.sglang and matched > 0:  # SGLang's lookup splits the node it ends in
         rep.split(req.blocks[matched - 1])
     k_ans = 0
@@ -194,24 +214,38 @@ def _admit(q: int, rep: _PoolReplica, c: _Context) -> bool:
         return False
     rep.pheld[q], rep.held[q], rep.dup_held[q] = 0, [], set()
     # sglang holds every position now; vllm its cached leading run, its chunks the rest
-    _hold(q, rep, c, 0, total if rep.sglang else k + k_ans)
+    _hold(q, rep, c, 0, total if rep.sglang else kt + k_ans)
     inp = req.input_tokens
+
+    def alone(j: int) -> float:  # the prompt alone in a step, its first j blocks served
+        fresh = max(inp - min(j * bs, inp), 1)
+        return _prefill_alone(c.engine.cost, fresh, max(inp - fresh, 0))
+
+    first = c.gen[q] == 0 and c.seq[q] == -1
     if c.gen[q] == 0:
-        served = k - (1 if req.recomputes_last and k >= nb and k > 0 else 0)
-        hit = min(served * bs, inp)
+        hit = min(matched * bs, inp)
         new = max(inp - hit, 1)
-        if c.seq[q] != -1:  # a lookup after a preemption: counted apart, as vLLM does
+        if not first:  # a lookup after a preemption: counted apart, as vLLM does
             req.preempted = [req.preempted[0] + 1, req.preempted[1] + inp, req.preempted[2] + hit]
-        if c.seq[q] == -1:  # the first admission's lookup alone is the request's hit
-            req.hit_blocks, req.hit_tokens = k, hit
-            req.source_tokens = [hit, 0, 0]
+        else:  # the first admission's lookup alone is the request's hit
+            g = min(k, matched)
+            req.hit_blocks, req.hit_tokens = kt, hit
+            req.source_tokens = [min(g * bs, inp), 0, 0]
             req.no_cache = _prefill_alone(c.engine.cost, max(inp, 1), 0)
-            alone = _prefill_alone(c.engine.cost, new, max(inp - new, 0))
-            req.source_saved = [req.no_cache - alone, 0.0, 0.0]
+            req.source_saved = [req.no_cache - alone(g), 0.0, 0.0]
     else:
-        new = length - min(k * bs, inp) - k_ans * bs
+        new = length - min(kt * bs, inp) - k_ans * bs
         found = length - new
         req.preempted = [req.preempted[0] + 1, req.preempted[1] + length, req.preempted[2] + found]
+    req.transfer = 0.0  # the blocks the tiers hand over, copied before its first chunk
+    for j in range(k, matched if c.gen[q] == 0 else kt):
+        tokens = min(max(inp - j * bs, 0), bs)
+        source = 1 if req.blocks[j] in rep.dram else 2
+        copy = c.per_token[source] * tokens
+        req.transfer += copy
+        if first:
+            req.source_tokens[source] += tokens
+            req.source_saved[source] += alone(j) - alone(j + 1) - copy
     req.to_prefill, req.context = new, max(length - new, 0)
     return True
 
@@ -305,6 +339,7 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
                 req.first_start = rep.now
             c.seq[q] = c.schedules[0]
             c.schedules[0] += 1
+            seconds += req.transfer
             req.started = True
             rep.running.append(q)
             running += 1
@@ -346,6 +381,7 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
     for _ in range(through):
         r = rep.queue.popleft()
         req = c.requests[r]
+        _write_through(req.blocks, rep, c)
         if c.gen[r] == 0:
             req.ttft = rep.now - req.arrival
         c.gen[r] += 1
@@ -353,6 +389,18 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
             rep.decoding[r] = _Decoding(req.input_tokens + c.gen[r], req.output_tokens - c.gen[r])
         else:
             _finish(r, rep, c)
+
+
+def _write_through(blocks: list[int], rep: _PoolReplica, c: _Context) -> None:
+    """A computed prompt into the replica's DRAM tier and the store, deepest first."""
+    for tier, limit in ((rep.dram, c.dram_blocks), (c.store, c.store_blocks)):
+        if tier is None or not limit:
+            continue
+        for b in reversed(blocks):
+            tier[b] = None
+            tier.move_to_end(b)
+        while len(tier) > limit:
+            tier.popitem(last=False)
 
 
 def _finish(r: int, rep: _PoolReplica, c: _Context) -> None:

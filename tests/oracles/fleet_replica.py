@@ -31,6 +31,7 @@ class _PoolReplica:
     releases: int = 0
     anon_ids: int = 0
     tree: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    dram: OrderedDict[int, None] = field(default_factory=OrderedDict)  # LRU first (vllm)
     queue: deque[int] = field(default_factory=deque)
     decoding: dict[int, _Decoding] = field(default_factory=dict)
     running: list[int] = field(default_factory=list)  # schedule order

@@ -17,6 +17,8 @@ positions and ``req.anon`` hashless ones are held, in that order.
   free the scheduler preempts its newest running request, the chunk's own request included
   (``schedule`` in ``vllm/v1/core/sched/scheduler.py``). A chunk's blocks carry their ids
   from the step that schedules them, as ``allocate_slots`` caches them.
+- Below the pool (``vllm``), the blocks a replica's DRAM tier or the store hold extend the
+  leading run; they are loaded, not computed (``_tiers.write_through`` fills the tiers).
 """
 
 from __future__ import annotations
@@ -125,8 +127,47 @@ def extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):  # type: ignore
     return True
 
 
+@step_piece
+def _tier_run(p, end, bit, blocks, tiers, sets):  # type: ignore[no-untyped-def]
+    """Where the leading run goes on from position ``p`` in the replica's DRAM tier or the
+    store (vLLM's connector looks past the GPU's hit: ``get_num_new_matched_tokens``)."""
+    if tiers.dram_blocks == 0 and tiers.store_blocks < 0:
+        return p
+    while p < end:
+        b = blocks[p]
+        if not (
+            (tiers.dram_blocks > 0 and sets.dram_held[b] & bit)
+            or (tiers.store_blocks >= 0 and sets.store_in[b])
+        ):
+            break
+        p += 1
+    return p
+
+
+@step_piece
+def _loads(q, k, loaded, first, tr, cost, bs, tiers, sets, req, bit):  # type: ignore[no-untyped-def]
+    """Seconds copying blocks ``k .. loaded`` of request ``q``'s prompt from the tiers (DRAM
+    where it holds a block, else the store); at its first admission, their tokens and savings
+    by tier too, as the ``ideal`` engine's lookup credits them."""
+    inp = tr.input_tokens[q]
+    start = tr.offsets[q]
+    seconds = 0.0
+    t_prev = prefill_alone(cost, inp, k, bs)
+    for j in range(k, loaded):
+        tok = min(max(inp - j * bs, 0), bs)
+        src = 1 if tiers.dram_blocks > 0 and sets.dram_held[tr.blocks[start + j]] & bit else 2
+        x = tok * (tiers.dram_s if src == 1 else tiers.store_s)
+        seconds += x
+        if first:
+            t_next = prefill_alone(cost, inp, j + 1, bs)
+            req.src_tok[q, src] += tok
+            req.saved[q, src] += t_prev - t_next - x
+            t_prev = t_next
+    return seconds
+
+
 @piece
-def admit(q, i, left, tr, cost, sched, stride, sets, pool, req, rep):  # type: ignore[no-untyped-def]
+def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # type: ignore[no-untyped-def]
     """Schedule request ``q`` on replica ``i`` if its blocks fit: look up its prompt's
     leading run and hold it (``sglang``: every position; ``vllm``: the run and its first
     chunk, at most ``left`` tokens, the later chunks by :func:`extend`). ``False``, nothing
@@ -136,7 +177,10 @@ def admit(q, i, left, tr, cost, sched, stride, sets, pool, req, rep):  # type: i
     admission's lookup, as vLLM's metric counts it (``v1/metrics/stats.py``; a lookup after
     a preemption is not a query there). Under ``vllm`` a request readmitted after a
     preemption looks up its generated tokens too (vLLM hashes them): the answer positions its
-    known tokens fill are blocks like its prompt's."""
+    known tokens fill are blocks like its prompt's. With tiers (``vllm``) the lookup goes on
+    past the pool's run through the blocks its replica's DRAM tier or the store holds, as
+    vLLM's connector does (``get_num_new_matched_tokens``); they take pool blocks like
+    computed ones and are copied before its first chunk (``req.xfer``)."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
     nb = end - start
     bs = sched.block_size
@@ -148,7 +192,8 @@ def admit(q, i, left, tr, cost, sched, stride, sets, pool, req, rep):  # type: i
     k = 0
     while start + k < end and sets.held[tr.blocks[start + k]] & bit:
         k += 1
-    matched = served(k, nb, tr.recompute_last[q])  # the blocks the lookup hands over
+    kt = _tier_run(start + k, end, bit, tr.blocks, tiers, sets) - start
+    matched = served(kt, nb, tr.recompute_last[q])  # the blocks the lookup hands over
     if sched.engine == SGLANG and matched > 0:
         _split(i * stride + tr.blocks[start + matched - 1], pool)
     k_ans = 0  # the lookup goes on into the answer (to the last token but one)
@@ -160,32 +205,39 @@ def admit(q, i, left, tr, cost, sched, stride, sets, pool, req, rep):  # type: i
             k_ans += 1
     if _needed(q, i, 0, total, m, tr, stride, sets, pool) > pool.free_n[i]:
         return False
-    if req.gen[q] == 0 and req.seq[q] == NONE and tr.ceiling_run.size:  # the first admission
-        rl = tr.recompute_last[q]
-        classify(q, i, tr.blocks, start, end, inp, matched, k, rl, tr.ceiling_run[q], bs, sets, req)
+    first = req.gen[q] == 0 and req.seq[q] == NONE
+    if first and tr.ceiling_run.size:
+        rl, kc = tr.recompute_last[q], tr.ceiling_run[q]
+        classify(q, i, tr.blocks, start, end, inp, matched, kt, rl, kc, bs, sets, req)
     if req.gen[q] == 0:
         hit = min(matched * bs, inp)
         new = max(inp - hit, 1)
-        if req.seq[q] != NONE:  # a lookup after a preemption: vLLM's preempted_* counters
+        if not first:  # a lookup after a preemption: vLLM's preempted_* counters
             req.pre_n[q] += 1
             req.pre_q[q] += inp
             req.pre_h[q] += hit
         else:  # vLLM's hit metric counts a request's first admission alone
-            req.hit_blocks[q] = k
+            g = min(k, matched)
+            req.hit_blocks[q] = kt
             req.hit_tok[q] = hit
-            req.src_tok[q, 0] = hit
+            req.src_tok[q, 0] = min(g * bs, inp)
             req.cost_none[q] = prefill_alone(cost, inp, 0, bs)
-            req.saved[q, 0] = req.cost_none[q] - prefill_alone(cost, inp, matched, bs)
+            req.saved[q, 0] = req.cost_none[q] - prefill_alone(cost, inp, g, bs)
     else:
-        new = length - min(k * bs, inp) - k_ans * bs
+        new = length - min(kt * bs, inp) - k_ans * bs
         req.pre_n[q] += 1
         req.pre_q[q] += length
         req.pre_h[q] += length - new
+    if kt > k:  # blocks loaded from the tiers: the copies before its first chunk
+        loaded = matched if req.gen[q] == 0 else kt
+        req.xfer[q] = _loads(q, k, loaded, first, tr, cost, bs, tiers, sets, req, bit)
+    else:
+        req.xfer[q] = 0.0
     rep.outstanding[i] += new - req.rem[q]
     req.rem[q] = new
     req.ctx[q] = max(length - new, 0)
     hold = total  # sglang: every position; vllm: the cached run and the first chunk
     if sched.engine != SGLANG:
-        hold = max(k + k_ans, (req.ctx[q] + min(new, left) + bs - 1) // bs)
+        hold = max(kt + k_ans, (req.ctx[q] + min(new, left) + bs - 1) // bs)
     _hold(q, i, 0, min(hold, total), m, tr, stride, sched, sets, pool, req, rep)
     return True

@@ -30,12 +30,13 @@ from prefixscope.analysis.fleet._records import (
     piece,
     step_piece,
 )
+from prefixscope.analysis.fleet._tiers import write_through
 
 EMPTY = 2**63 - 1  # an empty heap's top key
 
 
 @step_piece
-def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+def step(i, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
     """Run one step of replica ``i`` and advance its clock."""
     sets.log_now[0] = rep.now[i]  # what the step changes in the cache, it changes now
     preempted = rep.preemptions[i]
@@ -54,7 +55,7 @@ def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
                 break
             if sched.engine == VLLM and rep.preemptions[i] != preempted:
                 break  # vLLM schedules no waiting request in a step that preempted
-            if not _start(q, i, left, tr, cost, sched, stride, req, rep, sets, pool):
+            if not _start(q, i, left, tr, cost, sched, tiers, stride, req, rep, sets, pool):
                 break
             seconds += req.xfer[q]  # its prefix is loaded before its first chunk
         take = min(req.rem[q], left)
@@ -86,15 +87,15 @@ def step(i, tr, cost, sched, stride, req, rep, hp, sets, pool):  # type: ignore[
     rep.decode_tok[i] += d
     rep.sum_ctx[i] += d
     _end_decodes(i, tr, sched, stride, req, rep, hp, sets, pool)
-    _end_prefills(i, q, tr, sched, stride, req, rep, hp, sets, pool)
+    _end_prefills(i, q, tr, sched, tiers, stride, req, rep, hp, sets, pool)
 
 
 @step_piece
-def _start(q, i, left, tr, cost, sched, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+def _start(q, i, left, tr, cost, sched, tiers, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
     """Request ``q`` is scheduled, its first chunk at most ``left`` tokens: its blocks (under a
     pool, if they fit), its schedule number and, the first time, its start."""
     if sched.engine != IDEAL:
-        if not _admit.admit(q, i, left, tr, cost, sched, stride, sets, pool, req, rep):
+        if not _admit.admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):
             return False
         n = tr.offsets.size - 1
         sentinel = n + i  # the newest running request is the list's last
@@ -304,14 +305,17 @@ def _end_decodes(i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignor
 
 
 @step_piece
-def _end_prefills(i, q, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+def _end_prefills(i, q, tr, sched, tiers, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
     """The queue's requests before ``q`` completed their prefill in this step: a token out
-    (the first: their TTFT), then decoding or done."""
+    (the first: their TTFT), then decoding or done; under a pool with tiers, each prompt
+    computed is written to them (``_tiers.write_through``)."""
     base = i * sched.max_seqs
     h = rep.qhead[i]
     while h != q:
         nx = req.qnext[h]
         rep.n_started[i] -= 1
+        if sched.engine != IDEAL and (tiers.dram_blocks > 0 or tiers.store_blocks >= 0):
+            write_through(tr.blocks, tr.offsets[h], tr.offsets[h + 1], i, stride, tiers, sets, rep)
         if req.gen[h] == 0:
             req.ttft[h] = rep.now[i] - tr.arrival[h]
         req.gen[h] += 1

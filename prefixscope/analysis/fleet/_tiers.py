@@ -1,4 +1,4 @@
-"""The lower tiers' updates for the fleet loop (``_kernel.py``), after a request's lookup.
+"""The lower tiers' updates for the fleet loop (``_kernel.py``).
 
 - ``hbm_over_dram``: a replica's HBM with a DRAM tier below it, exclusive (a block is in one
   of them at most). The request's blocks go to HBM, deepest first (a DRAM block moves up);
@@ -7,6 +7,8 @@
 - ``store_write``: the fleet's one store. What the request computed is written to it (a
   block computed anywhere); what the store served is used again (refreshed under LRU); what HBM
   or DRAM served is not touched.
+- ``write_through``: a KV pool's tiers (``vllm``), inclusive: a prompt is written to its
+  replica's DRAM tier and to the store once computed, whatever else holds it.
 """
 
 from __future__ import annotations
@@ -78,3 +80,34 @@ def store_write(  # type: ignore[no-untyped-def]
         store_in[v] = False
         ssize -= 1
     return ssize
+
+
+@numba.njit(inline="always")
+def write_through(blocks, start, end, i, stride, tiers, sets, rep):  # type: ignore[no-untyped-def]
+    """A KV pool's tiers (``vllm``): a prompt just computed is offered to replica ``i``'s DRAM
+    tier and to the store, each an LRU list that the blocks it holds already move to the back
+    of and the others join, deepest first, evicting from the front. vLLM's CPU offloading
+    stores every full block a step computes and counts a block it holds already as a reuse
+    (``prepare_store`` in ``vllm/v1/kv_offload/cpu/manager.py``, LRU by default), as LMCache
+    writes every chunk to its backends."""
+    if tiers.dram_blocks > 0:
+        base = i * stride
+        s = base + stride - 1
+        bit = _bit(i)
+        for p in range(end - 1, start - 1, -1):
+            b = blocks[p]
+            v = base + b
+            if sets.dram_held[b] & bit:
+                _unlink(sets.dnxt, sets.dprv, v)
+            else:
+                sets.dram_held[b] |= bit
+                rep.dsize[i] += 1
+            _push_back(sets.dnxt, sets.dprv, s, v)
+        rep.dsize[i] = _evict_to(
+            i, base, s, tiers.dram_blocks, rep.dsize[i], sets.dram_held, sets.dnxt, sets.dprv
+        )
+    if tiers.store_blocks >= 0:  # served 0: every block is written or refreshed
+        rep.clock[3] = store_write(
+            blocks, start, end, 0, blocks, tiers.store_blocks, int(rep.clock[3]), True,
+            sets.store_in, sets.snxt, sets.sprv,
+        )  # fmt: skip

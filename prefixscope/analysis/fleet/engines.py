@@ -5,6 +5,10 @@ each entry states its rule and the source it follows (docs/fleet.md, "Engines").
   cache), looked up and filled at arrival; one replica equals ``simulate``;
 - ``vllm``, ``sglang``: one KV pool per replica holds the running requests' blocks and the
   prefix cache, so load shrinks the cache (``_pool.py``).
+
+Below HBM, ``ideal`` keeps an exclusive DRAM tier and the store (``_cache.py``); ``vllm``
+writes every computed prompt through to them, as vLLM's CPU offloading and LMCache do
+(``_tiers.write_through``); ``sglang`` runs on HBM alone (:attr:`EngineKind.untiered`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ class EngineKind:
     code: int  # _records.IDEAL or the pool's code in ``_pool``
     rule: str
     reference: str
+    #: why the engine runs on HBM alone (None: it takes a DRAM tier and the store)
+    untiered: str | None = None
 
     @property
     def pooled(self) -> bool:
@@ -51,6 +57,9 @@ ENGINES: dict[str, EngineKind] = {
             "leaf last accessed longest ago; the newest running request is preempted when no "
             "block is free",
             "SGLang mem_cache/radix_cache.py",
+            "SGLang's HiCache keeps a node in host memory while the GPU holds it and evicts "
+            "host copies only of nodes the GPU evicted (mem_cache/hiradix_cache.py), which is "
+            "not modelled",
         ),
     )
 }

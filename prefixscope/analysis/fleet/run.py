@@ -159,10 +159,11 @@ class Fleet:
             )
         tiered = self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None
         check_tiered_policy(self.policy, tiered)
-        if pooled and tiered:
+        untiered = resolve_engine(self.engine).untiered
+        if tiered and untiered:
             raise ValueError(
-                f"the {self.engine} engine's KV pool is HBM alone: DRAM tiers and a shared "
-                "store run under --engine ideal"
+                f"the {self.engine} engine runs on HBM alone: {untiered}; DRAM tiers and a "
+                "shared store run under --engine vllm or ideal"
             )
         if not 1 <= self.replicas <= MAX_REPLICAS:
             raise ValueError(f"replicas must be 1 to {MAX_REPLICAS}, got {self.replicas}")

@@ -112,8 +112,9 @@ def search_groups(
     kinds: set[tuple] | None = None,
 ) -> list[Group]:
     """What is searched at each load scale, caching on and off: every series, tiered where
-    caching is on and the engine is ``ideal`` (a KV pool is HBM alone, ``fleet/engines.py``)."""
-    tierable = not resolve_engine(settings.engine).pooled
+    caching is on and the engine takes tiers (``sglang`` runs on HBM alone,
+    ``fleet/engines.py``)."""
+    tierable = resolve_engine(settings.engine).untiered is None
     groups = []
     for scale in settings.load_scales:
         for caching in cachings:
