@@ -159,8 +159,7 @@ class Fleet:
             )
         tiered = self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None
         check_tiered_policy(self.policy, tiered)
-        untiered = resolve_engine(self.engine).untiered
-        if tiered and untiered:
+        if tiered and (untiered := resolve_engine(self.engine).untiered):
             raise ValueError(
                 f"the {self.engine} engine runs on HBM alone: {untiered}; DRAM tiers and a "
                 "shared store run under --engine vllm or ideal"
@@ -375,16 +374,17 @@ def _run(  # type: ignore[no-untyped-def]
         ceiling_run=leading_runs(trace) if budget else np.zeros(0, np.int32),
     )  # fmt: skip
     c = engine.cost
-    cost = _records.Cost(c.a, c.b, c.c, c.e, c.f, c.k1, c.k2)
+    cost = _records.Cost(a=c.a, b=c.b, c=c.c, e=c.e, f=c.f, k1=c.k1, k2=c.k2)
     sched = _records.Sched(
         budget=engine.budget_tokens, max_seqs=engine.max_seqs, block_size=trace.block_size,
         engine=code, capacity=fleet.capacity_blocks, recency=LOOP_POLICIES.get(fleet.policy, True),
         hist_width=width, ttl=-1.0 if fleet.ttl_s is None else float(fleet.ttl_s),
     )  # fmt: skip
     rp = _records.RouterParams(
-        kind, float(r.cache_threshold), float(r.balance_abs), float(r.balance_rel),
-        max(1, r.tree_tokens // trace.block_size), float(r.evict_interval_s),
-        float(r.overlap_weight), float(r.load_weight), float(fleet.router_delay_s),
+        kind=kind, threshold=float(r.cache_threshold), balance_abs=float(r.balance_abs),
+        balance_rel=float(r.balance_rel), tree_blocks=max(1, r.tree_tokens // trace.block_size),
+        evict_interval_s=float(r.evict_interval_s), overlap_weight=float(r.overlap_weight),
+        load_weight=float(r.load_weight), delay_s=float(fleet.router_delay_s),
     )  # fmt: skip
     store = -1 if t.store_blocks is None else t.store_blocks
     tiers = _records.TierParams(t.dram_blocks, store, dram_s, store_s)
