@@ -41,6 +41,7 @@ def test_the_pool_matches_its_reference_request_by_request(
     for name in FIELDS:
         g, w = getattr(got, name), getattr(want, name)
         assert g.shape == w.shape and agree(g, w).all(), f"{name} {first_difference(g, w)}"
+    assert (got.source_tokens.sum(axis=1) == got.hit_tokens).all()  # by tier, they add up
 
 
 def test_a_freed_hashless_block_is_the_next_taken_as_vllm_reuses_it() -> None:

@@ -45,3 +45,26 @@ def test_sglang_evicts_a_whole_radix_node(
         0,
         want,
     ]
+
+
+def test_a_free_block_that_gains_a_cached_child_is_no_longer_an_evictable_leaf() -> None:
+    """A case the pool's hypothesis test found: request 34 (block 1, 9 tokens out) finishes
+    and caches its answer's block 3 under block 2, a free cached leaf. Block 2 then has a
+    child, so the next eviction (request 43's decode) must take block 3, and request 44
+    finds blocks 1 and 2. The compiled pool once left block 2 among the evictable leaves and
+    evicted it under its child: request 44 found block 1 alone."""
+    offsets = np.array([0] + [1] * 12 + [3] * 3 + [4] * 17 + [7] * 2 + [8] * 10 + [11] * 7)
+    blocks = np.array([0, 1, 2, 1, 1, 2, 3, 1, 1, 2, 3], np.int32)
+    inputs = np.ones(51, np.int64)
+    inputs[[0, 12, 15, 32, 34, 44]] = [4, 8, 4, 12, 4, 12]
+    prompts = [blocks[offsets[r] : offsets[r + 1]].tolist() for r in range(51)]
+    tenants = ["t2" if r in (34, 44) else "t0" for r in range(51)]
+    trace = build_trace(prompts, inputs.tolist(), tenants, 4, times=[0.0] * 51)
+    output = np.zeros(51, np.int64)
+    output[[34, 36, 42, 43]] = [9, 5, 6, 5]
+    fleet = Fleet("round-robin", 1, 6, load_scale=0.5, engine="sglang")
+    engine = replace(ENGINE, budget_tokens=8, max_seqs=2)
+    got = simulate_fleet(trace, Traffic(output), fleet, engine)
+    want = reference_pool_fleet(trace, Traffic(output), fleet, engine)
+    assert got.hit_blocks[44] == want.hit_blocks[44] == 2
+    assert (got.hit_blocks == want.hit_blocks).all()

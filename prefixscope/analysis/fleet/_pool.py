@@ -259,8 +259,12 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
             n_new += 1
             if sg:
                 pool.nchild[base + b] = 0
-                if par >= 0:
+                if par >= 0:  # its parent is no longer a leaf: a free one leaves the heap
                     pool.nchild[base + par] += 1
+                    hb = i * (pool.heap_key.size // n_rep)
+                    _heap.remove(
+                        pool.heap_key, pool.heap_node, pool.heap_pos, pool.heap_n, i, hb, base + par
+                    )
                 _joins(base + b, prev if prev != NONE and base + par == prev else NONE, pool)
                 prev = base + b
     pool.cached_free[i] += n_new
