@@ -5,27 +5,17 @@ blocks and a KV of 1 GB a token, against the compiled pool and its plain-Python 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from prefixscope.analysis.fleet.run import (
-    Engine,
-    Fleet,
-    FleetOutcome,
-    Tiers,
-    Traffic,
-    simulate_fleet,
-)
-from prefixscope.analysis.fleet.stepcost import StepCost
+from prefixscope.analysis.fleet.run import Fleet, FleetOutcome, Tiers, Traffic
 from prefixscope.analysis.trace.csr import build_trace
-from tests.oracles.fleet_pool import reference_pool_fleet
+from tests.test_fleet_chunks import ENGINE as STEPS_OF_A_SECOND
+from tests.test_fleet_chunks import SIMULATORS
 
-SECOND = StepCost(a=1.0, b=0.0, c=0.0, e=0.0, f=0.0, k1=1.0, k2=1.0, source="hand")
-ENGINE = Engine(SECOND, budget_tokens=4, max_seqs=4, kv_bytes_per_token=1e9)
-SIMULATORS = pytest.mark.parametrize(
-    "simulate", [reference_pool_fleet, simulate_fleet], ids=["reference", "kernel"]
-)
+ENGINE = replace(STEPS_OF_A_SECOND, kv_bytes_per_token=1e9)
 #: A (blocks 1, 2) at 0 s, B (3, 4) at 10 s, which evicts A's from the pool of 2, and C (1,
 #: 2 again) at 20 s; every prompt 4 tokens, one token out.
 TRACE = build_trace([[1, 2], [3, 4], [1, 2]], [4, 4, 4], ["t"] * 3, 2, [0.0, 10.0, 20.0])

@@ -143,6 +143,15 @@ def _leaf(i, v, hb, pool):  # type: ignore[no-untyped-def]
 
 
 @piece
+def _child_added(i, v, pool):  # type: ignore[no-untyped-def]
+    """sglang: cached node ``v`` gains a cached child, so it is no longer a leaf; a free one
+    leaves the evictable leaves (one its request holds is not among them)."""
+    pool.nchild[v] += 1
+    hb = i * (pool.heap_key.size // pool.free_n.size)
+    _heap.remove(pool.heap_key, pool.heap_node, pool.heap_pos, pool.heap_n, i, hb, v)
+
+
+@piece
 def lock(i, v, stride, sched, sets, pool, n_rep):  # type: ignore[no-untyped-def]
     """A request takes cached block ``v`` (a hit, or a block another request holds)."""
     if pool.refcnt[v] == 0:
@@ -173,7 +182,7 @@ def register(i, b, stride, sched, parent, sets, pool):  # type: ignore[no-untype
         pool.nchild[v] = 0
         p = parent[b]
         if p >= 0 and sets.held[p] & _bit(i):
-            pool.nchild[base + p] += 1
+            _child_added(i, base + p, pool)
 
 
 @piece
@@ -259,12 +268,8 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
             n_new += 1
             if sg:
                 pool.nchild[base + b] = 0
-                if par >= 0:  # its parent is no longer a leaf: a free one leaves the heap
-                    pool.nchild[base + par] += 1
-                    hb = i * (pool.heap_key.size // n_rep)
-                    _heap.remove(
-                        pool.heap_key, pool.heap_node, pool.heap_pos, pool.heap_n, i, hb, base + par
-                    )
+                if par >= 0:
+                    _child_added(i, base + par, pool)
                 _joins(base + b, prev if prev != NONE and base + par == prev else NONE, pool)
                 prev = base + b
     pool.cached_free[i] += n_new

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numba
 
-from prefixscope.analysis.fleet._sets import _bit, _evict_to, _push_back, _unlink
+from prefixscope.analysis.fleet._sets import _bit, _evict_to, _push_back, _touch, _unlink
 from prefixscope.analysis.fleet._stale import note
 
 
@@ -93,16 +93,9 @@ def write_through(blocks, start, end, i, stride, tiers, sets, rep):  # type: ign
     if tiers.dram_blocks > 0:
         base = i * stride
         s = base + stride - 1
-        bit = _bit(i)
-        for p in range(end - 1, start - 1, -1):
-            b = blocks[p]
-            v = base + b
-            if sets.dram_held[b] & bit:
-                _unlink(sets.dnxt, sets.dprv, v)
-            else:
-                sets.dram_held[b] |= bit
-                rep.dsize[i] += 1
-            _push_back(sets.dnxt, sets.dprv, s, v)
+        rep.dsize[i] += _touch(
+            blocks, start, end, i, base, s, sets.dram_held, sets.dnxt, sets.dprv, True
+        )
         rep.dsize[i] = _evict_to(
             i, base, s, tiers.dram_blocks, rep.dsize[i], sets.dram_held, sets.dnxt, sets.dprv
         )
