@@ -126,6 +126,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _CHROMIUM.close()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under xdist, the controller starts the fleet loop's one compile beside the workers
+    (xdist starts them last in this hook), and each worker's first call of the loop waits
+    for it and loads it from numba's cache, instead of compiling it again
+    (``warm_kernels.py``)."""
+    from tests import warm_kernels
+
+    config = session.config
+    if hasattr(config, "workerinput"):
+        warm_kernels.await_in_worker()
+    elif getattr(config.option, "numprocesses", None):
+        warm_kernels.start()
+
+
 def pytest_sessionfinish() -> None:
     _CHROMIUM.close()
 
