@@ -56,7 +56,7 @@ def test_the_ideal_engine_takes_nothing_from_its_cache(busy: tuple) -> None:  # 
     [
         (Fleet("round-robin", 2, 3, engine="vllm"), "does not fit a KV pool"),
         (Fleet("round-robin", 2, 400, engine="vllm", policy="fifo"), "its own rule"),
-        (Fleet("round-robin", 2, 400, engine="sglang", tiers=Tiers(dram_blocks=5)), "HiCache"),
+        (Fleet("round-robin", 2, 400, engine="sglang", tiers=Tiers(store_blocks=5)), "HiCache"),
         (Fleet("round-robin", 2, 400, engine="tgi"), "unknown engine"),
         (Fleet("kv-aware", 2, 400, policy="belady"), "which a stateful router"),
     ],

@@ -1,6 +1,6 @@
 """The compiled KV pools (vllm, sglang) against their plain-Python reference, request by
 request, on small random traces whose pools fill, so blocks are evicted and requests
-preempted; under ``vllm`` with the DRAM tiers and stores the cases draw."""
+preempted, with the DRAM tiers and stores the cases draw."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefixscope.analysis.fleet.routers import ROUTERS
-from prefixscope.analysis.fleet.run import Tiers, Traffic, simulate_fleet
+from prefixscope.analysis.fleet.run import Traffic, simulate_fleet
 from tests.oracles.fleet_pool import reference_pool_fleet
 from tests.test_fleet_reference import FIELDS, agree, cases, first_difference
 
@@ -30,10 +30,11 @@ def test_the_pool_matches_its_reference_request_by_request(
     longest = trace.input_tokens + np.maximum(output, 1) - 1
     need = int(np.maximum(trace.blocks_per_request, -(-longest // trace.block_size)).max())
     capacity = need + data.draw(st.sampled_from([0, 1, 3, 10, 40]))
-    tiers = Tiers()  # sglang's HiCache is refused
-    if engine == "vllm":  # inclusive tiers: a DRAM tier past the pool's size holds its victims
-        dram = data.draw(st.sampled_from([0, 3, capacity, 2 * capacity + 5]))
-        tiers = replace(case.fleet.tiers, dram_blocks=dram)
+    # inclusive tiers: a DRAM tier past the pool's size holds its victims
+    dram = data.draw(st.sampled_from([0, 3, capacity, 2 * capacity + 5]))
+    tiers = replace(case.fleet.tiers, dram_blocks=dram)
+    if engine == "sglang" and not dram:  # HiCache writes its store from host memory
+        tiers = replace(tiers, store_blocks=None)
     fleet = replace(case.fleet, engine=engine, tiers=tiers, capacity_blocks=capacity)
     traffic = Traffic(output, case.traffic.sessions)
     got = simulate_fleet(trace, traffic, fleet, case.engine)

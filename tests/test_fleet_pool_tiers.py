@@ -1,6 +1,7 @@
-"""vLLM's pool with a DRAM tier or a store below it (``fleet/_tiers.write_through``), worked by
-hand on steps of one second (the step cost's ``a`` alone), blocks of 2 tokens, a pool of 2
-blocks and a KV of 1 GB a token, against the compiled pool and its plain-Python reference."""
+"""The pools with a DRAM tier or a store below them (vLLM's offloading,
+``fleet/_tiers.write_through``; SGLang's HiCache, ``write_host``), worked by hand on steps of
+one second (the step cost's ``a`` alone), blocks of 2 tokens, a pool of 2 blocks and a KV of
+1 GB a token, against the compiled pool and its plain-Python reference."""
 
 from __future__ import annotations
 
@@ -24,21 +25,25 @@ TRAFFIC = Traffic(np.array([1, 1, 1]))
 
 @SIMULATORS
 @pytest.mark.parametrize(
-    ("tiers", "source"),
+    ("engine", "tiers", "source"),
     [
-        (Tiers(dram_blocks=4, dram_gbps=4.0), 1),
-        (Tiers(store_blocks=4, store_gbps=4.0), 2),
+        ("vllm", Tiers(dram_blocks=4, dram_gbps=4.0), 1),
+        ("vllm", Tiers(store_blocks=4, store_gbps=4.0), 2),
+        ("sglang", Tiers(dram_blocks=4, dram_gbps=4.0), 1),
+        ("sglang", Tiers(dram_blocks=2, store_blocks=4, dram_gbps=4.0, store_gbps=4.0), 2),
     ],
-    ids=["dram", "store"],
+    ids=["vllm-dram", "vllm-store", "sglang-host", "sglang-storage"],
 )
 def test_a_prompt_the_pool_evicted_is_loaded_from_the_tier_it_was_written_to(
-    simulate: Callable[..., FleetOutcome], tiers: Tiers, source: int
+    simulate: Callable[..., FleetOutcome], engine: str, tiers: Tiers, source: int
 ) -> None:
-    """A's prompt was written through to the tier when computed. C finds it there, not in
-    the pool: its first block is loaded (its last is computed, as a whole hit's last token
-    is), 2 tokens at 4 GB/s, 0.5 s before its step of 1 s: TTFT 1.5 s. The loaded block
-    takes pool space as a computed one does, and its saving is credited to the tier."""
-    fleet = Fleet("round-robin", 1, 2, engine="vllm", tiers=tiers)
+    """A's prompt was written to the tier when computed. C finds it there, not in the pool:
+    its first block is loaded (its last is computed, as a whole hit's last token is), 2
+    tokens at 4 GB/s, 0.5 s before its step of 1 s: TTFT 1.5 s. The loaded block takes pool
+    space as a computed one does, and its saving is credited to the tier. Under ``sglang``
+    with host memory of 2 blocks, B's write evicts A's blocks from it (the GPU evicted them
+    when B was admitted), but the store, written from host memory, still has them."""
+    fleet = Fleet("round-robin", 1, 2, engine=engine, tiers=tiers)
     out = simulate(TRACE, TRAFFIC, fleet, ENGINE)
     assert out.ttft.tolist() == [1.0, 1.0, 1.5]
     assert out.hit_tokens.tolist() == [0, 0, 2]
@@ -60,3 +65,26 @@ def test_a_dram_tier_keeps_the_prompts_written_last(
     fleet = Fleet("round-robin", 1, 2, engine="vllm", tiers=Tiers(dram_blocks=dram))
     out = simulate(TRACE, TRAFFIC, fleet, ENGINE)
     assert out.hit_tokens.tolist() == [0, 0, hit]
+
+
+@SIMULATORS
+@pytest.mark.parametrize(("engine", "hit", "ttft"), [("vllm", 0, 1.0), ("sglang", 2, 1.5)])
+def test_host_memory_evicts_only_what_the_gpu_evicted_under_sglang(
+    simulate: Callable[..., FleetOutcome], engine: str, hit: int, ttft: float
+) -> None:
+    """A pool of 4 blocks over a DRAM tier of 2. A (blocks 1, 2) is written to DRAM. B (3, 4,
+    four tokens out) is admitted while the pool still caches A, then grows into A's blocks
+    as it decodes, evicting them from the pool. C (1, 2) comes after.
+
+    - vLLM's DRAM tier is an LRU of what was written: B's prompt pushed A's out, so C
+      computes its prompt (TTFT 1 s).
+    - SGLang's host memory holds A's blocks while the GPU does and evicts only blocks the GPU
+      evicted: B's write finds none to evict and is dropped, A's stay, and C loads its first
+      block from host memory (TTFT 1.5 s)."""
+    trace = build_trace([[1, 2], [3, 4], [1, 2]], [4, 4, 4], ["t"] * 3, 2, [0.0, 10.0, 20.0])
+    tiers = Tiers(dram_blocks=2, dram_gbps=4.0)
+    out = simulate(trace, Traffic(np.array([1, 4, 1])), Fleet("round-robin", 1, 4, engine=engine,
+                   tiers=tiers), ENGINE)  # fmt: skip
+    assert out.hit_tokens.tolist() == [0, 0, hit]
+    assert out.ttft.tolist() == [1.0, 1.0, ttft]
+    assert out.source_tokens[2].tolist() == [0, hit, 0]

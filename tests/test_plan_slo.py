@@ -262,11 +262,13 @@ def test_each_window_sized_alone_costs_no_more_than_the_static_answer(
     assert "Window by window" in out and "GPU-hours against" in out
 
 
-@pytest.mark.parametrize(("engine", "tiered"), [("ideal", True), ("vllm", True), ("sglang", False)])
-def test_an_engine_without_tiers_is_searched_without_them(engine: str, tiered: bool) -> None:
-    """SGLang's pool runs on HBM alone, so ``--engine sglang`` searches its fleets untiered (the
-    search once gave the pools the tiers they refused, and ``plan --slo --engine vllm`` never
-    ran); the ideal engine's and vLLM's caching-on searches have their DRAM tiers and store."""
+@pytest.mark.parametrize(
+    ("engine", "store_alone"), [("ideal", True), ("vllm", True), ("sglang", False)]
+)
+def test_every_engine_is_searched_with_its_tiers(engine: str, store_alone: bool) -> None:
+    """Every engine's caching-on search has DRAM tiers and a store (the search once gave the
+    pools the tiers they refused, and ``plan --slo --engine vllm`` never ran); SGLang writes
+    its store from host memory, so its search has no store without a DRAM tier."""
     shape = resolve_model("deepseek-v3")
     replica = replica_of("h200x8", shape, 512, "bf16", from_roofline(shape, GPUS["h200"], tp=8))
     settings = PlanSloSettings(slo="ttft-p95=5", deployments=("h200x8",), engine=engine)
@@ -274,7 +276,9 @@ def test_an_engine_without_tiers_is_searched_without_them(engine: str, tiered: b
     on = [s for g in groups if g.prefix_caching for s in g.series]
     off = [s for g in groups if not g.prefix_caching for s in g.series]
     assert on and off and all(s.dram_gib == 0 and s.store_gib is None for s in off)
-    assert any(s.dram_gib or s.store_gib is not None for s in on) is tiered
+    assert any(s.dram_gib and s.store_gib is not None for s in on)
+    assert any(s.dram_gib and s.store_gib is None for s in on)
+    assert any(not s.dram_gib and s.store_gib is not None for s in on) is store_alone
 
 
 def test_a_target_no_fleet_meets_is_said_in_words(small: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001

@@ -26,6 +26,11 @@ lists, least recent first; a computed prompt is written to both, deepest block f
 block held already moves to the end), and they are cut from the front. A lookup goes on
 past the GPU's run through blocks either holds, loaded at their links' speed before the
 request's first chunk.
+
+Tiers (``sglang``, HiCache): ``dram`` is the set of blocks host memory holds, and
+``host_lru`` those of them the GPU has evicted, in that order: the only ones host memory
+evicts. A computed prompt is written to host memory (then the store) until it is full with
+nothing of its own to evict.
 """
 
 from __future__ import annotations
@@ -165,6 +170,7 @@ def _hold(q: int, rep: _PoolReplica, c: _Context, lo: int, hi: int, dry: bool = 
             continue
         rep.take(q, c.trace.parent)
         rep.cache[b] = 1
+        rep.host_lru.pop(b, None)  # sglang: on the GPU again, not host memory's to evict
         if rep.sglang:  # one insert: one radix node, along the chain
             rep.joins(b, prev if prev is not None and c.trace.parent[b] == prev else None)
         prev = b
@@ -392,8 +398,25 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
 
 
 def _write_through(blocks: list[int], rep: _PoolReplica, c: _Context) -> None:
-    """A computed prompt into the replica's DRAM tier and the store, deepest first."""
-    for tier, limit in ((rep.dram, c.dram_blocks), (c.store, c.store_blocks)):
+    """A computed prompt into the replica's DRAM tier and the store, deepest first; sglang:
+    into host memory, parents first, while it has room or a block the GPU evicted to evict
+    (the one it evicted first), and what was written on into the store."""
+    if rep.sglang:
+        if not c.dram_blocks:
+            return
+        written = []
+        for b in blocks:
+            if b not in rep.dram:
+                if len(rep.dram) >= c.dram_blocks:
+                    if not rep.host_lru:
+                        break
+                    gone, _ = rep.host_lru.popitem(last=False)
+                    del rep.dram[gone]
+                rep.dram[b] = None
+            written.append(b)
+        blocks = written
+    dram = None if rep.sglang else rep.dram
+    for tier, limit in ((dram, c.dram_blocks), (c.store, c.store_blocks)):
         if tier is None or not limit:
             continue
         for b in reversed(blocks):

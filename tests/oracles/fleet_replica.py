@@ -32,6 +32,8 @@ class _PoolReplica:
     anon_ids: int = 0
     tree: OrderedDict[int, None] = field(default_factory=OrderedDict)
     dram: OrderedDict[int, None] = field(default_factory=OrderedDict)  # LRU first (vllm)
+    # sglang: of ``dram`` (host memory), the blocks the GPU evicted, first evicted first
+    host_lru: OrderedDict[int, None] = field(default_factory=OrderedDict)
     queue: deque[int] = field(default_factory=deque)
     decoding: dict[int, _Decoding] = field(default_factory=dict)
     running: list[int] = field(default_factory=list)  # schedule order
@@ -118,6 +120,8 @@ class _PoolReplica:
 
     def _evict(self, b: int, r: int) -> None:
         del self.cache[b]
+        if b in self.dram:  # sglang: host memory keeps it, and may now evict it
+            self.host_lru[b] = None
         if self.filled_at == -1:
             self.filled_at = r
 
@@ -149,6 +153,7 @@ class _PoolReplica:
             b = answer[j]
             if b not in self.cache and (parent[b] < 0 or int(parent[b]) in self.cache):
                 self.cache[b] = 0
+                self.host_lru.pop(b, None)
                 new[j] = b
                 if self.sglang:
                     self.joins(b, answer[j - 1] if new.get(j - 1) == parent[b] else None)

@@ -35,6 +35,10 @@ one cached child each and are locked alike.
 
 Second copies (``vllm``): an id cached twice, as vLLM caches it (``_copies.py``).
 
+Host memory (``sglang`` with a DRAM tier, SGLang's HiCache): ``dram_held`` marks the blocks
+written there (``_tiers.write_host``); of them, those the GPU no longer caches are the DRAM
+list, in the order the GPU evicted them (:func:`_to_host`, :func:`_on_gpu`).
+
 Invariant: ``free_n[i] + (blocks locked on replica i) == capacity``; ``cached_free[i]`` of the
 free blocks keep a hash.
 """
@@ -59,6 +63,22 @@ def _evict(i, v, base, bit, sets, pool, rep, r):  # type: ignore[no-untyped-def]
 
 
 @piece
+def _to_host(i, v, base, stride, sets):  # type: ignore[no-untyped-def]
+    """sglang with a DRAM tier (HiCache): node ``v``, evicted from the GPU, stays in host
+    memory if it was written there, and joins the back of what host memory may evict."""
+    if sets.dram_held.size > 1 and sets.dram_held[v - base] & _bit(i):
+        _push_back(sets.dnxt, sets.dprv, base + stride - 1, v)
+
+
+@piece
+def _on_gpu(i, b, base, sets):  # type: ignore[no-untyped-def]
+    """sglang with a DRAM tier: block ``b`` is cached on the GPU again (computed, loaded, or an
+    answer cached); a copy host memory holds is no longer one it may evict."""
+    if sets.dram_held.size > 1 and sets.dram_held[b] & _bit(i):
+        _unlink(sets.dnxt, sets.dprv, base + b)
+
+
+@piece
 def take(i, r, stride, sched, parent, sets, pool, rep):  # type: ignore[no-untyped-def]
     """One free block for request ``r`` (there is one: the caller checked ``free_n``)."""
     base = i * stride
@@ -72,6 +92,7 @@ def take(i, r, stride, sched, parent, sets, pool, rep):  # type: ignore[no-untyp
         v = pool.heap_node[hb]
         _heap.remove(pool.heap_key, pool.heap_node, pool.heap_pos, pool.heap_n, i, hb, v)
         _evict(i, v, base, bit, sets, pool, rep, r)
+        _to_host(i, v, base, stride, sets)
         p = parent[v - base]
         # the rest of v's radix node goes too: its blocks are free, hashless
         while pool.nstart[v] == 0 and p >= 0 and sets.held[p] & bit and pool.refcnt[base + p] == 0:
@@ -79,6 +100,7 @@ def take(i, r, stride, sched, parent, sets, pool, rep):  # type: ignore[no-untyp
             pool.nchild[v] -= 1
             pool.ncont[v] = NONE
             _evict(i, v, base, bit, sets, pool, rep, r)
+            _to_host(i, v, base, stride, sets)
             pool.anon_free[i] += 1
             p = parent[p]
         if p >= 0 and sets.held[p] & bit:
@@ -179,6 +201,7 @@ def register(i, b, stride, sched, parent, sets, pool):  # type: ignore[no-untype
         sets.ever[b] = 1
     pool.refcnt[v] = 1
     if sched.engine == SGLANG:
+        _on_gpu(i, b, base, sets)
         pool.nchild[v] = 0
         p = parent[b]
         if p >= 0 and sets.held[p] & _bit(i):
@@ -267,6 +290,7 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
             pool.refcnt[base + b] = -1
             n_new += 1
             if sg:
+                _on_gpu(i, b, base, sets)
                 pool.nchild[base + b] = 0
                 if par >= 0:
                     _child_added(i, base + par, pool)

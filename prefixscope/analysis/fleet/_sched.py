@@ -30,7 +30,7 @@ from prefixscope.analysis.fleet._records import (
     piece,
     step_piece,
 )
-from prefixscope.analysis.fleet._tiers import write_through
+from prefixscope.analysis.fleet._tiers import write_host, write_through
 
 EMPTY = 2**63 - 1  # an empty heap's top key
 
@@ -308,13 +308,15 @@ def _end_decodes(i, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignor
 def _end_prefills(i, q, tr, sched, tiers, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
     """The queue's requests before ``q`` completed their prefill in this step: a token out
     (the first: their TTFT), then decoding or done; under a pool with tiers, each prompt
-    computed is written to them (``_tiers.write_through``)."""
+    computed is written to them (``_tiers.write_through``, ``sglang``: ``write_host``)."""
     base = i * sched.max_seqs
     h = rep.qhead[i]
     while h != q:
         nx = req.qnext[h]
         rep.n_started[i] -= 1
-        if sched.engine != IDEAL and (tiers.dram_blocks > 0 or tiers.store_blocks >= 0):
+        if sched.engine == SGLANG and tiers.dram_blocks > 0:
+            write_host(tr.blocks, tr.offsets[h], tr.offsets[h + 1], i, stride, tiers, sets, rep)
+        elif sched.engine != IDEAL and (tiers.dram_blocks > 0 or tiers.store_blocks >= 0):
             write_through(tr.blocks, tr.offsets[h], tr.offsets[h + 1], i, stride, tiers, sets, rep)
         if req.gen[h] == 0:
             req.ttft[h] = rep.now[i] - tr.arrival[h]

@@ -9,6 +9,9 @@
   or DRAM served is not touched.
 - ``write_through``: a KV pool's tiers (``vllm``), inclusive: a prompt is written to its
   replica's DRAM tier and to the store once computed, whatever else holds it.
+- ``write_host``: the ``sglang`` pool's host memory and store (HiCache): a computed prompt is
+  written to host memory, which evicts only what the GPU has evicted, and from there to the
+  store.
 """
 
 from __future__ import annotations
@@ -102,5 +105,40 @@ def write_through(blocks, start, end, i, stride, tiers, sets, rep):  # type: ign
     if tiers.store_blocks >= 0:  # served 0: every block is written or refreshed
         rep.clock[3] = store_write(
             blocks, start, end, 0, blocks, tiers.store_blocks, int(rep.clock[3]), True,
+            sets.store_in, sets.snxt, sets.sprv,
+        )  # fmt: skip
+
+
+@numba.njit(inline="always")
+def write_host(blocks, start, end, i, stride, tiers, sets, rep):  # type: ignore[no-untyped-def]
+    """The ``sglang`` pool's tiers, as SGLang's HiCache runs them with its default
+    ``write_through`` policy (``python/sglang/srt/mem_cache/hiradix_cache.py``,
+    sgl-project/sglang at 263bc85): a prompt just computed is written to replica ``i``'s host
+    memory, parents first (``insert`` counts a hit on each node, and the first writes it:
+    ``_inc_hit_count``, ``write_backup``). A block host memory holds already is not written
+    again. When it is full it evicts, to make room, blocks the GPU has evicted, the one
+    evicted longest ago first (``evict_host`` takes only evicted nodes, leaves first); when
+    none is left, this block and the rest of the prompt are not written. What was written
+    goes on to the store (``write_backup_storage`` follows each host write), deepest first."""
+    base = i * stride
+    s = base + stride - 1
+    bit = _bit(i)
+    stop = start
+    for p in range(start, end):
+        b = blocks[p]
+        if not sets.dram_held[b] & bit:
+            if rep.dsize[i] >= tiers.dram_blocks:
+                v = sets.dnxt[s]
+                if v == s:
+                    break
+                _unlink(sets.dnxt, sets.dprv, v)
+                sets.dram_held[v - base] &= ~bit
+                rep.dsize[i] -= 1
+            sets.dram_held[b] |= bit
+            rep.dsize[i] += 1
+        stop = p + 1
+    if tiers.store_blocks >= 0:
+        rep.clock[3] = store_write(
+            blocks, start, stop, 0, blocks, tiers.store_blocks, int(rep.clock[3]), True,
             sets.store_in, sets.snxt, sets.sprv,
         )  # fmt: skip

@@ -8,7 +8,9 @@ each entry states its rule and the source it follows (docs/fleet.md, "Engines").
 
 Below HBM, ``ideal`` keeps an exclusive DRAM tier and the store (``_cache.py``); ``vllm``
 writes every computed prompt through to them, as vLLM's CPU offloading and LMCache do
-(``_tiers.write_through``); ``sglang`` runs on HBM alone (:attr:`EngineKind.untiered`).
+(``_tiers.write_through``); ``sglang`` writes it to host memory, which keeps what the GPU
+holds, and from there to the store, as SGLang's HiCache does (``_tiers.write_host``), so its
+store needs a DRAM tier (:attr:`EngineKind.store_from_dram`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ class EngineKind:
     code: int  # _records.IDEAL or the pool's code in ``_pool``
     rule: str
     reference: str
-    #: why the engine runs on HBM alone (None: it takes a DRAM tier and the store)
-    untiered: str | None = None
+    #: why the engine's store needs a DRAM tier (None: it takes either tier alone)
+    store_from_dram: str | None = None
 
     @property
     def pooled(self) -> bool:
@@ -56,10 +58,9 @@ ENGINES: dict[str, EngineKind] = {
             "one pool: running requests lock their path; the radix cache evicts the unlocked "
             "leaf last accessed longest ago; the newest running request is preempted when no "
             "block is free",
-            "SGLang mem_cache/radix_cache.py",
-            "SGLang's HiCache keeps a node in host memory while the GPU holds it and evicts "
-            "host copies only of nodes the GPU evicted (mem_cache/hiradix_cache.py), which is "
-            "not modelled",
+            "SGLang mem_cache/radix_cache.py, hiradix_cache.py",
+            "SGLang's HiCache writes its storage backend from host memory "
+            "(hiradix_cache.py, write_backup_storage)",
         ),
     )
 }

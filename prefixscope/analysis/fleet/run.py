@@ -159,10 +159,11 @@ class Fleet:
             )
         tiered = self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None
         check_tiered_policy(self.policy, tiered)
-        if tiered and (untiered := resolve_engine(self.engine).untiered):
+        why = resolve_engine(self.engine).store_from_dram
+        if why and self.tiers.store_blocks is not None and self.tiers.dram_blocks == 0:
             raise ValueError(
-                f"the {self.engine} engine runs on HBM alone: {untiered}; DRAM tiers and a "
-                "shared store run under --engine vllm or ideal"
+                f"a shared store under --engine {self.engine} needs a DRAM tier (--tier "
+                f"dram:GIB, not none): {why}"
             )
         if not 1 <= self.replicas <= MAX_REPLICAS:
             raise ValueError(f"replicas must be 1 to {MAX_REPLICAS}, got {self.replicas}")

@@ -112,14 +112,15 @@ def search_groups(
     kinds: set[tuple] | None = None,
 ) -> list[Group]:
     """What is searched at each load scale, caching on and off: every series, tiered where
-    caching is on and the engine takes tiers (``sglang`` runs on HBM alone,
-    ``fleet/engines.py``)."""
-    tierable = resolve_engine(settings.engine).untiered is None
+    caching is on, but no store without a DRAM tier where the engine writes its store from
+    DRAM (``sglang``, ``fleet/engines.py``)."""
+    store_from_dram = resolve_engine(settings.engine).store_from_dram is not None
     groups = []
     for scale in settings.load_scales:
         for caching in cachings:
-            tiered = caching and tierable
-            space = series_of(list(replicas), tuple(settings.routers), prices, block_size, tiered)
+            space = series_of(list(replicas), tuple(settings.routers), prices, block_size, caching)
+            if store_from_dram:
+                space = [s for s in space if s.store_gib is None or s.dram_gib]
             if kinds is not None:
                 space = [s for s in space if series_kind(s) in kinds]
             groups.append(Group(scale, caching, tuple(space)))
