@@ -142,7 +142,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish() -> None:
+    from tests import warm_kernels
+
     _CHROMIUM.close()
+    warm_kernels.stop()
 
 
 @pytest.fixture

@@ -36,12 +36,26 @@ def compile_fleet() -> None:
     simulate_fleet(trace, Traffic(np.array([2, 1, 1])), Fleet("round-robin", 2, 8), Engine(cost))
 
 
+_RUNNING: list[subprocess.Popen] = []  # type: ignore[type-arg]
+
+
 def start() -> None:
     """The compile in a process of its own; its marker and pid go to the workers by ``ENV``."""
     marker = Path(tempfile.mkdtemp(prefix="prefixscope-warm-")) / "done"
     p = subprocess.Popen([sys.executable, "-m", "tests.warm_kernels", str(marker)], cwd=ROOT,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    _RUNNING.append(p)
     os.environ[ENV] = f"{marker}:{p.pid}"
+
+
+def stop() -> None:
+    """At the run's end: a compile no test waited for (a run of files that never call the
+    loop) is not left running after it."""
+    while _RUNNING:
+        p = _RUNNING.pop()
+        if p.poll() is None:
+            p.terminate()
+        p.wait()
 
 
 def _alive(pid: int) -> bool:
