@@ -57,6 +57,7 @@ from prefixscope import warehouse  # noqa: E402
 from prefixscope.analysis.trace.csr import Trace  # noqa: E402
 from prefixscope.analysis.trace.load import load_trace  # noqa: E402
 from prefixscope.ingest import IngestResult  # noqa: E402
+from tests import warm_kernels  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "mooncake" / "conversation_trace.jsonl.gz"
@@ -132,8 +133,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     (xdist starts them last in this hook), and each worker's first call of the loop waits
     for it and loads it from numba's cache, instead of compiling it again
     (``warm_kernels.py``)."""
-    from tests import warm_kernels
-
     config = session.config
     if hasattr(config, "workerinput"):
         warm_kernels.await_in_worker()
@@ -142,8 +141,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish() -> None:
-    from tests import warm_kernels
-
     _CHROMIUM.close()
     warm_kernels.stop()
 

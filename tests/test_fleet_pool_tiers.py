@@ -81,10 +81,8 @@ def test_host_memory_evicts_only_what_the_gpu_evicted_under_sglang(
     - SGLang's host memory holds A's blocks while the GPU does and evicts only blocks the GPU
       evicted: B's write finds none to evict and is dropped, A's stay, and C loads its first
       block from host memory (TTFT 1.5 s)."""
-    trace = build_trace([[1, 2], [3, 4], [1, 2]], [4, 4, 4], ["t"] * 3, 2, [0.0, 10.0, 20.0])
-    tiers = Tiers(dram_blocks=2, dram_gbps=4.0)
-    out = simulate(trace, Traffic(np.array([1, 4, 1])), Fleet("round-robin", 1, 4, engine=engine,
-                   tiers=tiers), ENGINE)  # fmt: skip
+    fleet = Fleet("round-robin", 1, 4, engine=engine, tiers=Tiers(dram_blocks=2, dram_gbps=4.0))
+    out = simulate(TRACE, Traffic(np.array([1, 4, 1])), fleet, ENGINE)
     assert out.hit_tokens.tolist() == [0, 0, hit]
     assert out.ttft.tolist() == [1.0, 1.0, ttft]
     assert out.source_tokens[2].tolist() == [0, hit, 0]

@@ -387,7 +387,10 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
     for _ in range(through):
         r = rep.queue.popleft()
         req = c.requests[r]
-        _write_through(req.blocks, rep, c)
+        if rep.sglang and c.dram_blocks:
+            _write_host(req.blocks, rep, c)
+        elif not rep.sglang:
+            _write_through(req.blocks, rep, c)
         if c.gen[r] == 0:
             req.ttft = rep.now - req.arrival
         c.gen[r] += 1
@@ -397,26 +400,26 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
             _finish(r, rep, c)
 
 
-def _write_through(blocks: list[int], rep: _PoolReplica, c: _Context) -> None:
-    """A computed prompt into the replica's DRAM tier and the store, deepest first; sglang:
-    into host memory, parents first, while it has room or a block the GPU evicted to evict
-    (the one it evicted first), and what was written on into the store."""
-    if rep.sglang:
-        if not c.dram_blocks:
-            return
-        written = []
-        for b in blocks:
-            if b not in rep.dram:
-                if len(rep.dram) >= c.dram_blocks:
-                    if not rep.host_lru:
-                        break
-                    gone, _ = rep.host_lru.popitem(last=False)
-                    del rep.dram[gone]
-                rep.dram[b] = None
-            written.append(b)
-        blocks = written
-    dram = None if rep.sglang else rep.dram
-    for tier, limit in ((dram, c.dram_blocks), (c.store, c.store_blocks)):
+def _write_host(blocks: list[int], rep: _PoolReplica, c: _Context) -> None:
+    """sglang: a computed prompt into host memory, parents first, while it has room or a block
+    the GPU evicted to evict (the one it evicted first); what was written on into the store."""
+    written = []
+    for b in blocks:
+        if b not in rep.dram:
+            if len(rep.dram) >= c.dram_blocks:
+                if not rep.host_lru:
+                    break
+                gone, _ = rep.host_lru.popitem(last=False)
+                del rep.dram[gone]
+            rep.dram[b] = None
+        written.append(b)
+    _write_through(written, rep, c, dram=False)
+
+
+def _write_through(blocks: list[int], rep: _PoolReplica, c: _Context, dram: bool = True) -> None:
+    """A computed prompt into the replica's DRAM tier (unless not ``dram``) and the store,
+    deepest first."""
+    for tier, limit in ((rep.dram if dram else None, c.dram_blocks), (c.store, c.store_blocks)):
         if tier is None or not limit:
             continue
         for b in reversed(blocks):

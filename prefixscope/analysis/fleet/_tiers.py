@@ -102,7 +102,13 @@ def write_through(blocks, start, end, i, stride, tiers, sets, rep):  # type: ign
         rep.dsize[i] = _evict_to(
             i, base, s, tiers.dram_blocks, rep.dsize[i], sets.dram_held, sets.dnxt, sets.dprv
         )
-    if tiers.store_blocks >= 0:  # served 0: every block is written or refreshed
+    _store_through(blocks, start, end, tiers, sets, rep)
+
+
+@numba.njit(inline="always")
+def _store_through(blocks, start, end, tiers, sets, rep):  # type: ignore[no-untyped-def]
+    """A pool's store, where there is one: every block written or refreshed (served 0)."""
+    if tiers.store_blocks >= 0:
         rep.clock[3] = store_write(
             blocks, start, end, 0, blocks, tiers.store_blocks, int(rep.clock[3]), True,
             sets.store_in, sets.snxt, sets.sprv,
@@ -123,22 +129,17 @@ def write_host(blocks, start, end, i, stride, tiers, sets, rep):  # type: ignore
     base = i * stride
     s = base + stride - 1
     bit = _bit(i)
+    cap = tiers.dram_blocks
     stop = start
     for p in range(start, end):
         b = blocks[p]
         if not sets.dram_held[b] & bit:
-            if rep.dsize[i] >= tiers.dram_blocks:
-                v = sets.dnxt[s]
-                if v == s:
-                    break
-                _unlink(sets.dnxt, sets.dprv, v)
-                sets.dram_held[v - base] &= ~bit
-                rep.dsize[i] -= 1
+            rep.dsize[i] = _evict_to(
+                i, base, s, cap - 1, rep.dsize[i], sets.dram_held, sets.dnxt, sets.dprv
+            )
+            if rep.dsize[i] >= cap:  # full of blocks the GPU holds
+                break
             sets.dram_held[b] |= bit
             rep.dsize[i] += 1
         stop = p + 1
-    if tiers.store_blocks >= 0:
-        rep.clock[3] = store_write(
-            blocks, start, stop, 0, blocks, tiers.store_blocks, int(rep.clock[3]), True,
-            sets.store_in, sets.snxt, sets.sprv,
-        )  # fmt: skip
+    _store_through(blocks, start, stop, tiers, sets, rep)
