@@ -74,7 +74,7 @@ FLAG_MISUSE = [
     (["fleet", "--replicas", "2", "--router", "random", "--capacity-blocks", "5", "--policy",
       "ceiling"], "--policy"),
     (["fleet", "--replicas", "2", "--router", "kv-aware", "--capacity-blocks", "5", "--policy",
-      "lfu"], "stateful router"),
+      "belady"], "stateful router"),
     (["fleet", "--replicas", "2", "--router", "random", "--capacity-gib", "1", "--model", "gpt"],
      "unknown model"),
     (["fleet", "--replicas", "2", "--router", "random", "--capacity-blocks", "5", "--gpu", "tpu"],

@@ -103,23 +103,25 @@ def test_one_replica_under_any_router_equals_the_single_cache(
         assert expected.sum() > lru
 
 
-@pytest.mark.parametrize("policy", ["lfu", "s3fifo", "belady"])
-def test_a_replayed_policy_is_each_replicas_own_single_cache(policy: str) -> None:
-    """Under a fixed router each replica replays its routed requests alone: its hits are the
-    single cache's on that stream, request by request."""
-    trace, traffic = sessions_trace()
-    routing = assign(trace, "session", 3, RouterSettings(), traffic.sessions)
-    out = simulate_fleet(trace, traffic, Fleet("session", 3, 30, policy), ENGINE)
+@pytest.mark.parametrize(
+    ("router", "policy"),
+    [("session", "lfu"), ("session", "s3fifo"), ("session", "belady"), ("kv-aware", "lfu"),
+     ("kv-aware", "s3fifo"), ("cache-aware", "lfu"), ("least-loaded", "s3fifo")],
+)  # fmt: skip
+def test_each_replica_is_the_single_cache_of_what_was_routed_to_it(
+    router: str, policy: str
+) -> None:
+    """A replica's cache sees the requests routed to it and nothing else, so its hits are the
+    single cache's on that stream, request by request: under a fixed router (belady is
+    replayed so), and under a stateful one, which lfu and s3fifo run in the loop itself."""
+    trace, traffic = sessions_trace(shared_first=True)
+    out = simulate_fleet(trace, traffic, Fleet(router, 3, 30, policy), ENGINE)
+    assert len(set(out.replica.tolist())) == 3
     for i in range(3):
-        mine = np.flatnonzero(routing == i)
+        mine = np.flatnonzero(out.replica == i)
         want = single_cache(subset(trace, mine), policy, 30)
+        assert want.sum() > 0
         np.testing.assert_array_equal(out.hit_tokens[mine], want)
-
-
-def test_a_replayed_policy_under_a_stateful_router_is_refused() -> None:
-    trace, traffic = sessions_trace()
-    with pytest.raises(ValueError, match="stateful router"):
-        simulate_fleet(trace, traffic, Fleet("kv-aware", 3, 30, "lfu"), ENGINE)
 
 
 @pytest.mark.parametrize("replicas", [2, 5])

@@ -36,13 +36,16 @@ def _traffic(trace) -> Traffic:  # type: ignore[no-untyped-def]
     return Traffic(np.full(trace.n_requests, 64, np.int64))
 
 
-@pytest.mark.parametrize("engine", ["ideal", "vllm", "sglang"])
-def test_a_delay_shorter_than_every_gap_is_a_fresh_view(spread, engine: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("engine", "policy"), [("ideal", "lru"), ("ideal", "lfu"), ("ideal", "s3fifo"), ("vllm", "lru"),
+                           ("sglang", "lru")]
+)  # fmt: skip
+def test_a_delay_shorter_than_every_gap_is_a_fresh_view(spread, engine: str, policy: str) -> None:  # type: ignore[no-untyped-def]
     fresh, late = (
         simulate_fleet(
             spread,
             _traffic(spread),
-            Fleet("kv-aware", 4, 2_000, engine=engine, router_delay_s=d),
+            Fleet("kv-aware", 4, 2_000, policy, engine=engine, router_delay_s=d),
             ENGINE,
             budget=True,
         )  # fmt: skip

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 
+from prefixscope.analysis.fleet.caches import FLEET_POLICIES
 from prefixscope.analysis.fleet.engines import ENGINES
 from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import ROUTERS
-from prefixscope.analysis.fleet.run import DEFAULT_BUDGET, DEFAULT_MAX_SEQS, FLEET_POLICIES
+from prefixscope.analysis.fleet.run import DEFAULT_BUDGET, DEFAULT_MAX_SEQS
 from prefixscope.analysis.fleet.tierspec import TierSpec
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command

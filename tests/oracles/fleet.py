@@ -51,7 +51,7 @@ from tests.oracles.fleet_parts import (
     footprint,
     outcome_of,
 )
-from tests.oracles.policies import reference_replay
+from tests.oracles.policies import LFUCache, S3FIFOCache, _parents, reference_replay
 
 
 @dataclass
@@ -131,6 +131,11 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
         for r in range(trace.n_requests)
     ]
     replicas = [_Replica() for _ in range(n_rep)]
+    if fleet.policy in ("lfu", "s3fifo"):  # the policy's own cache per replica
+        parent = _parents([req.blocks for req in requests])
+        for rep in replicas:
+            cap = fleet.capacity_blocks
+            rep.cache = LFUCache(cap) if fleet.policy == "lfu" else S3FIFOCache(cap, parent)  # type: ignore[assignment]
     fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
     given, replayed_filled = _replayed(fleet, requests, fixed)
     shape = (trace.block_size, histogram_width(trace, output, fleet, engine))
@@ -169,6 +174,9 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
                 victim, _ = rep.cache.popitem(last=False)
                 rep.dram[victim] = None
             _evict(rep.dram, tiers.dram_blocks)
+        elif fleet.policy in ("lfu", "s3fifo"):
+            rep.cache.touch(req.blocks)  # type: ignore[attr-defined]
+            rep.cache.evict()  # type: ignore[attr-defined]
         else:
             _touch(rep.cache, req.blocks, refresh=fleet.policy in ("lru", "ttl"))
             _evict(rep.cache, fleet.capacity_blocks)
@@ -257,10 +265,10 @@ def route(  # type: ignore[no-untyped-def]
 def _replayed(
     fleet: Fleet, requests: list[_Request], fixed: list[int] | None
 ) -> tuple[list[int] | None, list[int]]:
-    """``lfu``, ``s3fifo``, ``belady``: each replica's routed requests replayed by the policy's
-    plain reference, their leading runs and each replica's filled-at request; (None, []) for
-    the policies this loop keeps itself."""
-    if fleet.policy not in ("lfu", "s3fifo", "belady"):
+    """``belady``: each replica's routed requests replayed by the policy's plain reference,
+    their leading runs and each replica's filled-at request; (None, []) for the policies this
+    loop keeps itself."""
+    if fleet.policy != "belady":
         return None, []
     routing = fixed if fixed is not None else [0] * len(requests)  # one replica
     given, filled = [0] * len(requests), [-1] * fleet.replicas

@@ -165,73 +165,121 @@ def _sessions(
     return result
 
 
+class S3FIFOCache:
+    """S3-FIFO kept prefix-closed, one request at a time: :func:`reference_replay`'s, and the
+    fleet oracle's per replica. ``parent``: each block's (``_parents``)."""
+
+    def __init__(self, capacity: int, parent: dict[int, int]) -> None:
+        self.capacity = capacity
+        self.small_cap = max(1, capacity // 10)
+        self.ghost_cap = max(1, capacity - self.small_cap)
+        self.parent = parent
+        self.small: deque[int] = deque()  # left: the head, the oldest
+        self.main: deque[int] = deque()
+        self.ghost: deque[int] = deque()
+        self.freq: dict[int, int] = {}
+        self.owner: dict[int, int] = {}
+
+    def __contains__(self, b: object) -> bool:
+        return b in self.small or b in self.main
+
+    def __len__(self) -> int:
+        return len(self.small) + len(self.main)
+
+    def _in_use(self, b: int) -> bool:  # it has a cached child
+        return any(self.parent[c] == b for c in (*self.small, *self.main))
+
+    def _from_small(self) -> int | None:
+        for _ in range(len(self.small)):
+            v = self.small.popleft()
+            if self._in_use(v) or self.freq[v] > 1:
+                self.main.append(v)
+                continue
+            self.ghost.append(v)
+            if len(self.ghost) > self.ghost_cap:
+                self.ghost.popleft()
+            return v
+        return None
+
+    def _from_main(self) -> int | None:
+        for _ in range(4 * len(self.main) + 1):
+            if not self.main:
+                break
+            v = self.main.popleft()
+            if self._in_use(v) or self.freq[v] > 0:
+                if not self._in_use(v):
+                    self.freq[v] -= 1
+                self.main.append(v)
+                continue
+            return v
+        return None
+
+    def touch(self, blocks: Sequence[int], tenant: int = 0) -> None:
+        for b in reversed(blocks):
+            if b in self:
+                self.freq[b] = min(self.freq[b] + 1, 3)
+                continue
+            self.freq[b], self.owner[b] = 0, tenant
+            if b in self.ghost:
+                self.ghost.remove(b)
+                self.main.append(b)
+            else:
+                self.small.append(b)
+
+    def evict(self) -> None:
+        while len(self) > self.capacity:
+            victim = None
+            if len(self.small) >= self.small_cap:
+                victim = self._from_small()
+            if victim is None:
+                victim = self._from_main()
+            if victim is None:  # M holds only blocks in use: S gives one, whatever its share
+                victim = self._from_small()
+
+
+class LFUCache:
+    """LFU, one request at a time (the fleet oracle's per replica): evict the fewest uses while
+    cached, ties by least recent touch, as :func:`reference_replay` does."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.blocks: dict[int, list[int]] = {}  # block -> [uses, last touch]
+        self.clock = 0
+
+    def __contains__(self, b: object) -> bool:
+        return b in self.blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def touch(self, blocks: Sequence[int], tenant: int = 0) -> None:
+        for b in reversed(blocks):
+            self.clock += 1
+            if b in self.blocks:
+                self.blocks[b][0] += 1
+                self.blocks[b][1] = self.clock
+            else:
+                self.blocks[b] = [0, self.clock]
+
+    def evict(self) -> None:
+        while len(self.blocks) > self.capacity:
+            del self.blocks[min(self.blocks, key=lambda b: tuple(self.blocks[b]))]
+
+
 def _s3fifo(
     requests: Sequence[Sequence[int]], capacity: int, tenants: Sequence[int]
 ) -> ReferenceResult:
-    small_cap = max(1, capacity // 10)
-    ghost_cap = max(1, capacity - small_cap)
-    parent = _parents(requests)
-    small: deque[int] = deque()  # left: the head, the oldest
-    main: deque[int] = deque()
-    ghost: deque[int] = deque()
-    freq: dict[int, int] = {}
-    owner: dict[int, int] = {}
+    cache = S3FIFOCache(capacity, _parents(requests))
     result = ReferenceResult([])
-
-    def in_use(b: int) -> bool:  # it has a cached child
-        return any(parent[c] == b for c in (*small, *main))
-
-    def from_small() -> int | None:
-        for _ in range(len(small)):
-            v = small.popleft()
-            if in_use(v) or freq[v] > 1:
-                main.append(v)
-                continue
-            ghost.append(v)
-            if len(ghost) > ghost_cap:
-                ghost.popleft()
-            return v
-        return None
-
-    def from_main() -> int | None:
-        for _ in range(4 * len(main) + 1):
-            if not main:
-                break
-            v = main.popleft()
-            if in_use(v) or freq[v] > 0:
-                if not in_use(v):
-                    freq[v] -= 1
-                main.append(v)
-                continue
-            return v
-        return None
-
     for r, blocks in enumerate(requests):
-        in_cache = set(small) | set(main)
         k = 0
-        while k < len(blocks) and blocks[k] in in_cache:
+        while k < len(blocks) and blocks[k] in cache:
             k += 1
         result.hit_blocks.append(k)
-        result.cross += [i < k and owner[b] != tenants[r] for i, b in enumerate(blocks)]
-        for b in reversed(blocks):
-            if b in small or b in main:
-                freq[b] = min(freq[b] + 1, 3)
-                continue
-            freq[b], owner[b] = 0, tenants[r]
-            if b in ghost:
-                ghost.remove(b)
-                main.append(b)
-            else:
-                small.append(b)
-        while len(small) + len(main) > capacity:
-            victim = None
-            if len(small) >= small_cap:
-                victim = from_small()
-            if victim is None:
-                victim = from_main()
-            if victim is None:  # M holds only blocks in use: S gives one, whatever its share
-                victim = from_small()
-        if result.filled_at == -1 and len(small) + len(main) >= capacity:
+        result.cross += [i < k and cache.owner[b] != tenants[r] for i, b in enumerate(blocks)]
+        cache.touch(blocks, tenants[r])
+        cache.evict()
+        if result.filled_at == -1 and len(cache) >= capacity:
             result.filled_at = r
     return result
 

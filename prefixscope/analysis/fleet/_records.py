@@ -25,6 +25,8 @@ step_piece = numba.njit(_nrt=False, inline="always")
 
 FIXED, LEAST_LOADED, CACHE_AWARE, KV_AWARE = 0, 1, 2, 3
 IDEAL, VLLM, SGLANG = 0, 1, 2
+#: How the ideal engine's caches evict: a linked list (lru, fifo, ttl), or a policy's rows.
+LIST, LFU, S3FIFO = 0, 1, 2
 NONE = -1
 #: The decode heaps' keys: ``step · SEQ_SPAN + schedule sequence``, so entries due at the same
 #: step come out in the order their requests were scheduled.
@@ -78,7 +80,8 @@ class Sched(NamedTuple):
     """How every replica runs: the step's token budget, the most requests running, the block
     size, the engine (``IDEAL``, ``VLLM``, ``SGLANG``), each replica's capacity in blocks and
     whether a hit refreshes a cached block (``lru``; ``fifo`` does not); ``ttl``: the idle
-    seconds after which a cached block is dropped (``ttl``; -1: never)."""
+    seconds after which a cached block is dropped (``ttl``; -1: never); ``policy``: ``LIST``,
+    ``LFU`` or ``S3FIFO`` (``_policy_cache.py``)."""
 
     budget: int
     max_seqs: int
@@ -88,6 +91,7 @@ class Sched(NamedTuple):
     recency: bool
     hist_width: int  # blocks per bucket of the running-blocks histogram
     ttl: float = -1.0
+    policy: int = LIST
 
 
 class RouterParams(NamedTuple):
@@ -234,6 +238,8 @@ class Sets(NamedTuple):
     log_on: np.ndarray
     log_at: np.ndarray
     log_now: np.ndarray
+    pnode: np.ndarray  # int32 rows of each replica's lfu or s3fifo state (``_policy_cache``)
+    porder: np.ndarray  # int32 rows of each replica's order of LFU buckets
 
 
 class Stop(NamedTuple):
@@ -370,11 +376,13 @@ def sets(
     idle: bool = False,
     ever: bool = False,
     log_capacity: int = 0,
+    policy_rows: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Sets:
     """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
     :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``); ``ever``:
     whether each block was ever cached (a pool's miss budget); ``log_capacity``: changes each
-    replica's ring of a stale router view holds (0: the router reads the caches)."""
+    replica's ring of a stale router view holds (0: the router reads the caches);
+    ``policy_rows``: each replica's lfu or s3fifo rows (``_policy_cache.py``)."""
     nodes = n_rep * (n_unique + 1)
 
     def lists(on: bool, name: str, extra: int = 0) -> tuple[np.ndarray, ...]:
@@ -400,4 +408,5 @@ def sets(
         np.zeros(n_rep * log_capacity if log_capacity else 1, np.bool_),
         np.zeros((n_rep, 3), np.int64),
         np.zeros(1, np.float64),
+        *(policy_rows or (np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32))),
     )

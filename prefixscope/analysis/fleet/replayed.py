@@ -1,15 +1,15 @@
 """Policies a replica replays on its own request stream.
 
-The loop keeps ``lru``, ``fifo`` and ``ttl`` per replica itself (``_cache.py``). Every other
-bounded policy of the registry (``lfu``, ``s3fifo``, ``belady``, ``pinned``, ``session``,
-``liveness``) runs in a fleet
-whose routing is fixed: a fixed router (``round-robin``, ``random``, ``session``), or one
-replica. There what reaches a replica depends on no cache, so each replica's routed requests
-(``trace/isolation.subset``) are replayed by the policy's own kernel, the code ``simulate`` runs,
-and the loop takes their leading runs as its lookups' result (``_cache.given_hit``) and times
-the steps as for any cache. One replica equals ``simulate`` by construction; Belady's future is
-each replica's own. ``pinned`` pins per replica: the ``--pin-top`` prefixes of its own stream,
-or the ``--pin`` file's.
+The loop keeps ``lru``, ``fifo``, ``ttl``, ``lfu`` and ``s3fifo`` per replica itself
+(``_cache.py``, ``_policy_cache.py``). Every other bounded policy of the registry (``belady``,
+``pinned``, ``session``, ``liveness``) runs in a fleet whose routing is fixed: a fixed router
+(``round-robin``, ``random``, ``session``), or one replica. There what reaches a replica
+depends on no cache, so each replica's routed requests (``trace/isolation.subset``) are
+replayed by the policy's own kernel, the code ``simulate`` runs, and the loop takes their
+leading runs as its lookups' result (``_cache.given_hit``) and times the steps as for any
+cache. One replica equals ``simulate`` by construction; Belady's future is each replica's own.
+``pinned`` pins per replica: the ``--pin-top`` prefixes of its own stream, or the ``--pin``
+file's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.isolation import subset
 
 #: The registry's policies a fleet replays per replica (under a fixed routing).
-REPLAYED_POLICIES = ("lfu", "s3fifo", "belady", "pinned", "session", "liveness")
+REPLAYED_POLICIES = ("belady", "pinned", "session", "liveness")
 
 
 @dataclass(frozen=True)

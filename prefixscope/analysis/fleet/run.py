@@ -1,9 +1,11 @@
 """One fleet configuration through the compiled loop: the public entry of ``analysis/fleet``.
 
-Under the ``ideal`` engine a replica's cache is an eviction policy with a per-replica linked
-list; the policies a fleet runs are the online ones that keep one (``lru``, ``fifo``, ``ttl``:
-LRU that also drops blocks idle longer than ``ttl_s``, on every replica before each arrival); the
-others of the registry are refused with their reason (:data:`REFUSED_POLICIES`). Under
+Under the ``ideal`` engine a replica's cache is an eviction policy the loop keeps per replica
+(``caches.LOOP_POLICIES``: ``lru``, ``fifo``, ``ttl`` on a linked list, ``ttl`` being LRU that also
+drops blocks idle longer than ``ttl_s`` on every replica before each arrival; ``lfu`` and
+``s3fifo`` on their own rows, by their own operations), under any router; the registry's other
+bounded policies are replayed per replica under a fixed routing (``replayed.py``), and
+``ceiling`` is refused with its reason (``caches.REFUSED_POLICIES``). Under
 ``vllm`` and ``sglang`` the engine's KV pool evicts by its own rule (``engines.py``).
 """
 
@@ -17,6 +19,7 @@ import numpy as np
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.fleet import _kernel, _pool_state, _records
 from prefixscope.analysis.fleet.assign import assign
+from prefixscope.analysis.fleet.caches import check_policy, check_tiered_policy, kept, policy_rows
 from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
 from prefixscope.analysis.fleet.pool_inputs import check_fits, repeats
 from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES, Pins, replayed_hits
@@ -29,12 +32,6 @@ from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.isolation import subset
 
-#: The ideal engine's policies the loop keeps per replica: whether a hit refreshes a block.
-LOOP_POLICIES = {"lru": True, "fifo": False, "ttl": True}
-#: Every policy a fleet runs: the loop's, and those replayed per replica (``replayed.py``).
-FLEET_POLICIES = (*LOOP_POLICIES, *REPLAYED_POLICIES)
-#: The registry's other policies, and why a fleet does not run them.
-REFUSED_POLICIES = {"ceiling": "it is unbounded; a replica's cache has a capacity"}
 #: Changes each replica's ring holds for a stale router view (``_stale.py``): a block cached
 #: or dropped is one; more pending at once than this reach the view early (counted).
 LOG_CAPACITY = 2**18
@@ -94,13 +91,6 @@ class Tiers:
         )
 
 
-def check_tiered_policy(policy: str, tiered: bool) -> None:
-    """Tiers run under lru and fifo only (``fleet`` and its stage check alike)."""
-    if tiered and policy not in ("lru", "fifo"):
-        why = "where its victims would go in a DRAM tier or the store is not modelled"
-        raise ValueError(f"{policy} runs on HBM alone: {why} (tiers run under lru and fifo)")
-
-
 @dataclass(frozen=True)
 class Fleet:
     """One configuration: the router, the replica count, each replica's cache (capacity in
@@ -135,19 +125,8 @@ class Fleet:
         router = resolve_router(self.router)
         pooled = resolve_engine(self.engine).pooled
         self.tiers.check()
-        if self.policy not in FLEET_POLICIES:
-            why = REFUSED_POLICIES.get(self.policy)
-            raise ValueError(
-                f"a fleet's caches run {', '.join(FLEET_POLICIES)}; got {self.policy!r}"
-                + (f" ({why})" if why else "")
-            )
+        check_policy(self.policy, self.router, router.fixed or self.replicas == 1)
         self.pins.check(self.policy)
-        if self.replayed and self.replicas > 1 and not router.fixed:
-            raise ValueError(
-                f"{self.policy} replays each replica's own requests, which a stateful router "
-                f"({self.router}) decides as it goes: run it under round-robin, random or "
-                "session routing, or on one replica"
-            )
         if self.policy == "ttl" and not (self.ttl_s is not None and self.ttl_s >= 0):
             raise ValueError("ttl needs --ttl SECONDS")
         if self.policy != "ttl" and self.ttl_s is not None:
@@ -374,12 +353,13 @@ def _run(  # type: ignore[no-untyped-def]
         repeat=repeat, answer_offsets=answers[0], answer_blocks=answers[1], given_hits=given,
         ceiling_run=leading_runs(trace) if budget else np.zeros(0, np.int32),
     )  # fmt: skip
+    loop = kept(fleet.policy)
     c = engine.cost
     cost = _records.Cost(a=c.a, b=c.b, c=c.c, e=c.e, f=c.f, k1=c.k1, k2=c.k2)
     sched = _records.Sched(
         budget=engine.budget_tokens, max_seqs=engine.max_seqs, block_size=trace.block_size,
-        engine=code, capacity=fleet.capacity_blocks, recency=LOOP_POLICIES.get(fleet.policy, True),
-        hist_width=width, ttl=-1.0 if fleet.ttl_s is None else float(fleet.ttl_s),
+        engine=code, capacity=fleet.capacity_blocks, recency=loop.recency, hist_width=width,
+        ttl=-1.0 if fleet.ttl_s is None else float(fleet.ttl_s), policy=loop.code,
     )  # fmt: skip
     rp = _records.RouterParams(
         kind=kind, threshold=float(r.cache_threshold), balance_abs=float(r.balance_abs),
@@ -402,6 +382,7 @@ def _run(  # type: ignore[no-untyped-def]
         trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies,
         fleet.ttl_s is not None, budget and code != _records.IDEAL,
         min(LOG_CAPACITY, 2 * (len(trace.blocks) + len(answers[1])) + 1) if stale else 0,
+        policy_rows(trace, loop.code, n_rep),
     )  # fmt: skip
     hp = _records.heaps(n, n_rep, engine.max_seqs)
     pool = _pool_state.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))

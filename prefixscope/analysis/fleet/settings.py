@@ -14,6 +14,7 @@ from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fleet._records import KV_AWARE
+from prefixscope.analysis.fleet.caches import check_tiered_policy
 from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.hardware import Hardware, capacity_options, of_deployment
 from prefixscope.analysis.fleet.replayed import Pins
@@ -24,7 +25,6 @@ from prefixscope.analysis.fleet.run import (
     Engine,
     Fleet,
     Tiers,
-    check_tiered_policy,
 )
 from prefixscope.analysis.fleet.stepcost import StepCost
 from prefixscope.analysis.fleet.tierspec import TierSpec, tiers_of

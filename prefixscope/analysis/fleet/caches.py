@@ -1,0 +1,77 @@
+"""The policies a fleet's caches run under the ``ideal`` engine, and how: kept by the loop per
+replica (``lru``, ``fifo`` and ``ttl`` on a linked list, ``_cache.py``; ``lfu`` and ``s3fifo`` on
+their own rows, ``_policy_cache.py``) under any router, replayed per replica under a fixed
+routing (``replayed.py``), or refused with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from prefixscope.analysis.fleet import _records
+from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES
+from prefixscope.analysis.policies._lists import lfu_buckets, lfu_rows
+from prefixscope.analysis.policies._s3fifo import empty_rows
+from prefixscope.analysis.trace.csr import Trace
+
+
+class LoopPolicy(NamedTuple):
+    """How the loop keeps a policy: its code (``_records.LIST`` .. ``S3FIFO``), and, on a
+    list, whether a hit refreshes a block."""
+
+    code: int
+    recency: bool = True
+
+
+#: The ideal engine's policies the loop keeps per replica.
+LOOP_POLICIES = {
+    "lru": LoopPolicy(_records.LIST),
+    "fifo": LoopPolicy(_records.LIST, recency=False),
+    "ttl": LoopPolicy(_records.LIST),
+    "lfu": LoopPolicy(_records.LFU),
+    "s3fifo": LoopPolicy(_records.S3FIFO),
+}
+#: Every policy a fleet runs: the loop's, and those replayed per replica (``replayed.py``).
+FLEET_POLICIES = (*LOOP_POLICIES, *REPLAYED_POLICIES)
+#: The registry's other policies, and why a fleet does not run them.
+REFUSED_POLICIES = {"ceiling": "it is unbounded; a replica's cache has a capacity"}
+
+
+def kept(policy: str) -> LoopPolicy:
+    """How the loop keeps ``policy``: a replayed one keeps nothing, as a list does."""
+    return LOOP_POLICIES.get(policy, LoopPolicy(_records.LIST))
+
+
+def check_policy(policy: str, router: str, fixed: bool) -> None:
+    """Whether a fleet runs ``policy`` behind ``router``; ``fixed``: its routing is fixed (a
+    fixed router, or one replica)."""
+    if policy not in FLEET_POLICIES:
+        why = REFUSED_POLICIES.get(policy)
+        raise ValueError(
+            f"a fleet's caches run {', '.join(FLEET_POLICIES)}; got {policy!r}"
+            + (f" ({why})" if why else "")
+        )
+    if policy in REPLAYED_POLICIES and not fixed:
+        raise ValueError(
+            f"{policy} replays each replica's own requests, which a stateful router "
+            f"({router}) decides as it goes: run it under round-robin, random or "
+            "session routing, or on one replica"
+        )
+
+
+def check_tiered_policy(policy: str, tiered: bool) -> None:
+    """Tiers run under lru and fifo only (``fleet`` and its stage check alike)."""
+    if tiered and policy not in ("lru", "fifo"):
+        why = "where its victims would go in a DRAM tier or the store is not modelled"
+        raise ValueError(f"{policy} runs on HBM alone: {why} (tiers run under lru and fifo)")
+
+
+def policy_rows(trace: Trace, code: int, n_rep: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each replica's empty lfu or s3fifo state (``_policy_cache.py``); None on a list."""
+    if code == _records.LFU:
+        return lfu_rows(trace.n_unique, lfu_buckets(trace.blocks), n_rep)
+    if code == _records.S3FIFO:
+        return empty_rows(trace.n_unique, n_rep), np.zeros((1, 2), np.int32)
+    return None
