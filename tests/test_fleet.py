@@ -4,6 +4,7 @@ cost model, on generated traces of known structure and on the bundled hour."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from prefixscope.analysis.fleet.run import (
 )
 from prefixscope.analysis.fleet.stepcost import from_roofline
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
-from prefixscope.analysis.structure.pins import top_shared
+from prefixscope.analysis.structure.pins import from_file, top_shared
 from prefixscope.analysis.trace.csr import Trace, build_trace
 from prefixscope.analysis.trace.isolation import subset
 from prefixscope.analysis.trace.measure import hit_tokens
@@ -70,9 +71,17 @@ def sessions_trace(
 
 
 def single_cache(
-    trace: Trace, policy: str, capacity: int, ttl_s: float | None = None, pin_top: int = 0
+    trace: Trace,
+    policy: str,
+    capacity: int,
+    ttl_s: float | None = None,
+    pin_top: int = 0,
+    pin_file: Path | None = None,
 ) -> np.ndarray:
-    options = PolicyOptions(ttl_s=ttl_s, pinned=top_shared(trace, pin_top) if pin_top else None)
+    pinned = top_shared(trace, pin_top) if pin_top else None
+    if pin_file is not None:
+        pinned = from_file(trace, pin_file)
+    options = PolicyOptions(ttl_s=ttl_s, pinned=pinned)
     return hit_tokens(trace, POLICIES[policy].hit_blocks(trace, capacity, options))
 
 
@@ -105,21 +114,28 @@ def test_one_replica_under_any_router_equals_the_single_cache(
 
 @pytest.mark.parametrize(
     ("router", "policy"),
-    [("session", "lfu"), ("session", "s3fifo"), ("session", "belady"), ("kv-aware", "lfu"),
-     ("kv-aware", "s3fifo"), ("cache-aware", "lfu"), ("least-loaded", "s3fifo")],
+    [("session", "lfu"), ("session", "s3fifo"), ("session", "belady"), ("session", "pinned"),
+     ("kv-aware", "lfu"), ("kv-aware", "s3fifo"), ("kv-aware", "pinned"), ("cache-aware", "lfu"),
+     ("least-loaded", "s3fifo"), ("least-loaded", "pinned")],
 )  # fmt: skip
 def test_each_replica_is_the_single_cache_of_what_was_routed_to_it(
-    router: str, policy: str
+    router: str, policy: str, tmp_path: Path
 ) -> None:
     """A replica's cache sees the requests routed to it and nothing else, so its hits are the
     single cache's on that stream, request by request: under a fixed router (belady is
-    replayed so), and under a stateful one, which lfu and s3fifo run in the loop itself."""
+    replayed so), and under a stateful one, which lfu, s3fifo and pinned (a --pin file's
+    prefixes, here the system block and the first session's first turn) run in the loop itself."""
     trace, traffic = sessions_trace(shared_first=True)
-    out = simulate_fleet(trace, traffic, Fleet(router, 3, 30, policy), ENGINE)
+    pin_file = None
+    if policy == "pinned":
+        pin_file = tmp_path / "pins.txt"
+        pin_file.write_text("7\n1001\n")  # the system block, and session 0's first turn
+    pins = Pins(file=str(pin_file)) if pin_file else Pins()
+    out = simulate_fleet(trace, traffic, Fleet(router, 3, 30, policy, pins=pins), ENGINE)
     assert len(set(out.replica.tolist())) == 3
     for i in range(3):
         mine = np.flatnonzero(out.replica == i)
-        want = single_cache(subset(trace, mine), policy, 30)
+        want = single_cache(subset(trace, mine), policy, 30, pin_file=pin_file)
         assert want.sum() > 0
         np.testing.assert_array_equal(out.hit_tokens[mine], want)
 

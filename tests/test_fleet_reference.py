@@ -3,14 +3,17 @@ reference against a small case worked by hand."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import ROUTERS, RouterSettings, resolve_router
 from prefixscope.analysis.fleet.run import (
     UNBOUNDED,
@@ -22,6 +25,7 @@ from prefixscope.analysis.fleet.run import (
     simulate_fleet,
 )
 from prefixscope.analysis.fleet.stepcost import StepCost
+from prefixscope.analysis.structure.pins import from_hashes
 from prefixscope.analysis.trace.csr import Trace, build_trace
 from tests.oracles.fleet import reference_fleet
 
@@ -44,6 +48,8 @@ FIELDS = [
 # Arrival gaps (s), from a burst to idle; powers of two, so sums are exact and an arrival can
 # fall exactly one eviction interval after the last eviction.
 GAPS = [0.0, 0.0, 2**-11, 2**-9, 2**-8, 2**-7, 2**-5, 2**-2]
+#: Where the drawn cases' --pin files are written, once per content.
+PIN_DIR = Path(tempfile.mkdtemp(prefix="prefixscope-pins-"))
 
 
 @dataclass
@@ -122,20 +128,34 @@ def cases(draw, router: str, policy: str) -> Case:  # type: ignore[no-untyped-de
     ttl_s = None
     if policy == "ttl":  # on HBM alone; idle times around the gaps between arrivals
         tiers, ttl_s = Tiers(), draw(st.sampled_from([0.0, 2**-10, 2**-8, 2**-6, 2**-3, 1.0]))
-    if policy in ("lfu", "s3fifo", "belady"):  # on HBM alone
+    if policy in ("lfu", "s3fifo", "belady", "pinned"):  # on HBM alone
         tiers = Tiers()
     replayed = policy == "belady"  # under a fixed router or on one replica
     fixed = resolve_router(router).fixed
+    capacity, pinned = draw(st.integers(1, 30)), Pins()
+    if policy == "pinned":  # a --pin file of some of the trace's prefixes, on every replica
+        wanted = sorted({b for chain in chains for b in chain if draw(st.integers(0, 5)) == 0})
+        pinned = Pins(file=str(pin_file(wanted)))
+        capacity = max(capacity, int(from_hashes(trace, np.array(wanted, np.uint64)).sum()))
     fleet = Fleet(
         router,
         draw(st.integers(1, 5)) if fixed or not replayed else 1,
-        draw(st.integers(1, 30)),
+        capacity,
         policy,
         draw(st.sampled_from([0.5, 1.0, 3.0])),
         tiers=tiers,
         ttl_s=ttl_s,
+        pins=pinned,
     )
     return Case(trace, traffic, fleet, engine)
+
+
+def pin_file(hashes: list[int]) -> Path:
+    """A --pin file listing ``hashes``, one per content, in a directory of this run's."""
+    path = PIN_DIR / f"pins-{'-'.join(map(str, hashes)) or 'none'}.txt"
+    if not path.exists():
+        path.write_text("".join(f"{h}\n" for h in hashes))
+    return path
 
 
 def first_difference(got: np.ndarray, want: np.ndarray) -> str:
@@ -152,9 +172,9 @@ def agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return got == want
 
 
-@pytest.mark.parametrize("policy", ["lru", "fifo", "ttl", "lfu", "s3fifo", "belady"])
+@pytest.mark.parametrize("policy", ["lru", "fifo", "ttl", "lfu", "s3fifo", "belady", "pinned"])
 @pytest.mark.parametrize("router", list(ROUTERS))
-@settings(max_examples=50, deadline=None)  # 36 cases: 1,800 fleets a run
+@settings(max_examples=50, deadline=None)  # 42 cases: 2,100 fleets a run
 @given(data=st.data())
 def test_the_kernel_matches_the_reference_request_by_request(
     router: str, policy: str, data: st.DataObject

@@ -51,7 +51,13 @@ from tests.oracles.fleet_parts import (
     footprint,
     outcome_of,
 )
-from tests.oracles.policies import LFUCache, S3FIFOCache, _parents, reference_replay
+from tests.oracles.policies import (
+    LFUCache,
+    PinnedLRU,
+    S3FIFOCache,
+    _parents,
+    reference_replay,
+)
 
 
 @dataclass
@@ -131,11 +137,19 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
         for r in range(trace.n_requests)
     ]
     replicas = [_Replica() for _ in range(n_rep)]
-    if fleet.policy in ("lfu", "s3fifo"):  # the policy's own cache per replica
+    own = fleet.policy in ("lfu", "s3fifo") or (fleet.policy == "pinned" and not fleet.replayed)
+    if own:  # the policy's own cache per replica (pinned: the --pin file's blocks on each)
         parent = _parents([req.blocks for req in requests])
+        mask = fleet.pins.masks()(trace) if fleet.policy == "pinned" else np.zeros(0)
+        pins = frozenset(np.flatnonzero(mask).tolist())
+        cap = fleet.capacity_blocks
+        make = {
+            "lfu": lambda: LFUCache(cap),
+            "s3fifo": lambda: S3FIFOCache(cap, parent),
+            "pinned": lambda: PinnedLRU(cap, pins),
+        }[fleet.policy]
         for rep in replicas:
-            cap = fleet.capacity_blocks
-            rep.cache = LFUCache(cap) if fleet.policy == "lfu" else S3FIFOCache(cap, parent)  # type: ignore[assignment]
+            rep.cache = make()  # type: ignore[assignment]
     fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
     given, replayed_filled = _replayed(fleet, requests, fixed)
     shape = (trace.block_size, histogram_width(trace, output, fleet, engine))
@@ -174,7 +188,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
                 victim, _ = rep.cache.popitem(last=False)
                 rep.dram[victim] = None
             _evict(rep.dram, tiers.dram_blocks)
-        elif fleet.policy in ("lfu", "s3fifo"):
+        elif own:
             rep.cache.touch(req.blocks)  # type: ignore[attr-defined]
             rep.cache.evict()  # type: ignore[attr-defined]
         else:

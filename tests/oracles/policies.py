@@ -266,6 +266,35 @@ class LFUCache:
             del self.blocks[min(self.blocks, key=lambda b: tuple(self.blocks[b]))]
 
 
+class PinnedLRU:
+    """LRU whose ``pinned`` blocks never leave once cached (they count against the capacity),
+    one request at a time (the fleet oracle's per replica)."""
+
+    def __init__(self, capacity: int, pinned: frozenset[int]) -> None:
+        self.capacity = capacity
+        self.pinned = pinned
+        self.order: OrderedDict[int, None] = OrderedDict()  # the unpinned, the victim first
+        self.kept: set[int] = set()  # the pinned ones cached
+
+    def __contains__(self, b: object) -> bool:
+        return b in self.order or b in self.kept
+
+    def __len__(self) -> int:
+        return len(self.order) + len(self.kept)
+
+    def touch(self, blocks: Sequence[int], tenant: int = 0) -> None:
+        for b in reversed(blocks):
+            if b in self.pinned:
+                self.kept.add(b)
+            else:
+                self.order.pop(b, None)
+                self.order[b] = None
+
+    def evict(self) -> None:
+        while len(self) > self.capacity and self.order:
+            self.order.popitem(last=False)
+
+
 def _s3fifo(
     requests: Sequence[Sequence[int]], capacity: int, tenants: Sequence[int]
 ) -> ReferenceResult:

@@ -25,8 +25,9 @@ step_piece = numba.njit(_nrt=False, inline="always")
 
 FIXED, LEAST_LOADED, CACHE_AWARE, KV_AWARE = 0, 1, 2, 3
 IDEAL, VLLM, SGLANG = 0, 1, 2
-#: How the ideal engine's caches evict: a linked list (lru, fifo, ttl), or a policy's rows.
-LIST, LFU, S3FIFO = 0, 1, 2
+#: How the ideal engine's caches evict: a linked list (lru, fifo, ttl; pinned, whose pinned
+#: blocks stay off it), or a policy's rows.
+LIST, LFU, S3FIFO, PINNED = 0, 1, 2, 3
 NONE = -1
 #: The decode heaps' keys: ``step · SEQ_SPAN + schedule sequence``, so entries due at the same
 #: step come out in the order their requests were scheduled.
@@ -62,6 +63,8 @@ class Workload(NamedTuple):
     #: per request the unbounded cache's leading run (``ceiling``), which the miss budget
     #: (``_budget.py``) reads; empty: no budget is kept
     ceiling_run: np.ndarray  # int32
+    #: per block whether every replica pins it (``pinned`` with a ``--pin`` file); empty: none
+    pinned: np.ndarray  # bool
 
 
 class Cost(NamedTuple):
@@ -81,7 +84,7 @@ class Sched(NamedTuple):
     size, the engine (``IDEAL``, ``VLLM``, ``SGLANG``), each replica's capacity in blocks and
     whether a hit refreshes a cached block (``lru``; ``fifo`` does not); ``ttl``: the idle
     seconds after which a cached block is dropped (``ttl``; -1: never); ``policy``: ``LIST``,
-    ``LFU`` or ``S3FIFO`` (``_policy_cache.py``)."""
+    ``LFU``, ``S3FIFO`` or ``PINNED`` (``_policy_cache.py``)."""
 
     budget: int
     max_seqs: int

@@ -1,7 +1,8 @@
 """The policies a fleet's caches run under the ``ideal`` engine, and how: kept by the loop per
 replica (``lru``, ``fifo`` and ``ttl`` on a linked list, ``_cache.py``; ``lfu`` and ``s3fifo`` on
-their own rows, ``_policy_cache.py``) under any router, replayed per replica under a fixed
-routing (``replayed.py``), or refused with the reason.
+their own rows, and ``pinned`` with a ``--pin`` file, ``_policy_cache.py``) under any router,
+replayed per replica under a fixed routing (``replayed.py``: ``pinned --pin-top``, whose pins
+are each replica's own stream's), or refused with the reason.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from prefixscope.analysis.fleet import _records
-from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES
+from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES, Pins
 from prefixscope.analysis.policies._lists import lfu_buckets, lfu_rows
 from prefixscope.analysis.policies._s3fifo import empty_rows
 from prefixscope.analysis.trace.csr import Trace
@@ -32,19 +33,28 @@ LOOP_POLICIES = {
     "ttl": LoopPolicy(_records.LIST),
     "lfu": LoopPolicy(_records.LFU),
     "s3fifo": LoopPolicy(_records.S3FIFO),
+    "pinned": LoopPolicy(_records.PINNED),  # with --pin FILE; --pin-top is replayed
 }
 #: Every policy a fleet runs: the loop's, and those replayed per replica (``replayed.py``).
-FLEET_POLICIES = (*LOOP_POLICIES, *REPLAYED_POLICIES)
+FLEET_POLICIES = tuple(dict.fromkeys((*LOOP_POLICIES, *REPLAYED_POLICIES)))
 #: The registry's other policies, and why a fleet does not run them.
 REFUSED_POLICIES = {"ceiling": "it is unbounded; a replica's cache has a capacity"}
 
 
-def kept(policy: str) -> LoopPolicy:
+def replayed(policy: str, pins: Pins) -> bool:
+    """Whether each replica replays its routed stream by the policy's own kernel: a
+    :data:`REPLAYED_POLICIES` one, but ``pinned`` from a file, which the loop keeps."""
+    return policy in REPLAYED_POLICIES and not (policy == "pinned" and pins.file is not None)
+
+
+def kept(policy: str, pins: Pins) -> LoopPolicy:
     """How the loop keeps ``policy``: a replayed one keeps nothing, as a list does."""
-    return LOOP_POLICIES.get(policy, LoopPolicy(_records.LIST))
+    if replayed(policy, pins):
+        return LoopPolicy(_records.LIST)
+    return LOOP_POLICIES[policy]
 
 
-def check_policy(policy: str, router: str, fixed: bool) -> None:
+def check_policy(policy: str, pins: Pins, router: str, fixed: bool) -> None:
     """Whether a fleet runs ``policy`` behind ``router``; ``fixed``: its routing is fixed (a
     fixed router, or one replica)."""
     if policy not in FLEET_POLICIES:
@@ -53,11 +63,13 @@ def check_policy(policy: str, router: str, fixed: bool) -> None:
             f"a fleet's caches run {', '.join(FLEET_POLICIES)}; got {policy!r}"
             + (f" ({why})" if why else "")
         )
-    if policy in REPLAYED_POLICIES and not fixed:
+    if replayed(policy, pins) and not fixed:
+        alone = " --pin-top" if policy == "pinned" else ""
+        pinned = ", or pin a --pin file's prefixes on every replica" if alone else ""
         raise ValueError(
-            f"{policy} replays each replica's own requests, which a stateful router "
+            f"{policy}{alone} replays each replica's own requests, which a stateful router "
             f"({router}) decides as it goes: run it under round-robin, random or "
-            "session routing, or on one replica"
+            f"session routing, or on one replica{pinned}"
         )
 
 

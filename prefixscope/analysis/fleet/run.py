@@ -19,10 +19,16 @@ import numpy as np
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.fleet import _kernel, _pool_state, _records
 from prefixscope.analysis.fleet.assign import assign
-from prefixscope.analysis.fleet.caches import check_policy, check_tiered_policy, kept, policy_rows
+from prefixscope.analysis.fleet.caches import (
+    check_policy,
+    check_tiered_policy,
+    kept,
+    policy_rows,
+    replayed,
+)
 from prefixscope.analysis.fleet.engines import ENGINES, resolve_engine
 from prefixscope.analysis.fleet.pool_inputs import check_fits, repeats
-from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES, Pins, replayed_hits
+from prefixscope.analysis.fleet.replayed import Pins, replayed_hits
 from prefixscope.analysis.fleet.routers import RouterSettings, resolve_router
 from prefixscope.analysis.fleet.running import per_busy, preempted, weighted_p95
 from prefixscope.analysis.fleet.stepcost import StepCost
@@ -119,13 +125,13 @@ class Fleet:
     @property
     def replayed(self) -> bool:
         """Whether each replica replays its routed stream by the policy's own kernel."""
-        return self.policy in REPLAYED_POLICIES
+        return replayed(self.policy, self.pins)
 
     def check(self) -> None:
         router = resolve_router(self.router)
         pooled = resolve_engine(self.engine).pooled
         self.tiers.check()
-        check_policy(self.policy, self.router, router.fixed or self.replicas == 1)
+        check_policy(self.policy, self.pins, self.router, router.fixed or self.replicas == 1)
         self.pins.check(self.policy)
         if self.policy == "ttl" and not (self.ttl_s is not None and self.ttl_s >= 0):
             raise ValueError("ttl needs --ttl SECONDS")
@@ -347,13 +353,14 @@ def _run(  # type: ignore[no-untyped-def]
         given, filled = replayed_hits(
             trace, fleet.policy, fleet.capacity_blocks, fixed, n_rep, fleet.pins
         )
+    loop = kept(fleet.policy, fleet.pins)
+    pinned = pinned_blocks(trace, fleet) if loop.code == _records.PINNED else np.zeros(0, bool)
     workload = _records.Workload(
         offsets=trace.offsets, blocks=trace.blocks, parent=trace.parent, arrival=arrival,
         input_tokens=inputs, output_tokens=output, recompute_last=trace.recomputes_last_block,
         repeat=repeat, answer_offsets=answers[0], answer_blocks=answers[1], given_hits=given,
-        ceiling_run=leading_runs(trace) if budget else np.zeros(0, np.int32),
+        ceiling_run=leading_runs(trace) if budget else np.zeros(0, np.int32), pinned=pinned,
     )  # fmt: skip
-    loop = kept(fleet.policy)
     c = engine.cost
     cost = _records.Cost(a=c.a, b=c.b, c=c.c, e=c.e, f=c.f, k1=c.k1, k2=c.k2)
     sched = _records.Sched(
@@ -414,6 +421,15 @@ def _run(  # type: ignore[no-untyped-def]
         miss=req.miss if budget else None, why=None if watch is None else req.why[1:],
         view_early=int(sets.log_at[:, 2].sum()),
     )  # fmt: skip
+
+
+def pinned_blocks(trace: Trace, fleet: Fleet) -> np.ndarray:
+    """The ``--pin`` file's blocks the trace looks up, which every replica pins."""
+    pinned = fleet.pins.masks()(trace)
+    n, cap = int(pinned.sum()), fleet.capacity_blocks
+    if n > cap:
+        raise ValueError(f"{n} pinned blocks do not fit in {cap} blocks")
+    return np.asarray(pinned, np.bool_)
 
 
 def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engine) -> int:
