@@ -10,14 +10,19 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from prefixscope.analysis.cost import gpus as gpu_specs
 from prefixscope.analysis.cost.deployment import memory_split, parse_deployment
 from prefixscope.analysis.cost.gpus import GPUS
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.prices import Prices
+from prefixscope.analysis.fleet.settings import FleetSettings
+from prefixscope.analysis.fleet.tierspec import TierSpec
 from prefixscope.analysis.plan.fleets import configuration_rows
 from prefixscope.analysis.plan.plan import Sizing
+from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.cli import main
 from prefixscope.dashboards.plan import sentences
+from prefixscope.stages.fleet import simulate_fleets
 from tests.conftest import LLAMA_8B_CONFIG, mooncake_line
 
 #: What ``--model-config`` reads: a Llama-3-8B-like config.json under another name.
@@ -411,3 +416,34 @@ def test_a_plan_after_fleets_on_a_gpu_file_prices_them_when_given_the_file(
     assert main(plan) == 0
     (found,) = rows(small, sql)
     assert found[0] == "h100" and "fleets on h20x1 not priced" in found[2]
+
+
+@pytest.mark.parametrize("where", ["--gpu", "--deployment"])
+def test_a_fleet_run_reads_each_gpu_file_once(small: Path, tmp_path: Path, where: str) -> None:
+    """A GPU file, as ``--gpu`` or a deployment's GPU, is resolved once per run, with its
+    settings: the check, the capacity judged, the DRAM tier's host link and the step cost all
+    take the spec it gave, and the rows name it."""
+    path = tmp_path / "g.toml"
+    path.write_text('name = "mygpu"\ntflops = 400\ntbps = 2.0\nhbm_gib = 80\nhost_link_gbps = 32\n')
+    reads: list[str] = []
+    read = gpu_specs.read_gpu_file
+
+    def counted(p: str):  # type: ignore[no-untyped-def]
+        reads.append(str(p))
+        return read(p)
+
+    settings = FleetSettings(
+        routers=("round-robin",),
+        replicas=(2,),
+        capacities=Capacities(blocks=[] if where == "--deployment" else [40]),
+        drams=(TierSpec(gib=4.0),),
+        gpu=str(path) if where == "--gpu" else "h100",
+        deployments=(f"{path}x1",) if where == "--deployment" else (),
+        windows=("all",),
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gpu_specs, "read_gpu_file", counted)
+        result = simulate_fleets(small, settings)
+    assert reads == [str(path)]
+    assert set(result.hit_rates.column("gpu").to_pylist()) == {"mygpu"}
+    assert set(result.hit_rates.column("dram_gbps").to_pylist()) == {32.0}

@@ -15,7 +15,7 @@ from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.grid import simulate_settings
 from prefixscope.analysis.fleet.hardware import check_pools_fit
 from prefixscope.analysis.fleet.run import FleetOutcome
-from prefixscope.analysis.fleet.settings import FleetSettings, capacity_runs, gpu_texts
+from prefixscope.analysis.fleet.settings import FleetSettings, capacity_runs, priced_gpus
 from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.trace.load import block_size_of, load_trace
 from prefixscope.stages.outcomes import calibrated
@@ -43,7 +43,7 @@ def simulate_fleets(wh: str | Path, settings: FleetSettings) -> FleetResult:
             # a calibrated model is one GPU's (a replay times one device): it prices TP 1 only
             fitted = {
                 (g, tp): calibrated(con, settings.shape, g)
-                for g, tp in dict.fromkeys(gpu_texts(settings))
+                for g, tp in dict.fromkeys(priced_gpus(settings))
                 if wants_calibration(settings.cost_model, tp)
             }
             warm = warm_of(con, settings.warm_start, trace.block_size)

@@ -79,9 +79,11 @@ def check_kind(
             raise ValueError(f"{why} — price with --cost-model roofline or auto")
 
 
-def device(gpu: str) -> GpuSpec | None:
-    """The spec of a GPU as given (``resolve_gpu``); None for ``cpu``, which only a
-    calibration prices."""
+def device(gpu: str | GpuSpec | None) -> GpuSpec | None:
+    """The spec of a GPU as given (``resolve_gpu``), or as resolved already; None for ``cpu``,
+    which only a calibration prices."""
+    if gpu is None or isinstance(gpu, GpuSpec):
+        return gpu
     return None if gpu.lower() == "cpu" else resolve_gpu(gpu)
 
 

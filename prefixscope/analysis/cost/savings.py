@@ -152,7 +152,7 @@ def savings_rows(
 
 def cost_model(
     model: str,
-    gpu: str,
+    gpu: str | GpuSpec | None,
     kind: str = "auto",
     calibrated: Fitted | None = None,
     config: str | None = None,
@@ -183,9 +183,11 @@ def cost_model(
     )
 
 
-def gpu_key(gpu: str | GpuSpec) -> str:
+def gpu_key(gpu: str | GpuSpec | None) -> str:
     """How ``miss_cost_models.gpu`` names the device ``gpu`` stands for (a spec already
-    resolved, a GPU file's included: its name)."""
+    resolved, a GPU file's included: its name; None: the CPU)."""
+    if gpu is None:
+        return "cpu"
     if isinstance(gpu, GpuSpec):
         return gpu.name
     return "cpu" if gpu.lower() == "cpu" else resolve_gpu(gpu).name

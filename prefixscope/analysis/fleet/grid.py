@@ -10,8 +10,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from prefixscope.analysis.cost.choice import Fitted, device
-from prefixscope.analysis.cost.prices import Prices, load_prices
+from prefixscope.analysis.cost.choice import Fitted
+from prefixscope.analysis.cost.gpus import GpuSpec
+from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.cost.savings import gpu_key
 from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
@@ -28,7 +29,7 @@ from prefixscope.analysis.fleet.run import (
     simulate_fleet,
     simulate_replica,
 )
-from prefixscope.analysis.fleet.settings import FleetSettings, capacity_runs, gpu_texts
+from prefixscope.analysis.fleet.settings import FleetSettings, capacity_runs, priced_gpus
 from prefixscope.analysis.fleet.stepcost import choose
 from prefixscope.analysis.fleet.tables import (
     FLEET_HIT_RATES_SCHEMA,
@@ -56,7 +57,7 @@ def simulate_settings(
     warm: Callable[[Trace], Warmed] = cold,
 ) -> tuple[pa.Table, pa.Table, pa.Table, list[FleetOutcome]]:
     """Every configuration of ``settings`` on ``trace`` (its last ``max_lookups`` where it
-    holds more), each (GPU, TP) of ``settings.gpu_texts`` priced by its calibrated model in
+    holds more), each (GPU, TP) of ``priced_gpus(settings)`` priced by its calibrated model in
     ``fitted`` where it has one: the hit-rate, replica and miss-budget tables, and the
     outcomes in grid order, all of the measured requests. ``warm``: the warm start of the
     trace simulated (``trace/warm.py``; its warm-up replayed, never measured)."""
@@ -69,21 +70,20 @@ def simulate_settings(
     warmed = warm(trace)
     traffic = warm_traffic(warmed, traffic)
     trace = warmed.trace
-    prices = load_prices(settings.prices)
     priced = {
-        (g, tp): engine_for(settings, fitted.get((g, tp)), tp, prices, gpu=g)
-        for g, tp in dict.fromkeys(gpu_texts(settings))
+        (g, tp): engine_for(settings, fitted.get((g, tp)), tp, gpu=g)
+        for g, tp in dict.fromkeys(priced_gpus(settings))
     }
     # a deployment's DRAM tier runs on its own GPU's host link
     runs = [
         (f, h)
         for b, g, h in capacity_runs(settings, trace.block_size)
         for f in settings.grid(
-            [b], [g], settings.tiers(trace.block_size, h.priced_by(settings.gpu)[0])
+            [b], [g], settings.tiers(trace.block_size, h.priced_by(settings.device)[0])
         )
     ]
     outcomes = simulate_by_gpu(trace, traffic, runs, priced, settings)
-    pricing = [priced[h.priced_by(settings.gpu)][1] for _, h in runs]
+    pricing = [priced[h.priced_by(settings.device)][1] for _, h in runs]
     n = warmed.n_warm
     outcomes = [measured_outcome(o, n) for o in outcomes]
     ceiling = hit_tokens(warmed.measured, POLICIES["ceiling"].hit_blocks(trace, None)[n:])
@@ -101,22 +101,22 @@ def simulate_by_gpu(
     trace: Trace,
     traffic: Traffic,
     runs: Sequence[tuple[Fleet, Hardware]],
-    priced: dict[tuple[str, int], tuple[Engine, Pricing]],
+    priced: dict[tuple[GpuSpec | None, int], tuple[Engine, Pricing]],
     settings: FleetSettings,
 ) -> list[FleetOutcome]:
     """Each configuration's outcome, in ``runs`` order: those of one (GPU, TP) under its
     engine, a configuration that two rows share (deployments of one GPU and TP at one what-if
     capacity) simulated once."""
-    done: dict[tuple[tuple[str, int], Fleet], FleetOutcome] = {}
+    done: dict[tuple[tuple[GpuSpec | None, int], Fleet], FleetOutcome] = {}
     for key, (engine, _) in priced.items():
-        mine = list(dict.fromkeys(f for f, h in runs if h.priced_by(settings.gpu) == key))
+        mine = list(dict.fromkeys(f for f, h in runs if h.priced_by(settings.device) == key))
         done |= {
             (key, f): o
             for f, o in zip(
                 mine, simulate_grid(trace, traffic, mine, engine, settings), strict=True
             )
         }
-    return [done[(h.priced_by(settings.gpu), f)] for f, h in runs]
+    return [done[(h.priced_by(settings.device), f)] for f, h in runs]
 
 
 def engine_for(
@@ -124,14 +124,15 @@ def engine_for(
     fitted: Fitted | None,
     tp: int = 1,
     prices: Prices | None = None,
-    gpu: str | None = None,
+    gpu: GpuSpec | None = None,
 ) -> tuple[Engine, Pricing]:
-    """The step cost of ``model`` on one GPU of ``tp`` of ``gpu`` (default: ``settings.gpu``;
-    ``stepcost.choose``): the calibrated model ``fitted`` where it is chosen, else the measured
-    model, else the roofline; priced at ``prices`` (default: ``settings.prices`` read)."""
-    gpu = gpu or settings.gpu
-    shape, spec = settings.shape, device(gpu)
-    prices = prices or load_prices(settings.prices)
+    """The step cost of ``model`` on one GPU of ``tp`` of ``gpu`` (resolved; default:
+    ``settings.device``; ``stepcost.choose``): the calibrated model ``fitted`` where it is
+    chosen, else the measured model, else the roofline; priced at ``prices`` (default:
+    ``settings.price_table``)."""
+    spec = gpu or settings.device
+    shape = settings.shape
+    prices = prices or settings.price_table
     cost = choose(shape, spec, tp, fitted, settings.cost_model)
     kv_bytes = float(shape.kv_bytes_per_token(settings.kv_dtype))
     engine = Engine(
@@ -144,7 +145,7 @@ def engine_for(
     )
     return engine, Pricing(
         shape.name,
-        gpu_key(gpu),
+        gpu_key(spec),
         cost.source,
         cost.run_id,
         gpus=tp,

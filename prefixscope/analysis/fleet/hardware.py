@@ -11,12 +11,11 @@ true for every capacity where the model's weights leave one GPU no room for a bl
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefixscope.analysis.cost.deployment import Deployment, memory_split, parse_deployment
-from prefixscope.analysis.cost.gpus import resolve_gpu
+from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 from prefixscope.analysis.cost.models import ModelShape
 from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.run import Fleet
@@ -44,12 +43,13 @@ class Hardware:
     weights_gib: float | None = None  # per GPU
     reserve_gib: float | None = None  # per GPU
     kv_pool_gib: float | None = None  # per GPU
-    gpu: str | None = None  # the deployment's GPU as resolve_gpu reads it (it prices steps)
+    gpu: GpuSpec | None = None  # the deployment's GPU, resolved once (it prices steps)
     judged_blocks: int | None = None
 
-    def priced_by(self, gpu: str) -> tuple[str, int]:
-        """(GPU, TP) whose step cost prices this replica: its deployment's, else one ``gpu``."""
-        return self.gpu or gpu, self.gpus or 1
+    def priced_by(self, gpu: GpuSpec | None) -> tuple[GpuSpec | None, int]:
+        """(GPU, TP) whose step cost prices this replica: its deployment's, else one ``gpu``
+        (None: the CPU, which only a calibration prices)."""
+        return (self.gpu if self.deployment else gpu), self.gpus or 1
 
     def exceeds(self, capacity_blocks: int) -> bool | None:
         """Whether ``capacity_blocks`` per replica is more than the HBM holds."""
@@ -68,12 +68,15 @@ class Hardware:
         }
 
 
-def of_deployment(text: str, shape: ModelShape, block_size: int, kv_dtype: str) -> Hardware:
-    """``text`` (``GPU[xTP]``) serving ``shape``, its pool in blocks of ``block_size``;
+def of_deployment(
+    text: str | Deployment, shape: ModelShape, block_size: int, kv_dtype: str
+) -> Hardware:
+    """``text`` (``GPU[xTP]``, or one parsed already) serving ``shape``, its pool in blocks of
+    ``block_size``;
     ValueError in one line (``WHAT — WHAT TO DO``) when it is unknown, its TP does not shard
     the model, or the model does not fit, or its pool holds no whole block (``memory_split``'s
     one check: a split it returns holds at least one block of ``block_size``)."""
-    deployment = parse_deployment(text)
+    deployment = parse_deployment(text) if isinstance(text, str) else text
     split = memory_split(shape, deployment, block_size=block_size, kv_dtype=kv_dtype)
     return Hardware(
         deployment=deployment.name,
@@ -82,23 +85,19 @@ def of_deployment(text: str, shape: ModelShape, block_size: int, kv_dtype: str) 
         weights_gib=split.weights_gib,
         reserve_gib=split.reserve_gib,
         kv_pool_gib=split.kv_pool_gib,
-        gpu=_gpu_text(text),
+        gpu=deployment.gpu,
         judged_blocks=split.kv_pool_blocks,
     )
 
 
-def _gpu_text(text: str) -> str:
-    """The GPU of ``GPU[xTP]`` as given (a catalog name, alias or TOML path)."""
-    key = text.strip()
-    return re.sub(r"[xX][0-9]+$", "", key)
-
-
-def judged_by_gpu(gpu: str, shape: ModelShape, block_size: int, kv_dtype: str) -> Hardware:
-    """No deployment: the pool of one ``gpu`` serving ``shape`` judges the capacity (the
-    module docstring's rule)."""
-    if gpu.lower() == "cpu":
+def judged_by_gpu(
+    gpu: str | GpuSpec | None, shape: ModelShape, block_size: int, kv_dtype: str
+) -> Hardware:
+    """No deployment: the pool of one ``gpu`` (a name, or resolved already; None or ``cpu``:
+    the CPU) serving ``shape`` judges the capacity (the module docstring's rule)."""
+    if gpu is None or (isinstance(gpu, str) and gpu.lower() == "cpu"):
         return Hardware()
-    spec = resolve_gpu(gpu)
+    spec = resolve_gpu(gpu) if isinstance(gpu, str) else gpu
     if spec.hbm_gib is None:
         return Hardware()
     try:
@@ -111,9 +110,9 @@ def judged_by_gpu(gpu: str, shape: ModelShape, block_size: int, kv_dtype: str) -
 def capacity_options(
     blocks: Sequence[int],
     gibs: Sequence[float | None],
-    deployments: Sequence[str],
+    deployments: Sequence[str | Deployment],
     shape: ModelShape,
-    gpu: str,
+    gpu: str | GpuSpec | None,
     block_size: int,
     kv_dtype: str,
 ) -> list[tuple[int, float | None, Hardware]]:

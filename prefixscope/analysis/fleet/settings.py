@@ -10,9 +10,11 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from prefixscope.analysis.cost.choice import check_kind, device
+from prefixscope.analysis.cost.deployment import Deployment, parse_deployment
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
-from prefixscope.analysis.cost.prices import load_prices
-from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, gpu_key
+from prefixscope.analysis.cost.prices import Prices, load_prices
+from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
 from prefixscope.analysis.fleet._records import KV_AWARE
 from prefixscope.analysis.fleet.caches import check_tiered_policy
 from prefixscope.analysis.fleet.engines import resolve_engine
@@ -106,11 +108,11 @@ class FleetSettings:
         if not (self.routers and self.replicas and self.load_scales and self.drams and self.stores):
             raise ValueError("give at least one router, replica count, load scale and tier option")
         shape = self.shape
-        gpu_key(self.gpu)
+        self.device  # noqa: B018 (resolved here, before any work)
         # each deployment at the smallest block (one that cannot fit, fits nowhere) and the
         # cost model it asks for
-        for gpu, tp in gpu_texts(self):
-            check_kind(self.cost_model, shape, device(gpu), tp)
+        for gpu, tp in priced_gpus(self):
+            check_kind(self.cost_model, shape, gpu, tp)
         check_windows(self.windows)
         self.warm_start.check()
         if self.warm_start.source == "events" and self.policy == "ttl":
@@ -137,7 +139,7 @@ class FleetSettings:
         self.pins.check(self.policy, read=True)
         for fleet in self.grid([1]):
             fleet.check()
-        load_prices(self.prices)
+        self.price_table  # noqa: B018 (read here, before any work)
         Engine(
             StepCost(0, 0, 0, 0, 0, 1, 1, "check"),
             self.budget_tokens,
@@ -146,16 +148,31 @@ class FleetSettings:
         ).check()
 
     @cached_property
+    def device(self) -> GpuSpec | None:
+        """``gpu`` resolved once per settings (None: ``cpu``): a GPU file is read once."""
+        return device(self.gpu)
+
+    @cached_property
+    def parsed_deployments(self) -> tuple[Deployment, ...]:
+        """``deployments`` parsed once per settings, their GPU files read once."""
+        return tuple(parse_deployment(d) for d in self.deployments)
+
+    @cached_property
+    def price_table(self) -> Prices:
+        """``prices`` read once per settings (the defaults where None)."""
+        return load_prices(self.prices)
+
+    @cached_property
     def shape(self) -> ModelShape:
         """The model, resolved once per settings: a ``model_config`` file is read once, so
         every part of one run prices the same shape even if the file changes meanwhile."""
         return resolve_model(self.model, self.model_config)
 
-    def tiers(self, block_size: int, gpu: str | None = None) -> list[Tiers]:
+    def tiers(self, block_size: int, gpu: GpuSpec | None = None) -> list[Tiers]:
         """Every DRAM × store option, in blocks of ``block_size``, a DRAM tier on the host link
         of ``gpu`` (default: ``gpu``'s) unless it names its own."""
         return [
-            tiers_of(d, st, self.shape, block_size, self.kv_dtype, gpu or self.gpu)
+            tiers_of(d, st, self.shape, block_size, self.kv_dtype, gpu or self.device)
             for d in self.drams
             for st in self.stores
         ]
@@ -201,15 +218,16 @@ def capacity_runs(
     some = bool(given.blocks or given.tokens or given.gib)
     blocks, gibs = capacities.resolve(block_size) if some else ([], [])
     return capacity_options(
-        blocks, gibs, settings.deployments, settings.shape, settings.gpu, block_size,
+        blocks, gibs, settings.parsed_deployments, settings.shape, settings.device, block_size,
         settings.kv_dtype,
     )  # fmt: skip
 
 
-def gpu_texts(settings: FleetSettings) -> list[tuple[str, int]]:
-    """The GPUs that price the steps and the TP they run at: each deployment's, else one
-    ``gpu``."""
+def priced_gpus(settings: FleetSettings) -> list[tuple[GpuSpec | None, int]]:
+    """The GPUs that price the steps (None: the CPU) and the TP they run at: each
+    deployment's, else one ``gpu``."""
     hardware = [
-        of_deployment(d, settings.shape, 1, settings.kv_dtype) for d in settings.deployments
+        of_deployment(d, settings.shape, 1, settings.kv_dtype)
+        for d in settings.parsed_deployments
     ]
-    return [h.priced_by(settings.gpu) for h in hardware] or [(settings.gpu, 1)]
+    return [h.priced_by(settings.device) for h in hardware] or [(settings.device, 1)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.savings import DEFAULT_GPU
 from prefixscope.analysis.fleet.run import STORE_GBPS, UNBOUNDED, Tiers, dram_gbps_for
@@ -34,7 +35,7 @@ def tiers_of(
     model: str | ModelShape,
     block_size: int,
     kv_dtype: str,
-    gpu: str = DEFAULT_GPU,
+    gpu: str | GpuSpec | None = DEFAULT_GPU,
 ) -> Tiers:
     """GiB become blocks through the model's KV bytes per token, as ``--capacity-gib`` does;
     a DRAM tier without a bandwidth gets its GPU host's PCIe link."""
