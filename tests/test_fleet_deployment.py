@@ -19,10 +19,12 @@ from prefixscope.analysis.fleet.settings import FleetSettings
 from prefixscope.analysis.fleet.tierspec import TierSpec
 from prefixscope.analysis.plan.fleets import configuration_rows
 from prefixscope.analysis.plan.plan import Sizing
+from prefixscope.analysis.plan.slo_settings import PlanSloSettings
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.cli import main
 from prefixscope.dashboards.plan import sentences
 from prefixscope.stages.fleet import simulate_fleets
+from prefixscope.stages.plan_slo import plan_for_slo
 from tests.conftest import LLAMA_8B_CONFIG, mooncake_line
 
 #: What ``--model-config`` reads: a Llama-3-8B-like config.json under another name.
@@ -447,3 +449,25 @@ def test_a_fleet_run_reads_each_gpu_file_once(small: Path, tmp_path: Path, where
     assert reads == [str(path)]
     assert set(result.hit_rates.column("gpu").to_pylist()) == {"mygpu"}
     assert set(result.hit_rates.column("dram_gbps").to_pylist()) == {32.0}
+
+
+def test_an_slo_plan_reads_its_gpu_file_once(small: Path, tmp_path: Path) -> None:
+    """``plan --slo --deployments FILE.tomlx1``: the file is parsed once with the settings, and
+    the check, the calibration looked up, the replica and its price take what it gave."""
+    path = tmp_path / "g.toml"
+    path.write_text('name = "mygpu"\ntflops = 400\ntbps = 2.0\nhbm_gib = 80\nprice_hour = 3.5\n')
+    reads: list[str] = []
+    read = gpu_specs.read_gpu_file
+
+    def counted(p: str):  # type: ignore[no-untyped-def]
+        reads.append(str(p))
+        return read(p)
+
+    settings = PlanSloSettings(
+        deployments=(f"{path}x1",), slo="ttft-p95=60", routers=("round-robin",)
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gpu_specs, "read_gpu_file", counted)
+        result = plan_for_slo(small, settings)
+    assert reads == [str(path)]
+    assert set(result.fleets.column("gpu").to_pylist()) == {"mygpu"}

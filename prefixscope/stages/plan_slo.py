@@ -13,8 +13,6 @@ import pyarrow as pa
 
 from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import wants_calibration
-from prefixscope.analysis.cost.deployment import parse_deployment
-from prefixscope.analysis.cost.prices import load_prices
 from prefixscope.analysis.fleet.traffic import load_traffic
 from prefixscope.analysis.plan.search import Outcome
 from prefixscope.analysis.plan.slo_plan import Searched, plan_slo
@@ -39,16 +37,16 @@ class PlanSloResult:
 
 def plan_for_slo(wh: str | Path, settings: PlanSloSettings) -> PlanSloResult:
     slo = settings.check()
-    prices = load_prices(settings.prices)
+    prices = settings.price_table
     shape = settings.shape
     with warehouse.StageRun(wh, "plan-slo", settings) as stage_run:
         with stage_run.reading() as con:
             trace = load_trace(con)
             traffic = load_traffic(con)
             fitted = {
-                d: calibrated(con, shape, parse_deployment(d).gpu)
-                for d in settings.deployments
-                if wants_calibration(settings.cost_model, parse_deployment(d).tp)
+                text: calibrated(con, shape, d.gpu)
+                for text, d in settings.parsed.items()
+                if wants_calibration(settings.cost_model, d.tp)
             }
         plan = plan_slo(trace, traffic, settings, fitted, prices, slo)
         with stage_run.publishing() as con:

@@ -93,7 +93,7 @@ def plan_slo(
     how the answer moves within the measured model's error."""
     shape = settings.shape
     replicas = [
-        replica_of(d, shape, trace.block_size, settings.kv_dtype,
+        replica_of(settings.parsed[d], shape, trace.block_size, settings.kv_dtype,
                    step_cost(settings, d, fitted.get(d)))
         for d in settings.deployments
     ]  # fmt: skip

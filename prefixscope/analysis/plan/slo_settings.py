@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from prefixscope.analysis.cost.choice import Fitted, check_kind
-from prefixscope.analysis.cost.deployment import parse_deployment
+from prefixscope.analysis.cost.deployment import Deployment, parse_deployment
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import Prices, load_prices
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
@@ -63,6 +63,16 @@ class PlanSloSettings:
         """The model, resolved once per settings (a ``model_config`` file read once)."""
         return resolve_model(self.model, self.model_config)
 
+    @cached_property
+    def parsed(self) -> dict[str, Deployment]:
+        """Each deployment as given, parsed once per settings (a GPU file read once)."""
+        return {text: parse_deployment(text) for text in self.deployments}
+
+    @cached_property
+    def price_table(self) -> Prices:
+        """``prices`` read once per settings (the defaults where None)."""
+        return load_prices(self.prices)
+
     def check(self) -> Slo:
         """Every setting before any work: ValueError in one line otherwise."""
         slo = parse_slo(self.slo)
@@ -73,7 +83,7 @@ class PlanSloSettings:
         for r in self.routers:
             resolve_router(r)
         resolve_engine(self.engine)  # the one list of engines (``fleet/engines.py``)
-        load_prices(self.prices)
+        self.price_table  # noqa: B018 (read here, before any work)
         if not (self.window_s == WHOLE or MIN_WINDOW_S <= self.window_s <= MAX_WINDOW_S):
             raise ValueError(
                 f"an SLO window is at least {MIN_WINDOW_S:g} s, got {self.window_s:g} — "
@@ -86,9 +96,8 @@ class PlanSloSettings:
             )
         shape = self.shape
         dummy = StepCost(0, 0, 0, 0, 0, 1, 1, "check")
-        for text in self.deployments:  # at one token a block: none of one fits no larger one
-            replica_of(text, shape, 1, self.kv_dtype, dummy)
-            d = parse_deployment(text)
+        for d in self.parsed.values():  # at one token a block: none of one fits no larger one
+            replica_of(d, shape, 1, self.kv_dtype, dummy)
             check_kind(self.cost_model, shape, d.gpu, d.tp)
             if self.disagg_link is not None:
                 link_for(self.disagg_link, d.gpu).check()
@@ -99,7 +108,7 @@ def step_cost(settings: PlanSloSettings, deployment: str, fitted: Fitted | None)
     """What prices a step of ``deployment`` serving ``settings.shape`` (``stepcost.choose``):
     the calibrated model at TP 1 where allowed and held, else the measured model at TP where
     it covers, else the roofline at TP."""
-    d = parse_deployment(deployment)
+    d = settings.parsed[deployment]
     return choose(settings.shape, d.gpu, d.tp, fitted, settings.cost_model)
 
 

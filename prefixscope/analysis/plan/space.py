@@ -81,11 +81,12 @@ class Series:
 
 
 def replica_of(
-    text: str, shape: ModelShape, block_size: int, kv_dtype: str, cost: StepCost
+    text: str | Deployment, shape: ModelShape, block_size: int, kv_dtype: str, cost: StepCost
 ) -> Replica:
-    """``text`` (``GPUxTP``) serving ``shape``; ValueError, in one line, when it is unknown
-    or the model does not fit it (``memory_split`` names the smallest TP that does)."""
-    deployment: Deployment = parse_deployment(text)
+    """``text`` (``GPUxTP``, or parsed already) serving ``shape``; ValueError, in one line,
+    when it is unknown or the model does not fit it (``memory_split`` names the smallest TP
+    that does)."""
+    deployment = parse_deployment(text) if isinstance(text, str) else text
     split = memory_split(shape, deployment, block_size=block_size, kv_dtype=kv_dtype)
     gpu = deployment.gpu
     if split.kv_pool_blocks < 1:
