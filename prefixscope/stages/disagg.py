@@ -5,6 +5,7 @@ same GPUs → ``disagg_fleets``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,12 @@ import pyarrow as pa
 
 from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import wants_calibration
-from prefixscope.analysis.cost.deployment import MemorySplit, memory_split, parse_deployment
+from prefixscope.analysis.cost.deployment import (
+    Deployment,
+    MemorySplit,
+    memory_split,
+    parse_deployment,
+)
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.fleet.decode_pool import DecodePool
 from prefixscope.analysis.fleet.disagg import DisaggOutcome, Link, link_for, simulate_disagg
@@ -58,26 +64,33 @@ class DisaggSettings:
     seed: int = 0
     colocated: bool = True
 
-    @property
+    @cached_property
     def shape(self) -> ModelShape:
+        """The model, resolved once per settings (a ``model_config`` file read once)."""
         return resolve_model(self.model, self.model_config)
+
+    @cached_property
+    def parsed(self) -> dict[str, Deployment]:
+        """The prefill and decode deployments, parsed once per settings (a GPU file read
+        once)."""
+        return {text: parse_deployment(text) for text in (self.prefill, self.decode)}
 
     @property
     def gpus(self) -> int:
         return (
-            self.prefill_replicas * parse_deployment(self.prefill).tp
-            + self.decode_replicas * parse_deployment(self.decode).tp
+            self.prefill_replicas * self.parsed[self.prefill].tp
+            + self.decode_replicas * self.parsed[self.decode].tp
         )
 
     def colocated_replicas(self) -> int | None:
         """Replicas of the prefill deployment on the same GPUs; None where they do not divide
         evenly or are more than a fleet takes."""
-        tp = parse_deployment(self.prefill).tp
+        tp = self.parsed[self.prefill].tp
         n, left = divmod(self.gpus, tp)
         return n if not left and n <= MAX_REPLICAS else None
 
     def the_link(self) -> Link:
-        return link_for(self.link, parse_deployment(self.prefill).gpu)
+        return link_for(self.link, self.parsed[self.prefill].gpu)
 
     def check(self) -> None:
         """Every name and number, each refusal one line, before the warehouse is opened."""
@@ -87,8 +100,8 @@ class DisaggSettings:
         for what, n in (("prefill", self.prefill_replicas), ("decode", self.decode_replicas)):
             if not 1 <= n <= MAX_REPLICAS:
                 raise ValueError(f"{what} replicas must be 1 to {MAX_REPLICAS}, got {n}")
-        for text in (self.prefill, self.decode):  # the model fits each deployment
-            memory_split(self.shape, parse_deployment(text), block_size=1, kv_dtype=self.kv_dtype)
+        for d in self.parsed.values():  # the model fits each deployment
+            memory_split(self.shape, d, block_size=1, kv_dtype=self.kv_dtype)
         self.the_link().check()
         if not self.load_scale > 0:
             raise ValueError(f"the load scale must be positive, got {self.load_scale}")
@@ -105,12 +118,12 @@ class DisaggResult:
 
 def _split(settings: DisaggSettings, text: str, block_size: int) -> MemorySplit:
     return memory_split(
-        settings.shape, parse_deployment(text), block_size=block_size, kv_dtype=settings.kv_dtype
+        settings.shape, settings.parsed[text], block_size=block_size, kv_dtype=settings.kv_dtype
     )
 
 
 def _cost(settings: DisaggSettings, text: str, fitted) -> StepCost:  # type: ignore[no-untyped-def]
-    d = parse_deployment(text)
+    d = settings.parsed[text]
     return choose(settings.shape, d.gpu, d.tp, fitted, settings.cost_model)
 
 
@@ -122,10 +135,10 @@ def simulate_disagg_fleets(wh: str | Path, settings: DisaggSettings) -> DisaggRe
             trace = load_trace(con)
             traffic = load_traffic(con)
             fitted = {
-                text: calibrated(con, shape, parse_deployment(text).gpu)
-                if wants_calibration(settings.cost_model, parse_deployment(text).tp)
+                text: calibrated(con, shape, d.gpu)
+                if wants_calibration(settings.cost_model, d.tp)
                 else None
-                for text in (settings.prefill, settings.decode)
+                for text, d in settings.parsed.items()
             }
         pre_split = _split(settings, settings.prefill, trace.block_size)
         dec_split = _split(settings, settings.decode, trace.block_size)
@@ -155,7 +168,7 @@ def simulate_disagg_fleets(wh: str | Path, settings: DisaggSettings) -> DisaggRe
         link = settings.the_link()
         per_gpu = max(pre_split.kv_bytes_per_token, dec_split.kv_bytes_per_token)
         outcome = simulate_disagg(trace, traffic, fleet, engine, pool, link, per_gpu)
-        pre_dep, dec_dep = parse_deployment(settings.prefill), parse_deployment(settings.decode)
+        pre_dep, dec_dep = settings.parsed[settings.prefill], settings.parsed[settings.decode]
         sources = sorted({pre_cost.source, dec_cost.source})
         layout = Layout(
             pre_dep.name,
