@@ -57,9 +57,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--policy",
         default="lru",
         choices=sorted(FLEET_POLICIES),
-        help="the ideal engine's cache policy (%(default)s); lfu, s3fifo, belady, pinned, "
-        "session and liveness replay each replica's routed requests: a fixed router, or one "
-        "replica",
+        help="the ideal engine's cache policy (%(default)s), per replica under any router; "
+        "belady, pinned --pin-top, session and liveness replay each replica's routed "
+        "requests: a fixed router, or one replica",
     )
     p.add_argument(
         "--ttl", type=flags.finite_float(), metavar="SECONDS", help="ttl: idle time before a drop"
