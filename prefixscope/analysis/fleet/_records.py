@@ -317,15 +317,15 @@ def replicas(n_rep: int, first_arrival: float) -> Replicas:
 def heaps(n: int, n_rep: int, max_seqs: int) -> Heaps:
     m = n_rep * max_seqs
 
-    def heap() -> tuple[np.ndarray, ...]:
-        return (
-            np.zeros(m, np.int64),
-            np.zeros(m, np.int64),
-            np.zeros(n_rep, np.int64),
-            np.full(n, NONE, np.int64),
-        )
+    def heap(name: str) -> dict[str, np.ndarray]:
+        return {
+            f"{name}_key": np.zeros(m, np.int64),
+            f"{name}_req": np.zeros(m, np.int64),
+            f"{name}_n": np.zeros(n_rep, np.int64),
+            f"{name}_pos": np.full(n, NONE, np.int64),
+        }
 
-    return Heaps(*heap(), *heap())
+    return Heaps(**heap("done"), **heap("grow"))
 
 
 #: Node arrays kept between runs of the loop in this process, by name (None: none are kept).
@@ -388,28 +388,27 @@ def sets(
     ``policy_rows``: each replica's lfu or s3fifo rows (``_policy_cache.py``)."""
     nodes = n_rep * (n_unique + 1)
 
-    def lists(on: bool, name: str, extra: int = 0) -> tuple[np.ndarray, ...]:
-        return (
-            np.zeros(n_unique if on else 1, np.uint64),
-            _nodes(f"{name}nxt", nodes + extra if on else 1),
-            _nodes(f"{name}prv", nodes + extra if on else 1),
-        )
+    def lists(on: bool, held: str, name: str, extra: int = 0) -> dict[str, np.ndarray]:
+        """A list's replica masks (field ``held``) and links (``{name}nxt``, ``{name}prv``)."""
+        return {
+            held: np.zeros(n_unique if on else 1, np.uint64),
+            f"{name}nxt": _nodes(f"{name}nxt", nodes + extra if on else 1),
+            f"{name}prv": _nodes(f"{name}prv", nodes + extra if on else 1),
+        }
 
     s = n_unique + 1 if store else 1
+    ring = n_rep * log_capacity if log_capacity else 1
+    pnode, porder = policy_rows or (np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32))
     return Sets(
-        *lists(True, "", n_rep * copies),
-        *lists(tree, "t"),
-        *lists(dram, "d"),
-        np.zeros(n_unique if store else 1, np.bool_),
-        _nodes("snxt", s),
-        _nodes("sprv", s),
-        np.zeros(nodes if idle else 1, np.float64),
-        np.zeros(n_unique if ever else 1, np.uint8),
-        np.zeros(max(n_unique, 2) if log_capacity else 1, np.uint64),
-        np.zeros(n_rep * log_capacity if log_capacity else 1, np.float64),
-        np.zeros(n_rep * log_capacity if log_capacity else 1, np.int32),
-        np.zeros(n_rep * log_capacity if log_capacity else 1, np.bool_),
-        np.zeros((n_rep, 3), np.int64),
-        np.zeros(1, np.float64),
-        *(policy_rows or (np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32))),
-    )
+        **lists(True, "held", "", n_rep * copies),
+        **lists(tree, "tree_held", "t"),
+        **lists(dram, "dram_held", "d"),
+        store_in=np.zeros(n_unique if store else 1, np.bool_),
+        snxt=_nodes("snxt", s), sprv=_nodes("sprv", s),
+        last=np.zeros(nodes if idle else 1, np.float64),
+        ever=np.zeros(n_unique if ever else 1, np.uint8),
+        rview=np.zeros(max(n_unique, 2) if log_capacity else 1, np.uint64),
+        log_t=np.zeros(ring, np.float64), log_b=np.zeros(ring, np.int32),
+        log_on=np.zeros(ring, np.bool_), log_at=np.zeros((n_rep, 3), np.int64),
+        log_now=np.zeros(1, np.float64), pnode=pnode, porder=porder,
+    )  # fmt: skip

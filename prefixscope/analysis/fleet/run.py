@@ -377,7 +377,9 @@ def _run(  # type: ignore[no-untyped-def]
         load_weight=float(r.load_weight), delay_s=float(fleet.router_delay_s),
     )  # fmt: skip
     store = -1 if t.store_blocks is None else t.store_blocks
-    tiers = _records.TierParams(t.dram_blocks, store, dram_s, store_s)
+    tiers = _records.TierParams(
+        dram_blocks=t.dram_blocks, store_blocks=store, dram_s=dram_s, store_s=store_s
+    )
     watched = _records.NONE if watch is None else watch
     stale = fleet.router_delay_s > 0
     req = _records.requests(
