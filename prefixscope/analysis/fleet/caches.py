@@ -87,3 +87,13 @@ def policy_rows(trace: Trace, code: int, n_rep: int) -> tuple[np.ndarray, np.nda
     if code == _records.S3FIFO:
         return empty_rows(trace.n_unique, n_rep), np.zeros((1, 2), np.int32)
     return None
+
+
+def pinned_blocks(trace: Trace, pins: Pins, capacity: int) -> np.ndarray:
+    """The ``--pin`` file's blocks the trace looks up, which every replica pins; more than a
+    replica's ``capacity`` is refused, as ``simulate`` refuses it."""
+    pinned = pins.masks()(trace)
+    n = int(pinned.sum())
+    if n > capacity:
+        raise ValueError(f"{n} pinned blocks do not fit in {capacity} blocks")
+    return np.asarray(pinned, np.bool_)

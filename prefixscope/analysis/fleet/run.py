@@ -23,6 +23,7 @@ from prefixscope.analysis.fleet.caches import (
     check_policy,
     check_tiered_policy,
     kept,
+    pinned_blocks,
     policy_rows,
     replayed,
 )
@@ -356,7 +357,9 @@ def _run(  # type: ignore[no-untyped-def]
             trace, fleet.policy, fleet.capacity_blocks, fixed, n_rep, fleet.pins
         )
     loop = kept(fleet.policy, fleet.pins)
-    pinned = pinned_blocks(trace, fleet) if loop.code == _records.PINNED else np.zeros(0, bool)
+    pinned = np.zeros(0, bool)
+    if loop.code == _records.PINNED:
+        pinned = pinned_blocks(trace, fleet.pins, fleet.capacity_blocks)
     workload = _records.Workload(
         offsets=trace.offsets, blocks=trace.blocks, parent=trace.parent, arrival=arrival,
         input_tokens=inputs, output_tokens=output, recompute_last=trace.recomputes_last_block,
@@ -425,15 +428,6 @@ def _run(  # type: ignore[no-untyped-def]
         miss=req.miss if budget else None, why=None if watch is None else req.why[1:],
         view_early=int(sets.log_at[:, 2].sum()),
     )  # fmt: skip
-
-
-def pinned_blocks(trace: Trace, fleet: Fleet) -> np.ndarray:
-    """The ``--pin`` file's blocks the trace looks up, which every replica pins."""
-    pinned = fleet.pins.masks()(trace)
-    n, cap = int(pinned.sum()), fleet.capacity_blocks
-    if n > cap:
-        raise ValueError(f"{n} pinned blocks do not fit in {cap} blocks")
-    return np.asarray(pinned, np.bool_)
 
 
 def histogram_width(trace: Trace, output: np.ndarray, fleet: Fleet, engine: Engine) -> int:
