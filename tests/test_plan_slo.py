@@ -30,6 +30,7 @@ from prefixscope.analysis.plan.space import replica_of, series_of
 from prefixscope.analysis.plan.windows import WHOLE, split
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
+from prefixscope.dashboards.plan_slo import IDEAL_CAVEAT, from_warehouse, sentences
 from tests.conftest import conversation_lines
 
 
@@ -225,6 +226,14 @@ def test_the_command_writes_both_tables_and_answers_in_gpus(
         assert gpus == n * tp
     assert "× H100" in out or "× H200" in out
     assert "Searched:" in out and "latest_plan_slo_fleets" in out
+    # searched on the ideal engine (the default), which the answers say once, here and on the
+    # page; a pool engine's answers do not
+    assert out.count(IDEAL_CAVEAT) == 1
+    with duckdb.connect(str(wh), read_only=True) as con:
+        assert from_warehouse(con).count(IDEAL_CAVEAT) == 1
+        stored = con.sql("SELECT * FROM latest_plan_slo_answers").to_arrow_table().to_pylist()
+    for engine, said in (("ideal", 1), ("vllm", 0), ("sglang", 0), (None, 0)):
+        assert sentences(stored, "llama-3-8b", {}, engine).count(IDEAL_CAVEAT) == said
 
 
 def test_each_window_sized_alone_costs_no_more_than_the_static_answer(

@@ -149,7 +149,7 @@ def _run_slo(args: argparse.Namespace) -> int:
     answers = result.answers.to_pylist()
     fleets = result.fleets.to_pylist()
     kv = {f["deployment"]: f["kv_pool_gib_per_gpu"] for f in fleets}
-    for line in words.sentences(answers, settings.shape.name, kv):
+    for line in words.sentences(answers, settings.shape.name, kv, settings.engine):
         print(line)
     for line in words.per_window_lines(answers, result.windows.to_pylist()):
         print(line)

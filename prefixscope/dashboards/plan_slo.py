@@ -76,8 +76,19 @@ def _load(scale: float) -> str:
     return "At the logged load" if scale == 1 else f"At {scale:g}× the logged load"
 
 
-def sentences(answers: Sequence[dict], model: str, kv: dict[str, float]) -> list[str]:
-    """One or two sentences per load scale (caching on and off)."""
+#: Said once under the answers of a search on the ``ideal`` engine (docs/plan.md).
+IDEAL_CAVEAT = (
+    "Priced on the ideal engine, whose running requests hold their KV beside a full prefix "
+    "cache: a server's KV pool holds both, and `--engine vllm` or `sglang` prices fleets that "
+    "can exist (docs/plan.md)."
+)
+
+
+def sentences(
+    answers: Sequence[dict], model: str, kv: dict[str, float], engine: str | None = None
+) -> list[str]:
+    """One or two sentences per load scale (caching on and off); searched on ``engine``, said
+    where it is ``ideal``."""
     out = []
     for scale in dict.fromkeys(a["load_scale"] for a in answers):
         on = next((a for a in answers if a["load_scale"] == scale and a["prefix_caching"]), None)
@@ -125,6 +136,8 @@ def sentences(answers: Sequence[dict], model: str, kv: dict[str, float]) -> list
         else:
             text += "."
         out.append(text + window_words(on) + range_words(on))
+    if out and engine == "ideal":
+        out.append(IDEAL_CAVEAT)
     return out
 
 
@@ -242,6 +255,7 @@ def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[
             "GROUP BY deployment"
         ).fetchall()
     )
+    engines = con.execute("SELECT DISTINCT engine FROM latest_plan_slo_fleets").fetchall()
     # every row fetched: a result left open would refuse the connection's next query
     model = con.execute(
         "SELECT r.parameters ->> 'model' FROM runs r WHERE r.run_id = ?",
@@ -251,7 +265,7 @@ def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[
     if brief:
         line = short(answers, name)
         return [] if line is None else [line + "."]
-    return sentences(answers, name, kv)
+    return sentences(answers, name, kv, engines[0][0] if len(engines) == 1 else None)
 
 
 def _run_of(con: duckdb.DuckDBPyConnection) -> str | None:
