@@ -40,8 +40,9 @@ def _init(n, n_rep, stride, sched, tiers, sets, pool):  # type: ignore[no-untype
     """Every list starts empty; a vllm free queue holds ``capacity`` hashless blocks."""
     for i in range(n_rep):
         s = i * stride + stride - 1
-        sets.nxt[s] = s
-        sets.prv[s] = s
+        if sets.nxt.size > 1:  # lfu and s3fifo keep no list: their own rows
+            sets.nxt[s] = s
+            sets.prv[s] = s
         if sets.tnxt.size > 1:
             sets.tnxt[s] = s
             sets.tprv[s] = s

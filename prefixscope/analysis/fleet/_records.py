@@ -380,27 +380,32 @@ def sets(
     ever: bool = False,
     log_capacity: int = 0,
     policy_rows: tuple[np.ndarray, np.ndarray] | None = None,
+    listed: bool = True,
 ) -> Sets:
     """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
     :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``); ``ever``:
     whether each block was ever cached (a pool's miss budget); ``log_capacity``: changes each
     replica's ring of a stale router view holds (0: the router reads the caches);
-    ``policy_rows``: each replica's lfu or s3fifo rows (``_policy_cache.py``)."""
+    ``policy_rows``: each replica's lfu or s3fifo rows (``_policy_cache.py``), which keep no
+    list of their own (``listed`` False: one entry each), so 8 bytes a block a replica less."""
     nodes = n_rep * (n_unique + 1)
 
-    def lists(on: bool, held: str, name: str, extra: int = 0) -> dict[str, np.ndarray]:
+    def lists(
+        on: bool, held: str, name: str, extra: int = 0, links: bool = True
+    ) -> dict[str, np.ndarray]:
         """A list's replica masks (field ``held``) and links (``{name}nxt``, ``{name}prv``)."""
+        linked = on and links
         return {
             held: np.zeros(n_unique if on else 1, np.uint64),
-            f"{name}nxt": _nodes(f"{name}nxt", nodes + extra if on else 1),
-            f"{name}prv": _nodes(f"{name}prv", nodes + extra if on else 1),
+            f"{name}nxt": _nodes(f"{name}nxt", nodes + extra if linked else 1),
+            f"{name}prv": _nodes(f"{name}prv", nodes + extra if linked else 1),
         }
 
     s = n_unique + 1 if store else 1
     ring = n_rep * log_capacity if log_capacity else 1
     pnode, porder = policy_rows or (np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32))
     return Sets(
-        **lists(True, "held", "", n_rep * copies),
+        **lists(True, "held", "", n_rep * copies, listed),
         **lists(tree, "tree_held", "t"),
         **lists(dram, "dram_held", "d"),
         store_in=np.zeros(n_unique if store else 1, np.bool_),
