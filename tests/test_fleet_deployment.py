@@ -420,13 +420,12 @@ def test_a_plan_after_fleets_on_a_gpu_file_prices_them_when_given_the_file(
     assert found[0] == "h100" and "fleets on h20x1 not priced" in found[2]
 
 
-@pytest.mark.parametrize("where", ["--gpu", "--deployment"])
-def test_a_fleet_run_reads_each_gpu_file_once(small: Path, tmp_path: Path, where: str) -> None:
-    """A GPU file, as ``--gpu`` or a deployment's GPU, is resolved once per run, with its
-    settings: the check, the capacity judged, the DRAM tier's host link and the step cost all
-    take the spec it gave, and the rows name it."""
+@pytest.fixture
+def counted_gpu_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[str]]:
+    """A GPU file with its own host link and price, and every GPU file read from now on."""
     path = tmp_path / "g.toml"
-    path.write_text('name = "mygpu"\ntflops = 400\ntbps = 2.0\nhbm_gib = 80\nhost_link_gbps = 32\n')
+    path.write_text('name = "mygpu"\ntflops = 400\ntbps = 2.0\nhbm_gib = 80\n'
+                    'host_link_gbps = 32\nprice_hour = 3.5\n')  # fmt: skip
     reads: list[str] = []
     read = gpu_specs.read_gpu_file
 
@@ -434,6 +433,18 @@ def test_a_fleet_run_reads_each_gpu_file_once(small: Path, tmp_path: Path, where
         reads.append(str(p))
         return read(p)
 
+    monkeypatch.setattr(gpu_specs, "read_gpu_file", counted)
+    return path, reads
+
+
+@pytest.mark.parametrize("where", ["--gpu", "--deployment"])
+def test_a_fleet_run_reads_each_gpu_file_once(
+    small: Path, counted_gpu_file: tuple[Path, list[str]], where: str
+) -> None:
+    """A GPU file, as ``--gpu`` or a deployment's GPU, is resolved once per run, with its
+    settings: the check, the capacity judged, the DRAM tier's host link and the step cost all
+    take the spec it gave, and the rows name it."""
+    path, reads = counted_gpu_file
     settings = FleetSettings(
         routers=("round-robin",),
         replicas=(2,),
@@ -443,31 +454,21 @@ def test_a_fleet_run_reads_each_gpu_file_once(small: Path, tmp_path: Path, where
         deployments=(f"{path}x1",) if where == "--deployment" else (),
         windows=("all",),
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gpu_specs, "read_gpu_file", counted)
-        result = simulate_fleets(small, settings)
+    result = simulate_fleets(small, settings)
     assert reads == [str(path)]
     assert set(result.hit_rates.column("gpu").to_pylist()) == {"mygpu"}
     assert set(result.hit_rates.column("dram_gbps").to_pylist()) == {32.0}
 
 
-def test_an_slo_plan_reads_its_gpu_file_once(small: Path, tmp_path: Path) -> None:
+def test_an_slo_plan_reads_its_gpu_file_once(
+    small: Path, counted_gpu_file: tuple[Path, list[str]]
+) -> None:
     """``plan --slo --deployments FILE.tomlx1``: the file is parsed once with the settings, and
     the check, the calibration looked up, the replica and its price take what it gave."""
-    path = tmp_path / "g.toml"
-    path.write_text('name = "mygpu"\ntflops = 400\ntbps = 2.0\nhbm_gib = 80\nprice_hour = 3.5\n')
-    reads: list[str] = []
-    read = gpu_specs.read_gpu_file
-
-    def counted(p: str):  # type: ignore[no-untyped-def]
-        reads.append(str(p))
-        return read(p)
-
+    path, reads = counted_gpu_file
     settings = PlanSloSettings(
         deployments=(f"{path}x1",), slo="ttft-p95=60", routers=("round-robin",)
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gpu_specs, "read_gpu_file", counted)
-        result = plan_for_slo(small, settings)
+    result = plan_for_slo(small, settings)
     assert reads == [str(path)]
     assert set(result.fleets.column("gpu").to_pylist()) == {"mygpu"}

@@ -380,14 +380,13 @@ def sets(
     ever: bool = False,
     log_capacity: int = 0,
     policy_rows: tuple[np.ndarray, np.ndarray] | None = None,
-    listed: bool = True,
 ) -> Sets:
     """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
     :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``); ``ever``:
     whether each block was ever cached (a pool's miss budget); ``log_capacity``: changes each
     replica's ring of a stale router view holds (0: the router reads the caches);
-    ``policy_rows``: each replica's lfu or s3fifo rows (``_policy_cache.py``), which keep no
-    list of their own (``listed`` False: one entry each), so 8 bytes a block a replica less."""
+    ``policy_rows``: each replica's lfu or s3fifo rows (``_policy_cache.py``); a cache kept in
+    rows keeps no list (one entry each), 8 bytes a block a replica less."""
     nodes = n_rep * (n_unique + 1)
 
     def lists(
@@ -405,7 +404,7 @@ def sets(
     ring = n_rep * log_capacity if log_capacity else 1
     pnode, porder = policy_rows or (np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32))
     return Sets(
-        **lists(True, "held", "", n_rep * copies, listed),
+        **lists(True, "held", "", n_rep * copies, links=policy_rows is None),
         **lists(tree, "tree_held", "t"),
         **lists(dram, "dram_held", "d"),
         store_in=np.zeros(n_unique if store else 1, np.bool_),

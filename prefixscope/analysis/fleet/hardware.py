@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefixscope.analysis.cost.deployment import Deployment, memory_split, parse_deployment
-from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import ModelShape
 from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.run import Fleet
@@ -91,14 +91,11 @@ def of_deployment(
 
 
 def judged_by_gpu(
-    gpu: str | GpuSpec | None, shape: ModelShape, block_size: int, kv_dtype: str
+    spec: GpuSpec | None, shape: ModelShape, block_size: int, kv_dtype: str
 ) -> Hardware:
-    """No deployment: the pool of one ``gpu`` (a name, or resolved already; None or ``cpu``:
-    the CPU) serving ``shape`` judges the capacity (the module docstring's rule)."""
-    if gpu is None or (isinstance(gpu, str) and gpu.lower() == "cpu"):
-        return Hardware()
-    spec = resolve_gpu(gpu) if isinstance(gpu, str) else gpu
-    if spec.hbm_gib is None:
+    """No deployment: the pool of one GPU (``spec``, resolved; None: the CPU) serving
+    ``shape`` judges the capacity (the module docstring's rule)."""
+    if spec is None or spec.hbm_gib is None:
         return Hardware()
     try:
         split = memory_split(shape, Deployment(spec, 1), block_size=block_size, kv_dtype=kv_dtype)
@@ -110,9 +107,9 @@ def judged_by_gpu(
 def capacity_options(
     blocks: Sequence[int],
     gibs: Sequence[float | None],
-    deployments: Sequence[str | Deployment],
+    deployments: Sequence[Deployment],
     shape: ModelShape,
-    gpu: str | GpuSpec | None,
+    gpu: GpuSpec | None,
     block_size: int,
     kv_dtype: str,
 ) -> list[tuple[int, float | None, Hardware]]:
@@ -130,8 +127,8 @@ def capacity_options(
         judged = judged_by_gpu(gpu, shape, block_size, kv_dtype)
         return [(b, g, judged) for b, g in zip(blocks, gibs, strict=True)]
     out: list[tuple[int, float | None, Hardware]] = []
-    for text in deployments:
-        hw = of_deployment(text, shape, block_size, kv_dtype)
+    for deployment in deployments:
+        hw = of_deployment(deployment, shape, block_size, kv_dtype)
         pool = [(hw.kv_pool_blocks or 0, None)]
         out += [(b, g, hw) for b, g in (zip(blocks, gibs, strict=True) if given else pool)]
     return out

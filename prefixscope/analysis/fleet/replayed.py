@@ -1,15 +1,15 @@
 """Policies a replica replays on its own request stream.
 
-The loop keeps ``lru``, ``fifo``, ``ttl``, ``lfu`` and ``s3fifo`` per replica itself
-(``_cache.py``, ``_policy_cache.py``). Every other bounded policy of the registry (``belady``,
-``pinned``, ``session``, ``liveness``) runs in a fleet whose routing is fixed: a fixed router
+The loop keeps ``lru``, ``fifo``, ``ttl``, ``lfu``, ``s3fifo`` and ``pinned`` with a ``--pin``
+file per replica itself (``_cache.py``, ``_policy_cache.py``; ``caches.py``). Every other bounded
+policy of the registry (``belady``, ``pinned --pin-top``, ``session``, ``liveness``) runs in a
+fleet whose routing is fixed: a fixed router
 (``round-robin``, ``random``, ``session``), or one replica. There what reaches a replica
 depends on no cache, so each replica's routed requests (``trace/isolation.subset``) are
 replayed by the policy's own kernel, the code ``simulate`` runs, and the loop takes their
 leading runs as its lookups' result (``_cache.given_hit``) and times the steps as for any
-cache. One replica equals ``simulate`` by construction; Belady's future is each replica's own.
-``pinned`` pins per replica: the ``--pin-top`` prefixes of its own stream, or the ``--pin``
-file's.
+cache. One replica equals ``simulate`` by construction; Belady's future is each replica's own,
+and ``--pin-top`` pins the most shared prefixes of each replica's own stream.
 """
 
 from __future__ import annotations

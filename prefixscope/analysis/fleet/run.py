@@ -396,7 +396,7 @@ def _run(  # type: ignore[no-untyped-def]
         trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies,
         fleet.ttl_s is not None, budget and code != _records.IDEAL,
         min(LOG_CAPACITY, 2 * (len(trace.blocks) + len(answers[1])) + 1) if stale else 0,
-        policy_rows(trace, loop.code, n_rep), loop.code in (_records.LIST, _records.PINNED),
+        policy_rows(trace, loop.code, n_rep),
     )  # fmt: skip
     hp = _records.heaps(n, n_rep, engine.max_seqs)
     pool = _pool_state.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))
