@@ -460,6 +460,23 @@ def test_a_fleet_run_reads_each_gpu_file_once(
     assert set(result.hit_rates.column("dram_gbps").to_pylist()) == {32.0}
 
 
+@pytest.mark.parametrize("where", ["--gpu", "--deployment"])
+def test_the_fleet_command_reads_each_gpu_file_once(
+    small: Path, counted_gpu_file: tuple[Path, list[str]], where: str
+) -> None:
+    """From the command line too: the flag resolves the file, and the settings take the
+    spec or the deployment it gave; nothing below reads the file again."""
+    path, reads = counted_gpu_file
+    given = ["--gpu", str(path), "--capacity-blocks", "40"] if where == "--gpu" else [
+        "--deployment", f"{path}x1"]  # fmt: skip
+    assert main(["fleet", "--warehouse", str(small), "--replicas", "2", "--router",
+                 "round-robin", "--tier", "dram:4", *given]) == 0  # fmt: skip
+    assert reads == [str(path)]
+    with duckdb.connect(str(small), read_only=True) as con:
+        rows = con.execute("SELECT DISTINCT gpu, dram_gbps FROM fleet_hit_rates").fetchall()
+    assert rows == [("mygpu", 32.0)]
+
+
 def test_an_slo_plan_reads_its_gpu_file_once(
     small: Path, counted_gpu_file: tuple[Path, list[str]]
 ) -> None:

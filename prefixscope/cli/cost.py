@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
-from prefixscope.cli import flags
+from prefixscope.cli import flags, gpu_flags
 from prefixscope.cli.command import Command
 
 #: What ``--weight-dtype`` may set every weight to (``models.WEIGHT_BYTES``).
@@ -26,7 +26,10 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
         "--model-config", type=flags.model_config, metavar="FILE", help="a Hugging Face config.json"
     )
     p.add_argument(
-        "--gpu", type=flags.gpu, default=DEFAULT_GPU, help="a100, h100, h200 or NAME:TFLOPS:TBPS"
+        "--gpu",
+        type=gpu_flags.gpu,
+        default=DEFAULT_GPU,
+        help="a100, h100, h200 or NAME:TFLOPS:TBPS",
     )
     p.add_argument(
         "--cached", type=flags.bounded_int(0, 2**40), required=True, help="cached prefix (tokens)"
@@ -105,7 +108,9 @@ def replay_arguments(p: argparse.ArgumentParser) -> None:
         help="longer requests are scaled down to this",
     )
     p.add_argument(
-        "--gpu", type=flags.gpu, help="roofline spec (default: the device's, or measured on cpu)"
+        "--gpu",
+        type=gpu_flags.gpu,
+        help="roofline spec (default: the device's, or measured on cpu)",
     )
     p.add_argument(
         "--chunk",
@@ -166,13 +171,13 @@ def savings_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--gpu",
-        type=flags.gpu_or_cpu,
+        type=gpu_flags.gpu_or_cpu,
         default=DEFAULT_GPU,
         help="a100, h100, h200, NAME:TFLOPS:TBPS, cpu",
     )
     p.add_argument(
         "--deployment",
-        type=flags.deployment,
+        type=gpu_flags.deployment,
         metavar="GPU[xTP]",
         help="the GPUs that price a prefill, e.g. h100x1 or h200x8; their KV pool of --model "
         "bounds the capacity priced (default: the fewest GPUs of --gpu that hold the model)",

@@ -366,27 +366,6 @@ def model_shape(args: argparse.Namespace, default: str):  # type: ignore[no-unty
     return resolve_model(name, getattr(args, "model_config", None))
 
 
-def deployments(text: str) -> list[str]:
-    """``GPU[xTP][,...]``, each parsed here (``cost/deployment.py``), each once."""
-    from prefixscope.analysis.cost.deployment import parse_deployment
-
-    out = []
-    for item in text.split(","):
-        try:
-            out.append(parse_deployment(item).name if ".toml" not in item.lower() else item.strip())
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    return distinct(out, text)
-
-
-def deployment(text: str) -> str:
-    """One ``GPU[xTP]`` (``cost/deployment.py``), checked here; kept as given for a TOML file,
-    else in its own spelling (``h100`` → ``h100x1``)."""
-    if "," in text:
-        raise argparse.ArgumentTypeError(f"give one deployment, GPU or GPUxTP, got {text!r}")
-    return deployments(text)[0]
-
-
 def capacities(p: argparse.ArgumentParser, blocks_help: str | None = None) -> None:
     """One of ``--capacity-blocks``, ``--capacity-tokens``, ``--capacity-gib`` (of ``--model``),
     each a comma-separated list."""
@@ -411,23 +390,6 @@ def capacities_of(args: argparse.Namespace) -> Capacities:
         model_config=args.model_config,
         kv_dtype=args.kv_dtype,
     )
-
-
-def gpu(text: str) -> str:
-    """A GPU by name, or ``NAME:TFLOPS:TBPS`` within the bounds of ``analysis/cost/gpus.py``:
-    checked here, kept as given (the stages resolve it again)."""
-    from prefixscope.analysis.cost.gpus import resolve_gpu
-
-    try:
-        resolve_gpu(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def gpu_or_cpu(text: str) -> str:
-    """``gpu``, or ``cpu``: the calibrated cost model of a CPU replay."""
-    return text if text.strip().lower() == "cpu" else gpu(text)
 
 
 def model_config(text: str) -> str:

@@ -11,7 +11,7 @@ from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.fleet.run import DEFAULT_BUDGET, DEFAULT_MAX_SEQS
 from prefixscope.analysis.fleet.tierspec import TierSpec
-from prefixscope.cli import flags
+from prefixscope.cli import flags, gpu_flags
 from prefixscope.cli.command import Command
 
 
@@ -23,7 +23,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router", type=flags.name_list, required=True, help=", ".join(ROUTERS))
     p.add_argument(
         "--deployment",
-        type=flags.deployments,
+        type=gpu_flags.parsed_deployments,
         default=[],
         metavar="GPU[xTP][,...]",
         help="each replica this deployment, e.g. h100x1,h200x8: its KV pool of --model is the "
@@ -46,7 +46,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument(
         "--gpu",
-        type=flags.gpu,
+        type=gpu_flags.gpu_spec,
         default="h100",
         help="h100, h200, a100 or NAME:TFLOPS:TBPS: prices the steps without --deployment "
         "(%(default)s)",

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from prefixscope.cli import flags
+from prefixscope.cli import flags, gpu_flags
 from prefixscope.cli.command import Command
 from prefixscope.ingest.formats import FORMATS
 from prefixscope.pipelines.flow_parameters import FlowParameters
@@ -137,7 +137,7 @@ def fleet_report_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--savings-gpu",
-        type=flags.gpu_or_cpu,
+        type=gpu_flags.gpu_or_cpu,
         metavar="GPU",
         help=f"GPU the report prices on ({FlowParameters.savings_gpu}: the fewest that hold the "
         "model)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from prefixscope.cli import flags
+from prefixscope.cli import flags, gpu_flags
 from prefixscope.cli.command import Command
 
 
@@ -25,7 +25,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument(
-        "--gpu", type=flags.gpu, default="h100", help="h100, h200, a100 or NAME:TFLOPS:TBPS (h100)"
+        "--gpu",
+        type=gpu_flags.gpu,
+        default="h100",
+        help="h100, h200, a100 or NAME:TFLOPS:TBPS (h100)",
     )
     flags.cost_model(p, "what prices a miss or a step")
     flags.prices(p)
@@ -38,7 +41,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--deployments",
-        type=flags.deployments,
+        type=gpu_flags.deployments,
         metavar="GPUxTP[,...]",
         help="with --slo: the replica kinds to search (e.g. h100x1,h200x1)",
     )

@@ -64,11 +64,13 @@ class FleetSettings:
     windows: tuple[str, ...] = ("all",)
     model: str = DEFAULT_MODEL
     kv_dtype: str = "bf16"
-    gpu: str = DEFAULT_GPU
+    #: A name or a GPU file, or the spec the command line resolved it to.
+    gpu: str | GpuSpec = DEFAULT_GPU
     cost_model: str = "auto"
     #: Each replica one of these (``GPU[xTP]``): its KV pool is the capacity, unless
     #: ``capacities`` gives one (a what-if); its GPU prices the steps in ``gpu``'s place.
-    deployments: tuple[str, ...] = ()
+    #: As text, or as the command line parsed them.
+    deployments: tuple[str | Deployment, ...] = ()
     #: A config.json whose shape ``model`` stands for (``resolve_model``).
     model_config: str | None = None
     budget_tokens: int = DEFAULT_BUDGET
@@ -155,7 +157,9 @@ class FleetSettings:
     @cached_property
     def parsed_deployments(self) -> tuple[Deployment, ...]:
         """``deployments`` parsed once per settings, their GPU files read once."""
-        return tuple(parse_deployment(d) for d in self.deployments)
+        return tuple(
+            d if isinstance(d, Deployment) else parse_deployment(d) for d in self.deployments
+        )
 
     @cached_property
     def price_table(self) -> Prices:

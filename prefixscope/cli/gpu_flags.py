@@ -1,0 +1,76 @@
+"""GPUs and deployments as flags: each checked where it is parsed, its file read there."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from prefixscope.cli.flags import distinct
+
+if TYPE_CHECKING:
+    from prefixscope.analysis.cost.deployment import Deployment
+    from prefixscope.analysis.cost.gpus import GpuSpec
+
+
+def gpu(text: str) -> str:
+    """A GPU by name, or ``NAME:TFLOPS:TBPS`` within the bounds of ``analysis/cost/gpus.py``:
+    checked here, kept as given (the stages resolve it again)."""
+    from prefixscope.analysis.cost.gpus import resolve_gpu
+
+    try:
+        resolve_gpu(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def gpu_spec(text: str) -> GpuSpec:
+    """``gpu``, resolved here (a GPU file read once): for commands whose settings take the
+    spec itself."""
+    from prefixscope.analysis.cost.gpus import resolve_gpu
+
+    try:
+        return resolve_gpu(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def gpu_or_cpu(text: str) -> str:
+    """``gpu``, or ``cpu``: the calibrated cost model of a CPU replay."""
+    return text if text.strip().lower() == "cpu" else gpu(text)
+
+
+def deployments(text: str) -> list[str]:
+    """``GPU[xTP][,...]``, each parsed here (``cost/deployment.py``), each once."""
+    from prefixscope.analysis.cost.deployment import parse_deployment
+
+    out = []
+    for item in text.split(","):
+        try:
+            out.append(parse_deployment(item).name if ".toml" not in item.lower() else item.strip())
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return distinct(out, text)
+
+
+def parsed_deployments(text: str) -> list[Deployment]:
+    """``GPU[xTP][,...]`` resolved here, each GPU file read once: what ``fleet`` runs takes
+    these objects, and resolves none of them again."""
+    from prefixscope.analysis.cost.deployment import parse_deployment
+
+    out = []
+    for item in text.split(","):
+        try:
+            out.append(parse_deployment(item))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    distinct([d.name for d in out], text)
+    return out
+
+
+def deployment(text: str) -> str:
+    """One ``GPU[xTP]`` (``cost/deployment.py``), checked here; kept as given for a TOML file,
+    else in its own spelling (``h100`` → ``h100x1``)."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"give one deployment, GPU or GPUxTP, got {text!r}")
+    return deployments(text)[0]
