@@ -319,6 +319,24 @@ def test_a_deployments_dram_tier_runs_on_its_own_hosts_link(small: Path, tmp_pat
     assert found == {"l40sx1": 31.5, "a100x1": 31.5, "h100x1": 63.0, "h20x1": 20.0}
 
 
+def test_the_planner_and_the_fleet_give_a_gpu_file_without_a_link_one_dram_link(
+    small: Path, tmp_path: Path
+) -> None:
+    """A GPU file with host DRAM and no host link: the SLO planner's DRAM tier reads at the
+    link a fleet's DRAM tier gets (``dram_gbps_for``), not at a link of its own."""
+    from prefixscope.analysis.fleet.run import DRAM_GBPS
+    from prefixscope.analysis.fleet.stepcost import from_roofline
+    from prefixscope.analysis.plan.space import replica_of, tiers_for
+
+    path = gpu_file(tmp_path, host_dram_gib=256)
+    shape = resolve_model("llama-3-8b")
+    replica = replica_of(f"{path}x1", shape, 512, "bf16", from_roofline(shape, GPUS["h100"]))
+    assert tiers_for(replica, 64.0, None, 512).dram_gbps == DRAM_GBPS
+    assert fleet(small, "--deployment", f"{path}x1", "--tier", "dram:4") == 0
+    found = rows(small, "SELECT DISTINCT dram_gbps FROM fleet_hit_rates")
+    assert found == [(DRAM_GBPS,)]
+
+
 def test_a_gpu_files_price_is_what_the_planner_charges(tmp_path: Path) -> None:
     from prefixscope.analysis.fleet.stepcost import from_roofline
     from prefixscope.analysis.plan.space import replica_of, series_of

@@ -134,9 +134,11 @@ def test_transfers_are_paid_in_busy_time_and_ttft() -> None:
 def test_a_dram_tier_reads_at_its_gpu_hosts_pcie_link_unless_told(gpu: str, gbps: float) -> None:
     from prefixscope.analysis.fleet.tierspec import TierSpec, tiers_of
 
-    tiers = tiers_of(TierSpec(64.0), None, "llama-3-8b", 512, "bf16", gpu)
+    shape, spec = resolve_model("llama-3-8b"), resolve_gpu(gpu)
+    tiers = tiers_of(TierSpec(64.0), None, shape, 512, "bf16", spec)
     assert tiers.dram_gbps == gbps and tiers.dram_blocks == 64 * 2**30 // (512 * 131072)
-    assert tiers_of(TierSpec(64.0, 10.0), None, "llama-3-8b", 512, "bf16", gpu).dram_gbps == 10.0
+    assert tiers_of(TierSpec(64.0, 10.0), None, shape, 512, "bf16", spec).dram_gbps == 10.0
+    assert tiers_of(TierSpec(64.0), None, shape, 512, "bf16", None).dram_gbps == 63.0
 
 
 @pytest.mark.parametrize(
@@ -152,7 +154,8 @@ def test_a_tier_of_no_whole_block_is_refused(dram, store) -> None:
         tiers_of(
             None if dram is None else TierSpec(dram),
             None if store is None else TierSpec(store),
-            "llama-3-8b",
+            resolve_model("llama-3-8b"),
             512,
             "bf16",
+            resolve_gpu("h100"),
         )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.fleet import _kernel, _pool_state, _records
 from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.caches import (
@@ -54,17 +54,11 @@ DRAM_GBPS = 63.0
 STORE_GBPS = 25.0
 
 
-def dram_gbps_for(gpu: str | GpuSpec | None) -> float:
+def dram_gbps_for(gpu: GpuSpec | None) -> float:
     """The default DRAM link of a GPU's host: its ``host_link_gbps`` (the catalog's, or a GPU
     file's: PCIe 4.0 for A100 and L40S, 5.0 for H100-class parts), :data:`DRAM_GBPS` where
-    the GPU does not say, as ``plan`` prices it."""
-    if gpu is None:
-        return DRAM_GBPS
-    try:
-        spec = resolve_gpu(gpu) if isinstance(gpu, str) else gpu
-    except ValueError:
-        return DRAM_GBPS
-    return spec.host_link_gbps or DRAM_GBPS
+    the GPU does not say (a ``NAME:TFLOPS:TBPS`` spec, or the CPU), as ``plan`` prices it."""
+    return (gpu.host_link_gbps if gpu is not None else None) or DRAM_GBPS
 
 
 #: A shared store of unbounded capacity (``--shared-store inf``), in blocks.

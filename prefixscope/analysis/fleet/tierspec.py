@@ -7,8 +7,7 @@ import math
 from dataclasses import dataclass, replace
 
 from prefixscope.analysis.cost.gpus import GpuSpec
-from prefixscope.analysis.cost.models import ModelShape, resolve_model
-from prefixscope.analysis.cost.savings import DEFAULT_GPU
+from prefixscope.analysis.cost.models import ModelShape
 from prefixscope.analysis.fleet.run import STORE_GBPS, UNBOUNDED, Tiers, dram_gbps_for
 
 
@@ -32,14 +31,14 @@ class TierSpec:
 def tiers_of(
     dram: TierSpec | None,
     store: TierSpec | None,
-    model: str | ModelShape,
+    shape: ModelShape,
     block_size: int,
     kv_dtype: str,
-    gpu: str | GpuSpec | None = DEFAULT_GPU,
+    gpu: GpuSpec | None,
 ) -> Tiers:
     """GiB become blocks through the model's KV bytes per token, as ``--capacity-gib`` does;
-    a DRAM tier without a bandwidth gets its GPU host's PCIe link."""
-    shape = resolve_model(model) if isinstance(model, str) else model
+    a DRAM tier without a bandwidth gets its GPU host's PCIe link (``gpu``: resolved by the
+    caller, None for the CPU)."""
     tiers = Tiers()
     for what, tier in (("DRAM tier", dram), ("shared store", store)):
         # a tier of no whole block is no tier: its figures would be a cache that cannot exist

@@ -10,7 +10,8 @@ of fleets that differ only in their replica count, each priced in GPUs.
   serving processes and their pinned transfer buffers (an assumption), then
   :data:`DRAM_SHARES` of what is left (none, half, all). It holds the replica's KV once per
   token (every KV head, or the latent once); each GPU reads its own share over its own host
-  link (the catalog's ``host_link_gbps``).
+  link (the catalog's ``host_link_gbps``; where the GPU does not say, the fleet's PCIe 5.0
+  default, ``fleet/run.py:dram_gbps_for``).
 - **Shared store**: none, or one of :data:`STORE_GIB` (2 and 8 TiB: a third and 1.3 times the
   bundled hour's working set of DeepSeek-V3 KV), read at ``STORE_GBPS`` per replica (one
   200 Gb/s NIC) for the replica's KV of a token.
@@ -27,7 +28,7 @@ from prefixscope.analysis.cost.deployment import Deployment, memory_split, parse
 from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import GIB, ModelShape
 from prefixscope.analysis.cost.prices import Prices
-from prefixscope.analysis.fleet.run import STORE_GBPS, Engine, Tiers
+from prefixscope.analysis.fleet.run import STORE_GBPS, Engine, Tiers, dram_gbps_for
 from prefixscope.analysis.fleet.stepcost import StepCost
 
 #: Host DRAM kept out of the DRAM tier: a quarter (an assumption; the catalog's figure is the
@@ -101,7 +102,7 @@ def replica_of(
         kv_pool_blocks=split.kv_pool_blocks,
         kv_pool_gib_per_gpu=split.kv_pool_gib,
         host_dram_gib=(gpu.host_dram_gib or 0.0) * deployment.tp,
-        host_link_gbps=gpu.host_link_gbps or STORE_GBPS,
+        host_link_gbps=dram_gbps_for(gpu),  # the fleet's rule, where the GPU does not say
         kv_bytes_per_gpu_token=split.kv_bytes_per_token,
         kv_bytes_per_token=shape.kv_bytes_per_token(kv_dtype),
         # vLLM's step budget and batch size (the fleet's defaults); a tier copies one GPU's
