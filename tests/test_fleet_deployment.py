@@ -495,6 +495,21 @@ def test_the_fleet_command_reads_each_gpu_file_once(
     assert rows == [("mygpu", 32.0)]
 
 
+@pytest.mark.parametrize("where", ["--gpu", "--deployment"])
+def test_roofline_reads_its_gpu_file_once(
+    counted_gpu_file: tuple[Path, list[str]], where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, reads = counted_gpu_file
+    given = str(path) if where == "--gpu" else f"{path}x2"
+    assert main(["roofline", "--model", "llama-3-8b", "--cached", "1000", "--new", "100",
+                 where, given]) == 0  # fmt: skip
+    assert reads == [str(path)]
+    out = capsys.readouterr().out
+    assert "400 TFLOP/s, 2.00 TB/s" in out
+    # its all-reduces at TP 2 take its host link: the file names no NVLink
+    assert ("all-reduce over PCIe 32.0 GB/s" in out) == (where == "--deployment")
+
+
 def test_an_slo_plan_reads_its_gpu_file_once(
     small: Path, counted_gpu_file: tuple[Path, list[str]]
 ) -> None:

@@ -27,7 +27,7 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--gpu",
-        type=gpu_flags.gpu,
+        type=gpu_flags.gpu_spec,
         default=DEFAULT_GPU,
         help="a100, h100, h200 or NAME:TFLOPS:TBPS",
     )
@@ -43,7 +43,10 @@ def roofline_arguments(p: argparse.ArgumentParser) -> None:
         help="tensor-parallel GPUs of one replica (1); figures are one GPU's",
     )
     p.add_argument(
-        "--deployment", metavar="GPUxTP", help="GPU and TP at once, e.g. h200x8 (instead of --gpu)"
+        "--deployment",
+        type=gpu_flags.parsed_deployment,
+        metavar="GPUxTP",
+        help="GPU and TP at once, e.g. h200x8 (instead of --gpu)",
     )
     p.add_argument(
         "--weight-dtype",
@@ -63,17 +66,15 @@ def roofline(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from prefixscope.analysis.cost import choice
-    from prefixscope.analysis.cost.deployment import parse_deployment
-    from prefixscope.analysis.cost.gpus import resolve_gpu
     from prefixscope.analysis.cost.rooflinetable import format_roofline
 
     shape = flags.model_shape(args, DEFAULT_MODEL)
-    gpu, tp = resolve_gpu(args.gpu), args.tp or 1
+    gpu, tp = args.gpu, args.tp or 1  # resolved where parsed (``gpu_flags``)
     if args.deployment is not None:
-        deployment = parse_deployment(args.deployment)
+        deployment = args.deployment
         if args.tp is not None and args.tp != deployment.tp:
             raise ValueError(
-                f"--tp {args.tp} and --deployment {args.deployment} disagree — give one of them"
+                f"--tp {args.tp} and --deployment {deployment.name} disagree — give one of them"
             )
         gpu, tp = deployment.gpu, deployment.tp
     weights = args.weight_dtype

@@ -74,3 +74,10 @@ def deployment(text: str) -> str:
     if "," in text:
         raise argparse.ArgumentTypeError(f"give one deployment, GPU or GPUxTP, got {text!r}")
     return deployments(text)[0]
+
+
+def parsed_deployment(text: str) -> Deployment:
+    """One ``GPU[xTP]``, resolved here (its GPU file read once)."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"give one deployment, GPU or GPUxTP, got {text!r}")
+    return parsed_deployments(text)[0]

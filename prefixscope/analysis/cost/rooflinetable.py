@@ -10,7 +10,7 @@ from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.measured import MeasuredModel
 from prefixscope.analysis.cost.models import ModelShape
 from prefixscope.analysis.cost.params import parameter_count
-from prefixscope.analysis.cost.roofline import prefill_cost
+from prefixscope.analysis.cost.roofline import prefill_cost, tp_link_gbps
 
 
 def format_roofline(
@@ -29,7 +29,7 @@ def format_roofline(
     lines = [
         f"{shape.name}: {count.total / 1e9:,.2f} B parameters{active}; {where}: "
         f"{gpu.peak_flops / 1e12:,.0f} TFLOP/s, {gpu.mem_bandwidth / 1e12:,.2f} TB/s"
-        + (f", NVLink {gpu.nvlink_gbps:,.0f} GB/s" if tp > 1 else ""),
+        + (_tp_link(gpu) if tp > 1 else ""),
         f"{'':<28}{'miss':>16}{'hit':>16}{'miss/hit':>10}",
     ]
 
@@ -61,3 +61,10 @@ def format_roofline(
                                      np.array([0, cached], np.float64))  # fmt: skip
         row("measured time (ms)", float(t[0]) * 1e3, float(t[1]) * 1e3, ",.3f")
     return "\n".join(lines)
+
+
+def _tp_link(gpu: GpuSpec) -> str:
+    """The link the all-reduces take (``tp_link_gbps``): NVLink, else the host's PCIe."""
+    if gpu.nvlink_gbps:
+        return f", NVLink {gpu.nvlink_gbps:,.0f} GB/s"
+    return f", all-reduce over PCIe {tp_link_gbps(gpu):,.1f} GB/s (no NVLink)"
