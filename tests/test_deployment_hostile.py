@@ -198,7 +198,7 @@ def test_the_flows_savings_capacity_is_the_pool_it_prices() -> None:
         serving=True,
     )
     pool = memory_split(resolve_model("deepseek-v3"), parse_deployment("h200x8"), block_size=512)
-    assert checked.deployment == "h200x8"
+    assert checked.deployment is not None and checked.deployment.name == "h200x8"
     assert checked.simulated_blocks == (pool.kv_pool_blocks, 4_000, 64_000)
     assert checked.capacities_blocks == (4_000, 64_000)  # the grid given, for the curve
     assert (checked.priced.policy, checked.priced.capacity_blocks) == ("lru", pool.kv_pool_blocks)
@@ -206,7 +206,8 @@ def test_the_flows_savings_capacity_is_the_pool_it_prices() -> None:
         FlowParameters(inputs=(__file__,), savings_model="llama-3.3-70b", savings_gpu="h100"),
         serving=True,
     )
-    assert seventy.deployment == "h100x2"  # the fewest H100s that hold 70B's weights
+    # the fewest H100s that hold 70B's weights
+    assert seventy.deployment is not None and seventy.deployment.name == "h100x2"
 
 
 def test_the_flows_savings_model_may_be_a_config(tmp_path: Path) -> None:
@@ -222,7 +223,8 @@ def test_the_flows_savings_model_may_be_a_config(tmp_path: Path) -> None:
     shape = resolve_model("mine", str(config))
     pool = memory_split(shape, parse_deployment("h100x1"), block_size=512).kv_pool_blocks
     eight = memory_split(resolve_model("llama-3-8b"), parse_deployment("h100x1"), block_size=512)
-    assert checked.deployment == "h100x1" and pool in checked.simulated_blocks
+    assert checked.deployment is not None and checked.deployment.name == "h100x1"
+    assert pool in checked.simulated_blocks
     assert checked.priced.capacity_blocks == pool and pool < eight.kv_pool_blocks
 
 

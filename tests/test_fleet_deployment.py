@@ -510,6 +510,59 @@ def test_roofline_reads_its_gpu_file_once(
     assert ("all-reduce over PCIe 32.0 GB/s" in out) == (where == "--deployment")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["savings", "--gpu", "{path}", "--policy", "lru", "--capacity-blocks", "40"],
+        ["savings", "--deployment", "{path}x1", "--policy", "lru", "--capacity-blocks", "40"],
+        ["plan", "--gpu", "{path}"],
+    ],
+    ids=["savings --gpu", "savings --deployment", "plan --gpu"],
+)
+def test_savings_and_plan_read_their_gpu_file_once(
+    small: Path, counted_gpu_file: tuple[Path, list[str]], argv: list[str]
+) -> None:
+    """The flag resolves the file; the settings resolve the deployment that fits, its check,
+    its calibration looked up, its step cost and its price from that spec."""
+    path, reads = counted_gpu_file
+    assert main(["simulate", "--warehouse", str(small), "--policy", "ceiling,lru",
+                 "--capacity-blocks", "40", "--outcomes"]) == 0  # fmt: skip
+    reads.clear()
+    given = [a.format(path=path) for a in argv]
+    assert main([given[0], "--warehouse", str(small), *given[1:]]) == 0
+    assert reads == [str(path)]
+    if argv[0] == "savings":  # priced at the file's own price, $3.50 a GPU-hour
+        with duckdb.connect(str(small), read_only=True) as con:
+            found = con.execute("SELECT DISTINCT gpu, gpu_hour FROM savings").fetchall()
+        assert found == [("mygpu", 3.5)]
+
+
+def test_the_flow_reads_its_gpu_file_once(counted_gpu_file: tuple[Path, list[str]]) -> None:
+    """The flow's check resolves ``--savings-gpu`` and the deployment that fits once for the
+    run; the fleet's and the plan's settings it builds take them and read nothing again."""
+    from prefixscope.pipelines import parameters
+    from prefixscope.pipelines.flow_parameters import FlowParameters
+    from prefixscope.stages.plan import PlanSettings
+
+    path, reads = counted_gpu_file
+    checked = parameters.check(
+        FlowParameters(inputs=(__file__,), savings_model="llama-3-8b", savings_gpu=str(path)),
+        serving=True,
+    )
+    assert reads == [str(path)]
+    assert checked.gpu is not None and checked.gpu.name == "mygpu"
+    assert checked.deployment is not None and checked.deployment.name == "mygpux1"
+    fleet_settings = parameters.fleet_settings(
+        capacities_blocks=checked.capacities_blocks, windows=checked.windows,
+        model="llama-3-8b", gpu=checked.gpu, replicas=checked.fleet_replicas,
+        dask_address=None, deployment=checked.deployment,
+    )  # fmt: skip
+    fleet_settings.check()
+    PlanSettings(model="llama-3-8b", gpu=checked.gpu).check()
+    assert reads == [str(path)]
+    assert fleet_settings.parsed_deployments == (checked.deployment,)
+
+
 def test_an_slo_plan_reads_its_gpu_file_once(
     small: Path, counted_gpu_file: tuple[Path, list[str]]
 ) -> None:

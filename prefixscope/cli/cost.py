@@ -172,13 +172,13 @@ def savings_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--gpu",
-        type=gpu_flags.gpu_or_cpu,
+        type=gpu_flags.gpu_spec_or_cpu,
         default=DEFAULT_GPU,
         help="a100, h100, h200, NAME:TFLOPS:TBPS, cpu",
     )
     p.add_argument(
         "--deployment",
-        type=gpu_flags.deployment,
+        type=gpu_flags.parsed_deployment,
         metavar="GPU[xTP]",
         help="the GPUs that price a prefill, e.g. h100x1 or h200x8; their KV pool of --model "
         "bounds the capacity priced (default: the fewest GPUs of --gpu that hold the model)",

@@ -35,6 +35,11 @@ def gpu_spec(text: str) -> GpuSpec:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def gpu_spec_or_cpu(text: str) -> GpuSpec | str:
+    """``gpu_spec``, or ``cpu``: the calibrated cost model of a CPU replay."""
+    return "cpu" if text.strip().lower() == "cpu" else gpu_spec(text)
+
+
 def gpu_or_cpu(text: str) -> str:
     """``gpu``, or ``cpu``: the calibrated cost model of a CPU replay."""
     return text if text.strip().lower() == "cpu" else gpu(text)
@@ -66,14 +71,6 @@ def parsed_deployments(text: str) -> list[Deployment]:
             raise argparse.ArgumentTypeError(str(exc)) from None
     distinct([d.name for d in out], text)
     return out
-
-
-def deployment(text: str) -> str:
-    """One ``GPU[xTP]`` (``cost/deployment.py``), checked here; kept as given for a TOML file,
-    else in its own spelling (``h100`` → ``h100x1``)."""
-    if "," in text:
-        raise argparse.ArgumentTypeError(f"give one deployment, GPU or GPUxTP, got {text!r}")
-    return deployments(text)[0]
 
 
 def parsed_deployment(text: str) -> Deployment:

@@ -26,7 +26,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp16", "fp8"])
     p.add_argument(
         "--gpu",
-        type=gpu_flags.gpu,
+        type=gpu_flags.gpu_spec,
         default="h100",
         help="h100, h200, a100 or NAME:TFLOPS:TBPS (h100)",
     )

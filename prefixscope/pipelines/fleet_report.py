@@ -331,6 +331,8 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
             calibrated = steps_run("replay", lambda: replay(wh, priced, params.replay_samples))
         flow_model = (params.savings_model, params.savings_gpu)
         model, gpu = calibrated or flow_model
+        # the flow's GPU as the check resolved it, once for the run
+        priced_by = checked.gpu if (model, gpu) == flow_model and checked.gpu else gpu
         # a replay calibrates a catalog model; the config.json is the savings model's shape
         config = params.savings_model_config if model == params.savings_model else None
         step("fleet")
@@ -338,7 +340,7 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
             capacities_blocks=capacities_blocks,
             windows=windows,
             model=model,
-            gpu=gpu,
+            gpu=priced_by,
             replicas=checked.fleet_replicas,
             dask_address=dask_address,
             workers=workers,
@@ -351,7 +353,7 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
         plan_settings = plan_stage.PlanSettings(
             target=params.plan_target,
             model=model,
-            gpu=gpu,
+            gpu=priced_by,
             model_config=config,
             max_lookups=RECENT_LOOKUPS,
             workers=workers if dask_address is None else None,
@@ -377,7 +379,7 @@ def fleet_report(params: FlowParameters) -> FleetReportOutcome:
         step("savings")
         savings_settings = savings_stage.SavingsSettings(
             model=model,
-            gpu=gpu,
+            gpu=priced_by,
             model_config=config,
             # the flow's deployment where it prices with the flow's GPU; a replay's own
             # device (calibrated) takes the fewest of its GPUs that hold its model

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefixscope import warehouse
-from prefixscope.analysis.cost.deployment import fitting_deployment
+from prefixscope.analysis.cost.choice import device
+from prefixscope.analysis.cost.deployment import Deployment, fitting
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import resolve_model
-from prefixscope.analysis.cost.savings import DEFAULT_MODEL, gpu_key
 from prefixscope.analysis.fleet.hardware import of_deployment
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.simulation.capacities import Capacities
@@ -85,9 +86,11 @@ class Checked:
     fleet_replicas: tuple[int, ...]
     grid: tuple[Scenario, ...]
     priced: Scenario  # the scenario whose outcomes the savings price
+    #: ``savings_gpu`` resolved, once for the run (None: the CPU): the stages take it.
+    gpu: GpuSpec | None = None
     #: What the savings and the fleet price: the fewest GPUs of ``savings_gpu`` that hold the
     #: model (None: a GPU without an HBM figure, or the CPU); the savings price its KV pool.
-    deployment: str | None = None
+    deployment: Deployment | None = None
     #: The capacities simulated: those given, and the deployment's pool (the priced one).
     simulated_blocks: tuple[int, ...] = ()
     #: The coding-agent traces, patterns expanded (``--agent-input``).
@@ -151,14 +154,12 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
             f"simulates ({', '.join(bounded) or 'none'}) — give one of them, or add it to --policy"
         )
     shape = resolve_model(params.savings_model, params.savings_model_config)
-    gpu_key(params.savings_gpu)
-    deployment = fleet_deployment(
-        params.savings_gpu, params.savings_model, params.savings_model_config
-    )
+    spec = device(params.savings_gpu)  # a GPU file read here, once for the run
+    deployment = fitting(spec, shape)
     block_size = FORMATS[params.format_name].default_block_size
-    pool = deployment_pool(
-        deployment, params.savings_model, block_size, params.savings_model_config
-    )
+    pool = None
+    if deployment is not None:
+        pool = of_deployment(deployment, shape, block_size, "bf16").kv_pool_blocks
     if (
         pool is not None
         and params.savings_capacity_blocks is not None
@@ -166,7 +167,8 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
     ):
         raise ValueError(
             f"--savings-capacity-blocks {params.savings_capacity_blocks:,} is more KV than "
-            f"{deployment}'s pool of {pool:,} blocks of {shape.name} — give at most {pool:,}, "
+            f"{deployment.name}'s pool of {pool:,} blocks of {shape.name} — give at most "
+            f"{pool:,}, "
             "or a GPU that holds more (--savings-gpu)"
         )
     simulated = tuple(sorted({*resolved["--capacity-blocks"], *([pool] if pool else [])}))
@@ -178,7 +180,7 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
         capacities_blocks=resolved["--capacity-blocks"],
         windows=resolved["--window"],
         model=params.savings_model,
-        gpu=params.savings_gpu,
+        gpu=params.savings_gpu if spec is None else spec,
         replicas=resolved["--fleet-replicas"],
         dask_address=params.dask_address,
         workers=params.workers,
@@ -190,7 +192,7 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
     plan_stage.PlanSettings(
         target=params.plan_target,
         model=params.savings_model,
-        gpu=params.savings_gpu,
+        gpu=params.savings_gpu if spec is None else spec,
         model_config=params.savings_model_config,
     ).check()
     slo_settings(slo=params.slo, dask_address=params.dask_address, workers=params.workers).check()
@@ -211,6 +213,7 @@ def check(params: FlowParameters, *, serving: bool = False) -> Checked:
         priced=outcomes_scenario(
             grid, params.savings_policy or "lru", params.savings_capacity_blocks or pool
         ),
+        gpu=spec,
         deployment=deployment,
         simulated_blocks=simulated,
         agent_paths=agent_paths,
@@ -311,25 +314,6 @@ def readable(paths: Sequence[str]) -> list[str]:
     return list(paths)
 
 
-def fleet_deployment(
-    gpu: str, model: str = DEFAULT_MODEL, model_config: str | None = None
-) -> str | None:
-    """The flow's replicas, and what its savings price: the fewest ``gpu`` that hold ``model``
-    (the shape of ``model_config`` where given) as ``GPUxTP``, where ``gpu`` has an HBM figure
-    to size its pool by; None for a ``NAME:TFLOPS:TBPS`` spec or ``cpu``."""
-    return fitting_deployment(gpu, resolve_model(model, model_config))
-
-
-def deployment_pool(
-    deployment: str | None, model: str, block_size: int, model_config: str | None = None
-) -> int | None:
-    """The KV pool of ``deployment`` serving ``model``, in blocks of ``block_size``."""
-    if deployment is None:
-        return None
-    shape = resolve_model(model, model_config)
-    return of_deployment(deployment, shape, block_size, "bf16").kv_pool_blocks
-
-
 def middle_capacity(capacities_blocks: Sequence[int]) -> int | None:
     caps = sorted(capacities_blocks)
     return caps[len(caps) // 2] if caps else None
@@ -345,11 +329,11 @@ def fleet_settings(
     capacities_blocks: Sequence[int],
     windows: Sequence[str],
     model: str,
-    gpu: str,
+    gpu: str | GpuSpec,
     replicas: Sequence[int],
     dask_address: str | None,
     workers: int = 1,
-    deployment: str | None = None,
+    deployment: Deployment | None = None,
     model_config: str | None = None,
     warm_start: WarmStart | None = None,
 ) -> fleet_stage.FleetSettings:

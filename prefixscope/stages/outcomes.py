@@ -94,7 +94,7 @@ def load_outcomes(
 
 
 def calibrated(
-    con: duckdb.DuckDBPyConnection, model: str | ModelShape, gpu: str | GpuSpec
+    con: duckdb.DuckDBPyConnection, model: str | ModelShape, gpu: str | GpuSpec | None
 ) -> tuple[str, tuple[float, ...], tuple[float, float]] | None:
     """The newest cost model fitted for (model, gpu) by a succeeded replay or calibrate run: its
     run id, coefficients and knees; else the shipped one (``analysis/cost/shipped.py``), its

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import duckdb
@@ -14,11 +15,11 @@ import pyarrow as pa
 
 from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import check_kind, device, wants_calibration
-from prefixscope.analysis.cost.deployment import fitting_deployment, parse_deployment
-from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
-from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.deployment import fitting
+from prefixscope.analysis.cost.gpus import GPUS, GpuSpec
+from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import Prices, load_prices
-from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model, gpu_key
+from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model
 from prefixscope.analysis.fanout import fan_out
 from prefixscope.analysis.plan.capacity import Point, hit_tokens_at
 from prefixscope.analysis.plan.fleets import configuration_rows
@@ -41,7 +42,8 @@ class PlanSettings:
     target: float = 0.9
     window: str = "all"
     model: str = DEFAULT_MODEL
-    gpu: str = DEFAULT_GPU
+    #: A name or a GPU file, or the spec the command line resolved it to.
+    gpu: str | GpuSpec = DEFAULT_GPU
     kv_dtype: str = "bf16"
     cost_model: str = "auto"
     prices: str | None = None
@@ -63,17 +65,25 @@ class PlanSettings:
                 f"the planner measures over {' or '.join(PLAN_WINDOWS)} (the same requests at "
                 f"every capacity), not {self.window!r}"
             )
-        shape = resolve_model(self.model, self.model_config)
-        gpu_key(self.gpu)
-        check_kind(self.cost_model, shape, device(self.gpu), self.tp)
+        check_kind(self.cost_model, self.shape, self.device, self.tp)
         return load_prices(self.prices)
 
-    @property
+    @cached_property
+    def shape(self) -> ModelShape:
+        """``model`` resolved once per settings (a ``--model-config`` file read once)."""
+        return resolve_model(self.model, self.model_config)
+
+    @cached_property
+    def device(self) -> GpuSpec | None:
+        """``gpu`` resolved once per settings (None: ``cpu``): a GPU file is read once."""
+        return device(self.gpu)
+
+    @cached_property
     def tp(self) -> int:
         """The GPUs a prefill of ``model`` runs on: the fewest of ``gpu`` that hold it (1 for
         the CPU or a GPU without an HBM figure), so the next GiB's GPU-seconds count them all."""
-        text = fitting_deployment(self.gpu, resolve_model(self.model, self.model_config))
-        return 1 if text is None else parse_deployment(text).tp
+        found = fitting(self.device, self.shape)
+        return 1 if found is None else found.tp
 
 
 def plan_capacity(wh: str | Path, settings: PlanSettings) -> pa.Table:
@@ -86,7 +96,7 @@ def plan_capacity(wh: str | Path, settings: PlanSettings) -> pa.Table:
             fleet_rows = _fleet_rows(con, settings.window)
             _check_load_scale(fleet_rows, settings.load_scale)
             fitted = calibrated(
-                con, resolve_model(settings.model, settings.model_config), settings.gpu
+                con, settings.shape, settings.device
             ) if wants_calibration(settings.cost_model, settings.tp) else None  # fmt: skip
         if not ceilings:
             raise ValueError(
@@ -95,14 +105,9 @@ def plan_capacity(wh: str | Path, settings: PlanSettings) -> pa.Table:
                 f"--window {settings.window}` first"
             )
         cost = cost_model(
-            settings.model,
-            settings.gpu,
-            settings.cost_model,
-            fitted,
-            settings.model_config,
-            settings.tp,
+            settings.shape, settings.device, settings.cost_model, fitted, tp=settings.tp
         )
-        shape = resolve_model(settings.model, settings.model_config)
+        shape = settings.shape
         sizing = Sizing(
             cost.model,
             cost.gpu,
@@ -130,7 +135,7 @@ def plan_capacity(wh: str | Path, settings: PlanSettings) -> pa.Table:
             sizing,
             trace.n_unique,
             settings.load_scale,
-            _gpu_files(settings.gpu),
+            _gpu_files(settings.device),
         )
         table = plan_table(rows)
         with stage_run.publishing() as con:
@@ -232,10 +237,9 @@ def _fleet_rows(con: duckdb.DuckDBPyConnection, window: str) -> list[dict]:
     return table.to_pylist()
 
 
-def _gpu_files(gpu: str) -> dict[str, GpuSpec]:
-    """The GPU files this plan was given (``--gpu FILE.toml``), by the name their fleets' rows
-    store."""
-    if not gpu.strip().lower().endswith(".toml"):
+def _gpu_files(gpu: GpuSpec | None) -> dict[str, GpuSpec]:
+    """The GPU this plan was given where the catalog does not hold it (``--gpu FILE.toml``, or
+    ``NAME:TFLOPS:TBPS``), by the name its fleets' rows store."""
+    if gpu is None or GPUS.get(gpu.name.lower()) == gpu:
         return {}
-    spec = resolve_gpu(gpu)
-    return {spec.name.lower(): spec}
+    return {gpu.name.lower(): gpu}

@@ -248,24 +248,23 @@ def smallest_fitting_tp(
     return None
 
 
-def fitting_deployment(gpu: str, shape: ModelShape, weight_dtype: str | None = None) -> str | None:
-    """The deployment of ``gpu`` (a catalog name, alias or TOML file) that holds ``shape`` on
-    the fewest GPUs, as ``GPUxTP``: what a command prices when it is given a GPU and no
-    deployment. None for ``cpu`` or a GPU without an HBM figure (nothing to size by);
-    ValueError, in one line, when no TP of it holds the model."""
-    text = gpu.strip()
-    if text.lower() == "cpu" or ":" in text:
+def fitting(
+    gpu: GpuSpec | None, shape: ModelShape, weight_dtype: str | None = None
+) -> Deployment | None:
+    """The deployment of ``gpu`` (resolved; None: the CPU) that holds ``shape`` on the fewest
+    GPUs: what a command prices when it is given a GPU and no deployment. None for the CPU or
+    a GPU without an HBM figure (nothing to size by); ValueError, in one line, when no TP of
+    it holds the model."""
+    if gpu is None or gpu.hbm_gib is None:
         return None
-    spec = resolve_gpu(text)
-    if spec.hbm_gib is None:
-        return None
-    tp = smallest_fitting_tp(shape, spec, weight_dtype=weight_dtype)
+    tp = smallest_fitting_tp(shape, gpu, weight_dtype=weight_dtype)
     if tp is None:
         raise ValueError(
-            f"no TP of {spec.name} holds {shape.name}'s weights — give a larger GPU, or a smaller "
+            f"no TP of {gpu.name} holds {shape.name}'s weights — give a larger GPU, or a smaller "
             "weight dtype"
         )
-    return f"{text}x{tp}" if text.lower().endswith(".toml") else Deployment(spec, tp).name
+    return Deployment(gpu, tp)
+
 
 
 def format_splits(splits: list[MemorySplit]) -> str:

@@ -23,7 +23,7 @@ from prefixscope.analysis.cost.choice import Fitted, chosen, device, measured_fo
 from prefixscope.analysis.cost.costmodel import CostModel
 from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 from prefixscope.analysis.cost.measured import many
-from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import GPU_SECONDS
 from prefixscope.analysis.cost.roofline import prefill_cost
 from prefixscope.analysis.cost.shipped import kind_of
@@ -151,7 +151,7 @@ def savings_rows(
 
 
 def cost_model(
-    model: str,
+    model: str | ModelShape,
     gpu: str | GpuSpec | None,
     kind: str = "auto",
     calibrated: Fitted | None = None,
@@ -161,8 +161,9 @@ def cost_model(
     """The cost model that prices (model, gpu) on ``tp`` GPUs under ``--cost-model kind``
     (``choice.py``'s rule): ``calibrated`` (the run id that fitted it, or ``shipped:FILE``;
     coefficients; knees) where it is chosen, else the measured model, else the roofline.
-    ``config``: a config.json whose shape ``model`` names (``resolve_model``)."""
-    shape = resolve_model(model, config)
+    ``config``: a config.json whose shape ``model`` names (``resolve_model``); or ``model``
+    the shape, resolved already."""
+    shape = model if isinstance(model, ModelShape) else resolve_model(model, config)
     key, spec = gpu_key(gpu), device(gpu)
     which = chosen(kind, shape, spec, tp, calibrated)
     if which == "calibrated" and calibrated is not None:
