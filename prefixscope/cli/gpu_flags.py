@@ -46,7 +46,8 @@ def gpu_or_cpu(text: str) -> str:
 
 
 def deployments(text: str) -> list[str]:
-    """``GPU[xTP][,...]``, each parsed here (``cost/deployment.py``), each once."""
+    """``GPU[xTP][,...]``, each parsed here (``cost/deployment.py``), each once, kept as text
+    (a TOML file's path as given: ``plan --slo``'s settings read it, once)."""
     from prefixscope.analysis.cost.deployment import parse_deployment
 
     out = []
@@ -59,8 +60,8 @@ def deployments(text: str) -> list[str]:
 
 
 def parsed_deployments(text: str) -> list[Deployment]:
-    """``GPU[xTP][,...]`` resolved here, each GPU file read once: what ``fleet`` runs takes
-    these objects, and resolves none of them again."""
+    """``GPU[xTP][,...]`` resolved here, each GPU file read once: the settings of ``fleet``,
+    ``roofline`` and ``savings`` take these objects and resolve none of them again."""
     from prefixscope.analysis.cost.deployment import parse_deployment
 
     out = []
