@@ -3,6 +3,8 @@ reference against a small case worked by hand."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -48,8 +50,9 @@ FIELDS = [
 # Arrival gaps (s), from a burst to idle; powers of two, so sums are exact and an arrival can
 # fall exactly one eviction interval after the last eviction.
 GAPS = [0.0, 0.0, 2**-11, 2**-9, 2**-8, 2**-7, 2**-5, 2**-2]
-#: Where the drawn cases' --pin files are written, once per content.
+#: Where the drawn cases' --pin files are written, once per content; gone with the process.
 PIN_DIR = Path(tempfile.mkdtemp(prefix="prefixscope-pins-"))
+atexit.register(shutil.rmtree, PIN_DIR, ignore_errors=True)
 
 
 @dataclass

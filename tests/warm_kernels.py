@@ -12,6 +12,7 @@ loop in each waits for this one compile and loads it from the cache (:func:`awai
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,11 +38,13 @@ def compile_fleet() -> None:
 
 
 _RUNNING: list[subprocess.Popen] = []  # type: ignore[type-arg]
+_FOLDERS: list[Path] = []  # the markers' folders this process made
 
 
 def start() -> None:
     """The compile in a process of its own; its marker and pid go to the workers by ``ENV``."""
     marker = Path(tempfile.mkdtemp(prefix="prefixscope-warm-")) / "done"
+    _FOLDERS.append(marker.parent)
     p = subprocess.Popen([sys.executable, "-m", "tests.warm_kernels", str(marker)], cwd=ROOT,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     _RUNNING.append(p)
@@ -50,12 +53,14 @@ def start() -> None:
 
 def stop() -> None:
     """At the run's end: a compile no test waited for (a run of files that never call the
-    loop) is not left running after it."""
+    loop) is not left running after it, and its marker's folder goes."""
     while _RUNNING:
         p = _RUNNING.pop()
         if p.poll() is None:
             p.terminate()
         p.wait()
+    while _FOLDERS:  # the controller's only: the workers are done with it by now
+        shutil.rmtree(_FOLDERS.pop(), ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
