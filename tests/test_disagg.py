@@ -217,6 +217,16 @@ def test_the_cli_writes_both_layouts(small: Path, capsys) -> None:  # noqa: ANN0
     assert got == [("colocated", 3, 120, 0, 3, 0, None), ("disaggregated", 3, 120, 0, 2, 1, "rdma")]
 
 
+def test_a_pool_of_a_gpu_file_runs(small: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001, F811
+    """``--prefill FILE.tomlx1*2``: the flag keeps the deployment it read (the GPU's own name,
+    unknown to the catalog, would not read back), and the rows name that GPU."""
+    path = tmp_path / "h20.toml"
+    path.write_text('name = "h20"\ntflops = 148\ntbps = 4.0\nhbm_gib = 96\n')
+    assert main(["disagg", "--warehouse", str(small), "--prefill", f"{path}x1*2",
+                 "--decode", "h100x1*1", "--router", "round-robin"]) == 0  # fmt: skip
+    assert "2 × h20x1 → 1 × h100x1" in capsys.readouterr().out
+
+
 def test_the_cli_refuses_a_model_that_does_not_fit_before_it_runs(small: Path, capsys) -> None:  # noqa: ANN001, F811
     code = main(["disagg", "--warehouse", str(small), "--prefill", "h100x1*2",
                  "--decode", "h100x1*1", "--model", "llama-3.1-70b"])  # fmt: skip

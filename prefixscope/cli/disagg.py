@@ -5,25 +5,24 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import TYPE_CHECKING
 
-from prefixscope.cli import flags
+from prefixscope.cli import flags, gpu_flags
 from prefixscope.cli.command import Command
+
+if TYPE_CHECKING:
+    from prefixscope.analysis.cost.deployment import Deployment
 
 _POOL = re.compile(r"(?P<deployment>[^*]+)\*(?P<n>[0-9]{1,3})")
 
 
-def pool(text: str) -> tuple[str, int]:
-    """``GPU[xTP]*N``: N replicas of a deployment, parsed here."""
-    from prefixscope.analysis.cost.deployment import parse_deployment
-
+def pool(text: str) -> tuple[Deployment, int]:
+    """``GPU[xTP]*N``: N replicas of a deployment, resolved here (a GPU file read once: the
+    settings take the deployment, not its name, which a file's GPU may not read back by)."""
     m = _POOL.fullmatch(text.strip())
     if not m:
         raise argparse.ArgumentTypeError(f"expected GPU[xTP]*N, e.g. h200x8*3, got {text!r}")
-    try:
-        name = parse_deployment(m["deployment"]).name
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return name, int(m["n"])
+    return gpu_flags.parsed_deployment(m["deployment"]), int(m["n"])
 
 
 def arguments(p: argparse.ArgumentParser) -> None:

@@ -45,23 +45,9 @@ def gpu_or_cpu(text: str) -> str:
     return text if text.strip().lower() == "cpu" else gpu(text)
 
 
-def deployments(text: str) -> list[str]:
-    """``GPU[xTP][,...]``, each parsed here (``cost/deployment.py``), each once, kept as text
-    (a TOML file's path as given: ``plan --slo``'s settings read it, once)."""
-    from prefixscope.analysis.cost.deployment import parse_deployment
-
-    out = []
-    for item in text.split(","):
-        try:
-            out.append(parse_deployment(item).name if ".toml" not in item.lower() else item.strip())
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    return distinct(out, text)
-
-
 def parsed_deployments(text: str) -> list[Deployment]:
     """``GPU[xTP][,...]`` resolved here, each GPU file read once: the settings of ``fleet``,
-    ``roofline`` and ``savings`` take these objects and resolve none of them again."""
+    ``plan``, ``roofline`` and ``savings`` take these objects and resolve none of them again."""
     from prefixscope.analysis.cost.deployment import parse_deployment
 
     out = []

@@ -41,7 +41,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--deployments",
-        type=gpu_flags.deployments,
+        type=gpu_flags.parsed_deployments,
         metavar="GPUxTP[,...]",
         help="with --slo: the replica kinds to search (e.g. h100x1,h200x1)",
     )

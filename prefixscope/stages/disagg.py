@@ -47,9 +47,9 @@ class DisaggSettings:
     by ``router`` and keeping KV as ``engine`` does; ``colocated``: also the colocated fleet
     of as many GPUs (where the prefill deployment divides them)."""
 
-    prefill: str
+    prefill: str | Deployment  # ``GPU[xTP]``, or as the command line parsed it
     prefill_replicas: int
-    decode: str
+    decode: str | Deployment
     decode_replicas: int
     router: str = "kv-aware"
     engine: str = "ideal"
@@ -70,10 +70,13 @@ class DisaggSettings:
         return resolve_model(self.model, self.model_config)
 
     @cached_property
-    def parsed(self) -> dict[str, Deployment]:
-        """The prefill and decode deployments, parsed once per settings (a GPU file read
-        once)."""
-        return {text: parse_deployment(text) for text in (self.prefill, self.decode)}
+    def parsed(self) -> dict[str | Deployment, Deployment]:
+        """The prefill and decode deployments as given → parsed, once per settings (a GPU file
+        read once)."""
+        return {
+            d: d if isinstance(d, Deployment) else parse_deployment(d)
+            for d in (self.prefill, self.decode)
+        }
 
     @property
     def gpus(self) -> int:
@@ -116,13 +119,13 @@ class DisaggResult:
     colocated: FleetOutcome | None
 
 
-def _split(settings: DisaggSettings, text: str, block_size: int) -> MemorySplit:
+def _split(settings: DisaggSettings, text: str | Deployment, block_size: int) -> MemorySplit:
     return memory_split(
         settings.shape, settings.parsed[text], block_size=block_size, kv_dtype=settings.kv_dtype
     )
 
 
-def _cost(settings: DisaggSettings, text: str, fitted) -> StepCost:  # type: ignore[no-untyped-def]
+def _cost(settings: DisaggSettings, text: str | Deployment, fitted) -> StepCost:  # type: ignore[no-untyped-def]
     d = settings.parsed[text]
     return choose(settings.shape, d.gpu, d.tp, fitted, settings.cost_model)
 

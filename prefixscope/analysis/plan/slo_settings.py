@@ -40,7 +40,8 @@ class PlanSloSettings:
     in every window of this many seconds (``windows.WHOLE``: over the whole trace at once);
     ``per_window``: each window also searched alone, what a perfect autoscaler would run."""
 
-    deployments: tuple[str, ...]
+    #: ``GPUxTP`` each, as text or as the command line parsed them.
+    deployments: tuple[str | Deployment, ...]
     slo: str
     load_scales: tuple[float, ...] = (1.0,)
     routers: tuple[str, ...] = tuple(ROUTERS)
@@ -64,9 +65,11 @@ class PlanSloSettings:
         return resolve_model(self.model, self.model_config)
 
     @cached_property
-    def parsed(self) -> dict[str, Deployment]:
-        """Each deployment as given, parsed once per settings (a GPU file read once)."""
-        return {text: parse_deployment(text) for text in self.deployments}
+    def parsed(self) -> dict[str | Deployment, Deployment]:
+        """Each deployment as given → parsed, once per settings (a GPU file read once)."""
+        return {
+            d: d if isinstance(d, Deployment) else parse_deployment(d) for d in self.deployments
+        }
 
     @cached_property
     def price_table(self) -> Prices:
@@ -104,7 +107,9 @@ class PlanSloSettings:
         return slo
 
 
-def step_cost(settings: PlanSloSettings, deployment: str, fitted: Fitted | None) -> StepCost:
+def step_cost(
+    settings: PlanSloSettings, deployment: str | Deployment, fitted: Fitted | None
+) -> StepCost:
     """What prices a step of ``deployment`` serving ``settings.shape`` (``stepcost.choose``):
     the calibrated model at TP 1 where allowed and held, else the measured model at TP where
     it covers, else the roofline at TP."""
