@@ -667,3 +667,21 @@ def test_load_scales_that_print_alike_are_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="print alike"):
         flags.load_scales(text)
     assert flags.load_scales("1,1.001") == [1.0, 1.001]
+
+
+@pytest.mark.parametrize(
+    ("argv", "unknown"),
+    [
+        (["deployment", "--deployment", "h100x1", "--gpu", "h100"], "--gpu"),
+        (["roofline", "--cached", "1", "--new", "1", "--deploy", "h100x2"], "--deploy"),
+        (["deployment", "--deployment", "h100x1", "--kv", "fp8"], "--kv"),
+    ],
+)
+def test_a_flag_is_never_read_as_the_longer_flag_it_begins(
+    argv: list[str], unknown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``deployment --gpu FILE`` was read as ``--gpu-memory-utilization FILE``: an abbreviation
+    is refused as the unknown flag it is, and means nothing when a flag is added later."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {unknown}" in err and err.count("\n") == 1

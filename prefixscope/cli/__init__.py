@@ -106,12 +106,18 @@ def _lock_timeout(p: argparse.ArgumentParser, default: object) -> None:
 
 def build_parser(available: Sequence[Command] | None = None) -> argparse.ArgumentParser:
     """The parser of ``available`` commands (default: all of them)."""
-    parser = Parser(prog="prefixscope", description="What a prefix (KV) cache is really worth.")
+    # no abbreviated flags: `deployment --gpu FILE` would be read as --gpu-memory-utilization,
+    # and a flag added later would change what an abbreviation means
+    parser = Parser(
+        prog="prefixscope",
+        description="What a prefix (KV) cache is really worth.",
+        allow_abbrev=False,
+    )
     parser.add_argument("--version", action="version", version=f"prefixscope {__version__}")
     _lock_timeout(parser, warehouse.LOCK_TIMEOUT_S)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in commands() if available is None else available:
-        p = sub.add_parser(command.name, help=command.help)
+        p = sub.add_parser(command.name, help=command.help, allow_abbrev=False)
         command.arguments(p)
         _lock_timeout(p, argparse.SUPPRESS)  # also accepted after the command's name
     return parser
