@@ -33,6 +33,9 @@ os.environ.update(
         "PREFECT_LOGGING_TO_API_ENABLED": "false",
         "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
         "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED": "false",
+        # a local cluster's scheduler logs from its own thread, at times after a test's
+        # captured output has closed: a traceback in the run's output for an INFO line
+        "DASK_LOGGING__DISTRIBUTED": "warning",
         "PREFIXSCOPE_CONFIG_DIR": tempfile.mkdtemp(prefix="prefixscope-config-"),
     }
 )
@@ -52,6 +55,32 @@ import duckdb  # noqa: E402
 # would be that test's buffer, closed when the test ends, and any later Prefect warning (from a
 # background service) would fail to print.
 import prefect  # noqa: E402, F401
+
+
+def _private_randoms() -> None:
+    """Background threads of Prefect's client services (their jittered intervals) and of Dask's
+    event loops (tornado's periodic callbacks, retries, the local scheduler) draw from the
+    global ``random`` module. One such draw while Hypothesis draws a case reads to it as the
+    strategy's own ("Do not use the random module inside strategies": seen on the fleet's
+    reference test, in one full run in three). Each of those modules draws from a generator
+    of its own instead; nothing of ours uses the global one."""
+    import importlib
+    import random
+
+    for name in (
+        "prefect.utilities.math",
+        "prefect._internal._observation_delivery",
+        "tornado.ioloop",
+        "distributed.utils_comm",
+        "distributed.comm.core",
+        "distributed.scheduler",
+    ):
+        module = importlib.import_module(name)
+        assert module.random is random, name  # each calls random.<draw>(...) on the module
+        module.random = random.Random()  # type: ignore[attr-defined]
+
+
+_private_randoms()
 
 from prefixscope import warehouse  # noqa: E402
 from prefixscope.analysis.trace.csr import Trace  # noqa: E402
