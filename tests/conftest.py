@@ -58,26 +58,32 @@ import prefect  # noqa: E402, F401
 
 
 def _private_randoms() -> None:
-    """Background threads of Prefect's client services (their jittered intervals) and of Dask's
-    event loops (tornado's periodic callbacks, retries, the local scheduler) draw from the
-    global ``random`` module. One such draw while Hypothesis draws a case reads to it as the
-    strategy's own ("Do not use the random module inside strategies": seen on the fleet's
-    reference test, in one full run in three). Each of those modules draws from a generator
-    of its own instead; nothing of ours uses the global one."""
-    import importlib
+    """Background threads draw from the global ``random`` module: the websocket pings of
+    Prefect's events client (``websockets``: ``random.getrandbits``), Prefect's jittered
+    service intervals, tornado's periodic callbacks and Dask's retries. One such draw while
+    Hypothesis draws a case reads to it as the strategy's own ("Do not use the random module
+    inside strategies": seen on the fleet's reference test in one full run in three). A draw
+    from the module's functions off the main thread comes from a generator of its own instead;
+    nothing of ours draws from the global one (every test draws in the main thread)."""
     import random
+    import threading
 
-    for name in (
-        "prefect.utilities.math",
-        "prefect._internal._observation_delivery",
-        "tornado.ioloop",
-        "distributed.utils_comm",
-        "distributed.comm.core",
-        "distributed.scheduler",
-    ):
-        module = importlib.import_module(name)
-        assert module.random is random, name  # each calls random.<draw>(...) on the module
-        module.random = random.Random()  # type: ignore[attr-defined]
+    main, background = threading.main_thread(), random.Random()
+
+    def redirected(name: str) -> Callable[..., Any]:
+        own = getattr(random, name)
+
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is main:
+                return own(*args, **kwargs)
+            return getattr(background, name)(*args, **kwargs)
+
+        return draw
+
+    names = ("random", "getrandbits", "randbytes", "uniform", "randint", "randrange",
+             "choice", "choices", "shuffle", "sample", "gauss", "expovariate")  # fmt: skip
+    for name in names:
+        setattr(random, name, redirected(name))
 
 
 _private_randoms()
