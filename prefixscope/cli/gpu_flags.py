@@ -12,21 +12,9 @@ if TYPE_CHECKING:
     from prefixscope.analysis.cost.gpus import GpuSpec
 
 
-def gpu(text: str) -> str:
-    """A GPU by name, or ``NAME:TFLOPS:TBPS`` within the bounds of ``analysis/cost/gpus.py``:
-    checked here, kept as given (the stages resolve it again)."""
-    from prefixscope.analysis.cost.gpus import resolve_gpu
-
-    try:
-        resolve_gpu(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def gpu_spec(text: str) -> GpuSpec:
-    """``gpu``, resolved here (a GPU file read once): for commands whose settings take the
-    spec itself."""
+    """A GPU by name, ``NAME:TFLOPS:TBPS`` within the bounds of ``analysis/cost/gpus.py``, or a
+    GPU file, resolved here (the file read once): the settings take the spec itself."""
     from prefixscope.analysis.cost.gpus import resolve_gpu
 
     try:
@@ -38,6 +26,13 @@ def gpu_spec(text: str) -> GpuSpec:
 def gpu_spec_or_cpu(text: str) -> GpuSpec | str:
     """``gpu_spec``, or ``cpu``: the calibrated cost model of a CPU replay."""
     return "cpu" if text.strip().lower() == "cpu" else gpu_spec(text)
+
+
+def gpu(text: str) -> str:
+    """:func:`gpu_spec`, kept as given: for settings that are text (the flow's parameters,
+    ``replay``'s), which resolve it where they run."""
+    gpu_spec(text)
+    return text
 
 
 def gpu_or_cpu(text: str) -> str:
