@@ -19,7 +19,7 @@ from prefixscope.analysis.cost.deployment import (
     memory_split,
     parse_deployment,
 )
-from prefixscope.analysis.cost.models import ModelShape, resolve_model
+from prefixscope.analysis.cost.resolved import ResolvesModel
 from prefixscope.analysis.fleet.decode_pool import DecodePool
 from prefixscope.analysis.fleet.disagg import DisaggOutcome, Link, link_for, simulate_disagg
 from prefixscope.analysis.fleet.disagg_table import Layout, colocated_row, disagg_row, table
@@ -41,7 +41,7 @@ from prefixscope.stages.outcomes import calibrated
 
 
 @dataclass(frozen=True)
-class DisaggSettings:
+class DisaggSettings(ResolvesModel):
     """``prefill_replicas`` of ``prefill`` (``GPU[xTP]``) feeding ``decode_replicas`` of
     ``decode`` over ``link`` (``rdma``, ``nvlink``, ``inf`` or GB/s), the prefill pool routed
     by ``router`` and keeping KV as ``engine`` does; ``colocated``: also the colocated fleet
@@ -63,11 +63,6 @@ class DisaggSettings:
     max_seqs: int = DEFAULT_MAX_SEQS
     seed: int = 0
     colocated: bool = True
-
-    @cached_property
-    def shape(self) -> ModelShape:
-        """The model, resolved once per settings (a ``model_config`` file read once)."""
-        return resolve_model(self.model, self.model_config)
 
     @cached_property
     def parsed(self) -> dict[str | Deployment, Deployment]:

@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope import warehouse
-from prefixscope.analysis.cost.choice import check_kind, device, wants_calibration
+from prefixscope.analysis.cost.choice import check_kind, wants_calibration
 from prefixscope.analysis.cost.deployment import fitting
 from prefixscope.analysis.cost.gpus import GPUS, GpuSpec
-from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import Prices, load_prices
+from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model
 from prefixscope.analysis.fanout import fan_out
 from prefixscope.analysis.plan.capacity import Point, hit_tokens_at
@@ -32,7 +32,7 @@ from prefixscope.stages.outcomes import calibrated
 
 
 @dataclass(frozen=True)
-class PlanSettings:
+class PlanSettings(ResolvesModel, ResolvesGpu):
     """``target``: the share of the ceiling to reach; ``window``: the requests measured (the same
     at every capacity); ``model`` / ``kv_dtype``: blocks to GiB; ``model`` / ``gpu`` /
     ``cost_model``: what prices a miss; ``prices``: a TOML file of prices (default: the
@@ -67,16 +67,6 @@ class PlanSettings:
             )
         check_kind(self.cost_model, self.shape, self.device, self.tp)
         return load_prices(self.prices)
-
-    @cached_property
-    def shape(self) -> ModelShape:
-        """``model`` resolved once per settings (a ``--model-config`` file read once)."""
-        return resolve_model(self.model, self.model_config)
-
-    @cached_property
-    def device(self) -> GpuSpec | None:
-        """``gpu`` resolved once per settings (None: ``cpu``): a GPU file is read once."""
-        return device(self.gpu)
 
     @cached_property
     def tp(self) -> int:

@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from prefixscope import warehouse
-from prefixscope.analysis.cost.choice import check_kind, device, wants_calibration
+from prefixscope.analysis.cost.choice import check_kind, wants_calibration
 from prefixscope.analysis.cost.deployment import Deployment, fitting, parse_deployment
 from prefixscope.analysis.cost.gpus import GpuSpec
-from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import Prices, load_prices
+from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel
 from prefixscope.analysis.cost.savings import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -33,7 +33,7 @@ from prefixscope.stages.outcomes import calibrated, choose_configuration, load_o
 
 
 @dataclass(frozen=True)
-class SavingsSettings:
+class SavingsSettings(ResolvesModel, ResolvesGpu):
     """The model and GPU that price a miss, the cost model (``cost/choice.py``; auto:
     calibrated when the warehouse holds one, else the measured model where it covers, else the
     roofline), and which configuration's outcomes (default: the only one of the newest run that
@@ -56,16 +56,6 @@ class SavingsSettings:
     kv_dtype: str = "bf16"
     #: A TOML file of prices (``cost/prices.py``; None: the defaults): a GPU-hour's dollars.
     prices: str | None = None
-
-    @cached_property
-    def shape(self) -> ModelShape:
-        """``model`` resolved once per settings (a ``--model-config`` file read once)."""
-        return resolve_model(self.model, self.model_config)
-
-    @cached_property
-    def device(self) -> GpuSpec | None:
-        """``gpu`` resolved once per settings (None: ``cpu``): a GPU file is read once."""
-        return device(self.gpu)
 
     @cached_property
     def resolved_deployment(self) -> Deployment | None:

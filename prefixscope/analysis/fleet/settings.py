@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from prefixscope.analysis.cost.choice import check_kind, device
+from prefixscope.analysis.cost.choice import check_kind
 from prefixscope.analysis.cost.deployment import Deployment, parse_deployment
 from prefixscope.analysis.cost.gpus import GpuSpec
-from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import Prices, load_prices
+from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
 from prefixscope.analysis.fleet._records import KV_AWARE
 from prefixscope.analysis.fleet.caches import check_tiered_policy
@@ -36,7 +36,7 @@ from prefixscope.analysis.trace.windows import check_windows
 
 
 @dataclass(frozen=True)
-class FleetSettings:
+class FleetSettings(ResolvesModel, ResolvesGpu):
     """Every combination of ``routers`` × ``replicas`` × capacities (per replica) × DRAM tier
     options (per replica; None: none) × shared store options (None: none) × ``load_scales``
     runs under ``policy``. ``model`` and ``gpu`` price the steps (``cost_model``, by
@@ -150,11 +150,6 @@ class FleetSettings:
         ).check()
 
     @cached_property
-    def device(self) -> GpuSpec | None:
-        """``gpu`` resolved once per settings (None: ``cpu``): a GPU file is read once."""
-        return device(self.gpu)
-
-    @cached_property
     def parsed_deployments(self) -> tuple[Deployment, ...]:
         """``deployments`` parsed once per settings, their GPU files read once."""
         return tuple(
@@ -165,12 +160,6 @@ class FleetSettings:
     def price_table(self) -> Prices:
         """``prices`` read once per settings (the defaults where None)."""
         return load_prices(self.prices)
-
-    @cached_property
-    def shape(self) -> ModelShape:
-        """The model, resolved once per settings: a ``model_config`` file is read once, so
-        every part of one run prices the same shape even if the file changes meanwhile."""
-        return resolve_model(self.model, self.model_config)
 
     def tiers(self, block_size: int, gpu: GpuSpec | None = None) -> list[Tiers]:
         """Every DRAM × store option, in blocks of ``block_size``, a DRAM tier on the host link
@@ -231,7 +220,6 @@ def priced_gpus(settings: FleetSettings) -> list[tuple[GpuSpec | None, int]]:
     """The GPUs that price the steps (None: the CPU) and the TP they run at: each
     deployment's, else one ``gpu``."""
     hardware = [
-        of_deployment(d, settings.shape, 1, settings.kv_dtype)
-        for d in settings.parsed_deployments
+        of_deployment(d, settings.shape, 1, settings.kv_dtype) for d in settings.parsed_deployments
     ]
     return [h.priced_by(settings.device) for h in hardware] or [(settings.device, 1)]

@@ -10,8 +10,8 @@ from functools import cached_property
 
 from prefixscope.analysis.cost.choice import Fitted, check_kind
 from prefixscope.analysis.cost.deployment import Deployment, parse_deployment
-from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.prices import Prices, load_prices
+from prefixscope.analysis.cost.resolved import ResolvesModel
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
 from prefixscope.analysis.fleet.disagg import link_for
 from prefixscope.analysis.fleet.engines import resolve_engine
@@ -29,7 +29,7 @@ from prefixscope.analysis.plan.windows import (
 
 
 @dataclass(frozen=True)
-class PlanSloSettings:
+class PlanSloSettings(ResolvesModel):
     """``deployments``: the replica kinds searched (``GPUxTP``); ``slo``: the targets
     (``slo.py``); ``load_scales``: one search each; ``routers``: every router by default;
     ``model`` / ``kv_dtype``: what the replicas serve; ``cost_model``: what prices a step
@@ -58,11 +58,6 @@ class PlanSloSettings:
     #: also the fewest GPUs split into prefill and decode pools, the KV moving over this link
     #: (``rdma``, ``nvlink``, ``inf`` or GB/s: ``fleet/disagg.py``); None: colocated only
     disagg_link: str | None = None
-
-    @cached_property
-    def shape(self) -> ModelShape:
-        """The model, resolved once per settings (a ``model_config`` file read once)."""
-        return resolve_model(self.model, self.model_config)
 
     @cached_property
     def parsed(self) -> dict[str | Deployment, Deployment]:
