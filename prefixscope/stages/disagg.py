@@ -68,10 +68,7 @@ class DisaggSettings(ResolvesModel):
     def parsed(self) -> dict[str | Deployment, Deployment]:
         """The prefill and decode deployments as given → parsed, once per settings (a GPU file
         read once)."""
-        return {
-            d: d if isinstance(d, Deployment) else parse_deployment(d)
-            for d in (self.prefill, self.decode)
-        }
+        return {d: parse_deployment(d) for d in (self.prefill, self.decode)}
 
     @property
     def gpus(self) -> int:

@@ -63,7 +63,7 @@ class SavingsSettings(ResolvesModel, ResolvesGpu):
         d = self.deployment
         if d is None:
             return fitting(self.device, self.shape)
-        return parse_deployment(d) if isinstance(d, str) else d
+        return parse_deployment(d)
 
     @cached_property
     def price_table(self) -> Prices:

@@ -96,8 +96,11 @@ class MemorySplit:
         return self.kv_pool_tokens // self.block_size
 
 
-def parse_deployment(text: str) -> Deployment:
-    """``GPU`` (one GPU) or ``GPUxTP``: a GPU ``resolve_gpu`` knows, TP from 1 to ``MAX_TP``."""
+def parse_deployment(text: str | Deployment) -> Deployment:
+    """``GPU`` (one GPU) or ``GPUxTP``: a GPU ``resolve_gpu`` knows, TP from 1 to ``MAX_TP``;
+    one parsed already (where a command line parsed it) as it is."""
+    if isinstance(text, Deployment):
+        return text
     key = text.strip()
     m = _DEPLOYMENT.fullmatch(key if ".toml" in key.lower() else key.lower())
     if m is None:
@@ -264,7 +267,6 @@ def fitting(
             "weight dtype"
         )
     return Deployment(gpu, tp)
-
 
 
 def format_splits(splits: list[MemorySplit]) -> str:

@@ -76,7 +76,7 @@ def of_deployment(
     ValueError in one line (``WHAT — WHAT TO DO``) when it is unknown, its TP does not shard
     the model, or the model does not fit, or its pool holds no whole block (``memory_split``'s
     one check: a split it returns holds at least one block of ``block_size``)."""
-    deployment = parse_deployment(text) if isinstance(text, str) else text
+    deployment = parse_deployment(text)
     split = memory_split(shape, deployment, block_size=block_size, kv_dtype=kv_dtype)
     return Hardware(
         deployment=deployment.name,

@@ -152,9 +152,7 @@ class FleetSettings(ResolvesModel, ResolvesGpu):
     @cached_property
     def parsed_deployments(self) -> tuple[Deployment, ...]:
         """``deployments`` parsed once per settings, their GPU files read once."""
-        return tuple(
-            d if isinstance(d, Deployment) else parse_deployment(d) for d in self.deployments
-        )
+        return tuple(parse_deployment(d) for d in self.deployments)
 
     @cached_property
     def price_table(self) -> Prices:

@@ -62,9 +62,7 @@ class PlanSloSettings(ResolvesModel):
     @cached_property
     def parsed(self) -> dict[str | Deployment, Deployment]:
         """Each deployment as given → parsed, once per settings (a GPU file read once)."""
-        return {
-            d: d if isinstance(d, Deployment) else parse_deployment(d) for d in self.deployments
-        }
+        return {d: parse_deployment(d) for d in self.deployments}
 
     @cached_property
     def price_table(self) -> Prices:

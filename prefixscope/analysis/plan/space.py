@@ -87,7 +87,7 @@ def replica_of(
     """``text`` (``GPUxTP``, or parsed already) serving ``shape``; ValueError, in one line,
     when it is unknown or the model does not fit it (``memory_split`` names the smallest TP
     that does)."""
-    deployment = parse_deployment(text) if isinstance(text, str) else text
+    deployment = parse_deployment(text)
     split = memory_split(shape, deployment, block_size=block_size, kv_dtype=kv_dtype)
     gpu = deployment.gpu
     if split.kv_pool_blocks < 1:
