@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from prefixscope.analysis.fleet.hardware import Hardware, check_pools_fit
@@ -127,3 +128,39 @@ def test_on_the_bundled_hour_a_saturated_vllm_pool_hits_less_not_more(
     }
     assert rate["vllm", 8.0] < rate["vllm", 1.0]
     assert rate["vllm", 8.0] <= rate["ideal", 1.0]
+
+
+@pytest.mark.parametrize(
+    ("engine", "router", "tiers"),
+    [
+        ("vllm", "kv-aware", Tiers(dram_blocks=30, store_blocks=200)),
+        ("vllm", "cache-aware", Tiers()),
+        ("sglang", "kv-aware", Tiers(dram_blocks=30, store_blocks=200)),
+        ("ideal", "cache-aware", Tiers(dram_blocks=30)),
+    ],
+)
+def test_node_arrays_kept_from_another_run_change_nothing(
+    busy: tuple,  # type: ignore[type-arg]
+    engine: str,
+    router: str,
+    tiers: Tiers,
+) -> None:
+    """The SLO search keeps its node arrays between fleets (``_records.kept_nodes``): whatever
+    a kept array holds when a run starts (here another fleet's leftovers, then noise), the run
+    is the one on fresh arrays. A pool that read a count before setting it would differ."""
+    from prefixscope.analysis.fleet import _records
+
+    trace, traffic = busy
+    fleet = Fleet(router, 3, 60, engine=engine, tiers=tiers)
+    fresh = simulate_fleet(trace, traffic, fleet, ENGINE)
+    with _records.kept_nodes():
+        other = replace(fleet, replicas=4, capacity_blocks=50, load_scale=4.0)
+        simulate_fleet(trace, traffic, other, ENGINE)
+        kept = _records._KEPT
+        assert kept  # the arrays this run reuses
+        rng = np.random.default_rng(0)
+        for array in kept.values():
+            array[:] = rng.integers(0, min(array.size, 100), array.size, dtype=array.dtype)
+        again = simulate_fleet(trace, traffic, fleet, ENGINE)
+    for name in ("replica", "hit_tokens", "ttft", "done_at", "source_tokens", "preemptions"):
+        assert np.array_equal(getattr(again, name), getattr(fresh, name)), name

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from prefixscope.analysis.fleet._records import IDEAL, NONE, SGLANG, VLLM
+from prefixscope.analysis.fleet._records import IDEAL, NONE, SGLANG, VLLM, node_array
 
 
 class Pool(NamedTuple):
@@ -60,35 +60,42 @@ def dup_slots(engine: int, capacity: int, answers: int) -> int:
 
 
 def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int, answers: int = 0) -> Pool:
+    """The pools' state. Its arrays over every replica's nodes are kept between runs inside
+    ``_records.kept_nodes``, refilled with their starting values: 14 replicas of ``vllm`` on
+    the generated week's first 8 hours (11.3 M lookups) ran in 4.7–4.8 s so, 5.2–5.6 s on
+    fresh arrays, whose pages the system maps and zeroes as the run first touches them
+    (benchmarks/RESULTS.md)."""
     on = engine != IDEAL
     nodes = n_rep * (n_unique + 1) if on else 1
     sg = engine == SGLANG
     leaves = min(capacity, n_unique) + 1
     slots = dup_slots(engine, capacity, answers)
     copies = n_rep * slots
+    held = nodes + copies
     return Pool(
-        refcnt=np.zeros(nodes + copies, np.int32),
-        anon_before=np.zeros(nodes + copies if engine == VLLM else 1, np.int64),
+        refcnt=node_array("refcnt", held, np.int32, 0),
+        # hashless blocks number at most a pool's capacity
+        anon_before=node_array("anon_before", held if engine == VLLM else 1, np.int32, 0),
         free_n=np.full(n_rep, capacity, np.int64),
         cached_free=np.zeros(n_rep, np.int64),
-        nchild=np.zeros(nodes if sg else 1, np.int32),
-        stamp=np.zeros(nodes if sg else 1, np.int64),
+        nchild=node_array("nchild", nodes if sg else 1, np.int32, 0),
+        stamp=node_array("stamp", nodes if sg else 1, np.int64, 0),
         heap_key=np.zeros(n_rep * leaves if sg else 1, np.int64),
         heap_node=np.zeros(n_rep * leaves if sg else 1, np.int64),
         heap_n=np.zeros(n_rep, np.int64),
-        heap_pos=np.full(nodes if sg else 1, NONE, np.int64),
+        heap_pos=node_array("heap_pos", nodes if sg else 1, np.int64, NONE),
         anon_free=np.full(n_rep, capacity, np.int64),
         rnext=np.empty(n + n_rep if on else 1, np.int64),
         rprev=np.empty(n + n_rep if on else 1, np.int64),
         stamp_ctr=np.zeros(1, np.int64),
         ans_mine=np.zeros(max(answers, 1), np.bool_),
         # one entry past the last, so that an array of one entry means "no copies"
-        dup_of=np.full(nodes + 1 if slots else 1, NONE, np.int32),
+        dup_of=node_array("dup_of", nodes + 1 if slots else 1, np.int32, NONE),
         dup_owner=np.full(copies + 1, NONE, np.int32),
         dup_pos=np.full(copies + 1, NONE, np.int64),
         dup_stack=np.append(np.tile(np.arange(slots, dtype=np.int32), n_rep), np.int32(0)),
         dup_top=np.full(n_rep, slots, np.int64),
         ans_copy=np.full(answers + 1 if slots else 1, NONE, np.int32),
-        nstart=np.ones(nodes if sg else 1, np.int8),
-        ncont=np.full(nodes if sg else 1, NONE, np.int32),
+        nstart=node_array("nstart", nodes if sg else 1, np.int8, 1),
+        ncont=node_array("ncont", nodes if sg else 1, np.int32, NONE),
     )

@@ -358,15 +358,24 @@ def release_kept() -> None:
     _KEPT = None
 
 
-def _nodes(name: str, size: int) -> np.ndarray:
-    """An int32 node array of ``size`` entries, uninitialised (kept, inside ``kept_nodes``)."""
+def node_array(name: str, size: int, dtype: type = np.int32, fill: int | None = None) -> np.ndarray:
+    """A node array of ``size`` entries of ``dtype`` (kept, inside ``kept_nodes``):
+    uninitialised, or every entry ``fill``. Refilling a kept array rewrites pages already
+    mapped, where a fresh one has the system map and zero them as the run first touches them;
+    outside ``kept_nodes`` a zero fill is ``np.zeros``, whose pages are mapped only where a
+    run touches them."""
     if _KEPT is None or size <= 1:
-        return np.empty(size, np.int32)
+        if fill is None:
+            return np.empty(size, dtype)
+        return np.zeros(size, dtype) if fill == 0 else np.full(size, fill, dtype)
     kept = _KEPT.get(name)
-    if kept is None or kept.size < size:
+    if kept is None or kept.size < size or kept.dtype != dtype:
         _KEPT.pop(name, None)  # let the smaller one go before the larger is made
-        kept = _KEPT[name] = np.empty(size, np.int32)
-    return kept[:size]
+        kept = _KEPT[name] = np.empty(size, dtype)
+    out = kept[:size]
+    if fill is not None:
+        out.fill(fill)
+    return out
 
 
 def sets(
@@ -396,8 +405,8 @@ def sets(
         linked = on and links
         return {
             held: np.zeros(n_unique if on else 1, np.uint64),
-            f"{name}nxt": _nodes(f"{name}nxt", nodes + extra if linked else 1),
-            f"{name}prv": _nodes(f"{name}prv", nodes + extra if linked else 1),
+            f"{name}nxt": node_array(f"{name}nxt", nodes + extra if linked else 1),
+            f"{name}prv": node_array(f"{name}prv", nodes + extra if linked else 1),
         }
 
     s = n_unique + 1 if store else 1
@@ -408,7 +417,7 @@ def sets(
         **lists(tree, "tree_held", "t"),
         **lists(dram, "dram_held", "d"),
         store_in=np.zeros(n_unique if store else 1, np.bool_),
-        snxt=_nodes("snxt", s), sprv=_nodes("sprv", s),
+        snxt=node_array("snxt", s), sprv=node_array("sprv", s),
         last=np.zeros(nodes if idle else 1, np.float64),
         ever=np.zeros(n_unique if ever else 1, np.uint8),
         rview=np.zeros(max(n_unique, 2) if log_capacity else 1, np.uint64),
