@@ -46,11 +46,15 @@ def _answer_span(q, tr, sched, req):  # type: ignore[no-untyped-def]
 
 
 @step_piece
-def _needed(q, i, lo, hi, m, tr, stride, sets, pool):  # type: ignore[no-untyped-def]
-    """Free blocks positions ``lo .. hi`` take: each but a cached block another running
-    request holds, and a block the prompt named before."""
+def _fits(q, i, lo, hi, m, tr, stride, sets, pool):  # type: ignore[no-untyped-def]
+    """Whether the free blocks cover positions ``lo .. hi``: each takes one but a cached block
+    another running request holds, and a block the prompt named before. The count stops once
+    it passes the free blocks: a request that does not fit is retried at every step of a full
+    pool, and on the generated week's busiest hours the whole count of those retries scanned
+    as many positions as the trace has lookups."""
     start, nb = tr.offsets[q], tr.offsets[q + 1] - tr.offsets[q]
     base, bit = i * stride, _bit(i)
+    free = pool.free_n[i]
     need = 0
     for j in range(lo, hi):
         if j < nb:
@@ -61,10 +65,14 @@ def _needed(q, i, lo, hi, m, tr, stride, sets, pool):  # type: ignore[no-untyped
             b = tr.answer_blocks[tr.answer_offsets[q] + j - nb]
         else:
             need += 1
+            if need > free:
+                return False
             continue
         if not sets.held[b] & bit or pool.refcnt[base + b] == 0:
             need += 1
-    return need
+            if need > free:
+                return False
+    return True
 
 
 @step_piece
@@ -121,7 +129,7 @@ def extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):  # type: ignore
     want = min(total, (upto + sched.block_size - 1) // sched.block_size)
     if want <= have:
         return True
-    if _needed(q, i, have, want, m, tr, stride, sets, pool) > pool.free_n[i]:
+    if not _fits(q, i, have, want, m, tr, stride, sets, pool):
         return False
     _hold(q, i, have, want, m, tr, stride, sched, sets, pool, req, rep)
     return True
@@ -189,12 +197,15 @@ def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # 
     length = inp + req.gen[q]  # a preempted request recomputes its generated tokens too
     a0 = tr.answer_offsets[q]
     m, total = _answer_span(q, tr, sched, req)
+    sg = sched.engine == SGLANG
+    if not sg and not _fits(q, i, 0, total, m, tr, stride, sets, pool):
+        return False  # before the lookup, which a refusal leaves unused (sglang's splits)
     k = 0
     while start + k < end and sets.held[tr.blocks[start + k]] & bit:
         k += 1
     kt = _tier_run(start + k, end, bit, tr.blocks, tiers, sets) - start
     matched = served(kt, nb, tr.recompute_last[q])  # the blocks the lookup hands over
-    if sched.engine == SGLANG and matched > 0:
+    if sg and matched > 0:
         _split(i * stride + tr.blocks[start + matched - 1], pool)
     k_ans = 0  # the lookup goes on into the answer (to the last token but one)
     if k == nb:
@@ -203,7 +214,7 @@ def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # 
             and sets.held[tr.answer_blocks[a0 + k_ans]] & bit
         ):
             k_ans += 1
-    if _needed(q, i, 0, total, m, tr, stride, sets, pool) > pool.free_n[i]:
+    if sg and not _fits(q, i, 0, total, m, tr, stride, sets, pool):
         return False
     first = req.gen[q] == 0 and req.seq[q] == NONE
     if first and tr.ceiling_run.size:
@@ -237,7 +248,7 @@ def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # 
     req.rem[q] = new
     req.ctx[q] = max(length - new, 0)
     hold = total  # sglang: every position; vllm: the cached run and the first chunk
-    if sched.engine != SGLANG:
+    if not sg:
         hold = max(kt + k_ans, (req.ctx[q] + min(new, left) + bs - 1) // bs)
     _hold(q, i, 0, min(hold, total), m, tr, stride, sched, sets, pool, req, rep)
     return True
