@@ -103,9 +103,11 @@ def lookup(
 
 
 @piece
-def insert(r, i, blocks, start, end, best, stride, sched, tiers, sets, rep, scratch):  # type: ignore[no-untyped-def]
+def insert(r, i, blocks, start, end, best, stride, sched, tiers, sets, rep, scratch, pinned):  # type: ignore[no-untyped-def]
     """After the lookup: the request's blocks into replica ``i``'s cache (its victims into its
-    DRAM tier, exclusive), then the store takes what was computed."""
+    DRAM tier, exclusive), then the store takes what was computed. ``pinned``: the blocks a
+    ``pinned`` cache keeps (``_sets._touch``; empty under ``lru``, ``fifo`` and ``ttl``, and
+    wherever there are tiers: ``caches.check_tiered_policy``)."""
     base = i * stride
     s = base + stride - 1
     cap = sched.capacity
@@ -121,7 +123,7 @@ def insert(r, i, blocks, start, end, best, stride, sched, tiers, sets, rep, scra
                 if not sets.held[blocks[p]] & _bit(i):
                     note(sets, i, blocks[p], True)
         rep.size[i] += _touch(
-            blocks, start, end, i, base, s, sets.held, sets.nxt, sets.prv, sched.recency
+            blocks, start, end, i, base, s, sets.held, sets.nxt, sets.prv, sched.recency, pinned
         )
         if logged(sets):
             v = sets.nxt[s]

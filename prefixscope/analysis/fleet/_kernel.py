@@ -5,7 +5,7 @@ pieces, each in its own module:
 - ``_route.py``: the routers (a rule per function, picked by code);
 - ``_sched.py``: one step of a replica (vLLM's scheduler with chunked prefill, preemption);
 - ``_cache.py`` and ``_tiers.py``: the ``ideal`` engine's cache, DRAM tier and shared store;
-  ``_policy_cache.py``: its caches under ``lfu``, ``s3fifo`` and ``pinned``;
+  ``_policy_cache.py``: its caches under ``lfu`` and ``s3fifo`` (``pinned`` is a list);
 - ``_pool.py``: the ``vllm`` and ``sglang`` engines' KV pool;
 - ``_records.py``: the settings (named tuples) and the state (named tuples of arrays).
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from prefixscope.analysis.fleet._budget import classify
 from prefixscope.analysis.fleet._cache import expire, given_hit, insert, lookup, served, stamp
-from prefixscope.analysis.fleet._policy_cache import touch_and_evict, touch_pinned
+from prefixscope.analysis.fleet._policy_cache import touch_and_evict
 from prefixscope.analysis.fleet._records import IDEAL, LIST, NONE, PINNED, VLLM, piece
 from prefixscope.analysis.fleet._route import fresh_pick, route
 from prefixscope.analysis.fleet._sched import step
@@ -131,12 +131,11 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
                     r, i, tr.blocks, start, end, inp, tr.recompute_last[r], kc, cost, sched,
                     tiers, sets, req, scratch,
                 )  # fmt: skip
-                if sched.policy == LIST:
+                if sched.policy == LIST or sched.policy == PINNED:  # a list, pins off it
                     insert(
-                        r, i, tr.blocks, start, end, best, stride, sched, tiers, sets, rep, scratch
+                        r, i, tr.blocks, start, end, best, stride, sched, tiers, sets, rep,
+                        scratch, tr.pinned,
                     )  # fmt: skip
-                elif sched.policy == PINNED:
-                    touch_pinned(r, i, tr.blocks, start, end, tr.pinned, stride, sched, sets, rep)
                 else:
                     touch_and_evict(r, i, tr.blocks, start, end, tr.parent, sched, sets, rep)
                 if sched.ttl >= 0:

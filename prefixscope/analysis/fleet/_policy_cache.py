@@ -1,13 +1,12 @@
-"""The ``ideal`` engine's caches under ``lfu``, ``s3fifo`` and ``pinned``.
+"""The ``ideal`` engine's caches under ``lfu`` and ``s3fifo``.
 
 Under ``lfu`` and ``s3fifo`` each replica keeps its own rows of the policy's state
 (``Sets.pnode``, and ``Sets.porder`` for LFU's order of buckets), touched and evicted by the
 policy's own operations, the ones ``simulate``'s loops call (``policies/_lists.py``
 ``lfu_touch``/``lfu_evict``, ``policies/_s3fifo.py`` ``s3fifo_touch``/``s3fifo_evict``). So one
 replica equals ``simulate`` by construction, and a stateful router runs them as it runs
-``lru``. ``pinned`` (a ``--pin`` file's prefixes, the same on every replica) is ``lru``'s list,
-off which the pinned blocks stay once cached, as ``policies/_lists.py`` ``lru`` keeps them:
-they count against the capacity and never leave.
+``lru``. ``pinned`` (a ``--pin`` file's prefixes, the same on every replica) is ``lru``'s own
+list and touch (``_cache.insert``, ``_sets._touch``), its pins kept off the list.
 
 Invariant: bit ``i`` of ``held[b]`` is set exactly when replica ``i``'s policy caches ``b``;
 every insert and eviction below keeps it (and the stale view's log), so lookups, routers and
@@ -19,7 +18,7 @@ from __future__ import annotations
 from prefixscope.analysis.fleet._records import LFU, NONE, piece
 from prefixscope.analysis.fleet._sets import _bit
 from prefixscope.analysis.fleet._stale import logged, note
-from prefixscope.analysis.policies._lists import _push_back, _unlink, lfu_evict, lfu_touch
+from prefixscope.analysis.policies._lists import lfu_evict, lfu_touch
 from prefixscope.analysis.policies._s3fifo import s3fifo_evict, s3fifo_touch
 
 
@@ -62,39 +61,5 @@ def touch_and_evict(r, i, blocks, start, end, parent, sched, sets, rep):  # type
         rep.size[i] -= 1
         if log:
             note(sets, i, v, False)
-    if rep.filled_at[i] < 0 and rep.size[i] >= cap:
-        rep.filled_at[i] = r
-
-
-@piece
-def touch_pinned(r, i, blocks, start, end, pinned, stride, sched, sets, rep):  # type: ignore[no-untyped-def]
-    """Request ``r``'s blocks touched in replica ``i``'s list, deepest first, a pinned block
-    held but kept off it; then its front evicted while over capacity and not empty."""
-    base = i * stride
-    s = base + stride - 1
-    bit = _bit(i)
-    log = logged(sets)
-    for p in range(end - 1, start - 1, -1):
-        b = blocks[p]
-        if sets.held[b] & bit:
-            if pinned[b]:
-                continue
-            _unlink(sets.nxt, sets.prv, base + b)
-        else:
-            sets.held[b] |= bit
-            rep.size[i] += 1
-            if log:
-                note(sets, i, b, True)
-            if pinned[b]:
-                continue
-        _push_back(sets.nxt, sets.prv, s, base + b)
-    cap = sched.capacity
-    while rep.size[i] > cap and sets.nxt[s] != s:
-        v = sets.nxt[s]
-        _unlink(sets.nxt, sets.prv, v)
-        sets.held[v - base] &= ~bit
-        rep.size[i] -= 1
-        if log:
-            note(sets, i, v - base, False)
     if rep.filled_at[i] < 0 and rep.size[i] >= cap:
         rep.filled_at[i] = r

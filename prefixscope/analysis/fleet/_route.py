@@ -9,7 +9,7 @@ A rule has the signature ``(r, start, end, blocks, arrival, rp, rep, sets, n_rep
 from __future__ import annotations
 
 from prefixscope.analysis.fleet._records import CACHE_AWARE, KV_AWARE, LEAST_LOADED, piece
-from prefixscope.analysis.fleet._sets import _argmin, _evict_to, _overlaps, _touch
+from prefixscope.analysis.fleet._sets import UNPINNED, _argmin, _evict_to, _overlaps, _touch
 from prefixscope.analysis.fleet._stale import catch_up
 
 
@@ -84,7 +84,7 @@ def cache_aware(r, start, end, blocks, arrival, rp, rep, sets, n_rep, stride, bl
     sj = i * stride + n_unique
     base = i * stride
     rep.tsize[i] += _touch(
-        blocks, start, end, i, base, sj, sets.tree_held, sets.tnxt, sets.tprv, True
+        blocks, start, end, i, base, sj, sets.tree_held, sets.tnxt, sets.tprv, True, UNPINNED
     )
     if interval < 0:  # no periodic eviction: keep the bound at every insert
         rep.tsize[i] = _evict_to(

@@ -17,23 +17,31 @@ def _bit(i):  # type: ignore[no-untyped-def]
     return np.uint64(1) << np.uint64(i)
 
 
+#: No block pinned: the mask every list but a pinned cache's passes to :func:`_touch`.
+UNPINNED = np.zeros(0, np.bool_)
+
+
 @numba.njit(inline="always")
-def _touch(blocks, start, end, i, base, s, held, nxt, prv, recency):  # type: ignore[no-untyped-def]
+def _touch(blocks, start, end, i, base, s, held, nxt, prv, recency, pinned):  # type: ignore[no-untyped-def]
     """Insert (or refresh, when ``recency``) the request's blocks in list ``i``, deepest first;
-    returns how many were new."""
+    returns how many were new. A block of ``pinned`` (a mask over blocks; empty: none) is
+    held but kept off the list once cached, so it never leaves and counts against the
+    capacity, as ``policies/_lists.py`` ``lru`` keeps its pins."""
     added = 0
     bit = _bit(i)
+    pins = pinned.size > 0
     for p in range(end - 1, start - 1, -1):
         b = blocks[p]
         v = base + b
         if held[b] & bit:
-            if recency:
+            if recency and not (pins and pinned[b]):
                 _unlink(nxt, prv, v)
                 _push_back(nxt, prv, s, v)
         else:
             held[b] |= bit
             added += 1
-            _push_back(nxt, prv, s, v)
+            if not (pins and pinned[b]):
+                _push_back(nxt, prv, s, v)
     return added
 
 

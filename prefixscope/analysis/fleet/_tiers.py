@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numba
 
-from prefixscope.analysis.fleet._sets import _bit, _evict_to, _push_back, _touch, _unlink
+from prefixscope.analysis.fleet._sets import UNPINNED, _bit, _evict_to, _push_back, _touch, _unlink
 from prefixscope.analysis.fleet._stale import note
 
 
@@ -97,7 +97,7 @@ def write_through(blocks, start, end, i, stride, tiers, sets, rep):  # type: ign
         base = i * stride
         s = base + stride - 1
         rep.dsize[i] += _touch(
-            blocks, start, end, i, base, s, sets.dram_held, sets.dnxt, sets.dprv, True
+            blocks, start, end, i, base, s, sets.dram_held, sets.dnxt, sets.dprv, True, UNPINNED
         )
         rep.dsize[i] = _evict_to(
             i, base, s, tiers.dram_blocks, rep.dsize[i], sets.dram_held, sets.dnxt, sets.dprv
