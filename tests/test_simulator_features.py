@@ -183,6 +183,31 @@ def test_pin_file_pins_prefixes_with_their_ancestors(tmp_path) -> None:
     assert sorted(trace.hashes[pins.from_file(trace, f)].tolist()) == [7, 8]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=st.lists(
+        st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 12), min_size=1, max_size=5),
+        min_size=1,
+        max_size=8,
+    ),
+    wanted=st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 14), max_size=6),
+)
+def test_pins_named_by_hash_are_the_blocks_carrying_them_and_their_ancestors(
+    requests: list[list[int]], wanted: list[int]
+) -> None:
+    """Every block whose hash is wanted (duplicates, hashes the trace never looks up, the
+    largest hash, none at all), with each block before it in its chain, and nothing else."""
+    trace = trace_of(requests, ["t"] * len(requests))
+    mask = pins.from_hashes(trace, np.array(wanted, np.uint64))
+    named = {b for b in range(trace.n_unique) if int(trace.hashes[b]) in set(wanted)}
+    expected = set()
+    for b in named:
+        while b >= 0 and b not in expected:
+            expected.add(b)
+            b = int(trace.parent[b])
+    assert set(np.flatnonzero(mask).tolist()) == expected
+
+
 # --- the command line ---------------------------------------------------------------------
 
 

@@ -79,8 +79,15 @@ def read_hashes(path: str | Path) -> np.ndarray:
 
 def from_hashes(trace: Trace, wanted: np.ndarray) -> np.ndarray:
     """The pin mask of the prefixes ``wanted`` names; hashes the trace never looks up are
-    ignored."""
-    return with_ancestors(trace, np.flatnonzero(np.isin(trace.hashes, wanted)))
+    ignored. Each of the trace's hashes is searched among the few wanted, sorted, rather than
+    both sorted together (``np.isin``): the pins of a fleet's run on the ×20 trace (a file of
+    200 prefixes, 5,173 blocks of its 3.66 M) took 0.27 s so, 0.55-0.80 s that way
+    (benchmarks/RESULTS.md)."""
+    wanted = np.unique(np.asarray(wanted, np.uint64))
+    if len(wanted) == 0:
+        return np.zeros(trace.n_unique, dtype=bool)
+    at = np.minimum(np.searchsorted(wanted, trace.hashes), len(wanted) - 1)
+    return with_ancestors(trace, np.flatnonzero(wanted[at] == trace.hashes))
 
 
 def from_file(trace: Trace, path: str | Path) -> np.ndarray:
