@@ -537,6 +537,37 @@ def test_savings_and_plan_read_their_gpu_file_once(
         assert found == [("mygpu", 3.5)]
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan"],
+        ["savings", "--policy", "lru", "--capacity-blocks", "40"],
+        ["fleet", "--replicas", "2", "--router", "round-robin", "--capacity-blocks", "40"],
+    ],
+    ids=["plan", "savings", "fleet"],
+)
+def test_a_prices_file_is_read_once_per_run(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """``--prices`` is read once, by the settings, whatever checks and prices from it."""
+    from prefixscope.analysis.cost import prices
+
+    assert main(["simulate", "--warehouse", str(small), "--policy", "ceiling,lru",
+                 "--capacity-blocks", "40", "--outcomes"]) == 0  # fmt: skip
+    path = tmp_path / "prices.toml"
+    path.write_text("dram_gb_hour = 0.004\n")
+    reads: list[str] = []
+    read = prices.read_text
+
+    def counted(p, *args):  # type: ignore[no-untyped-def]
+        reads.append(str(p))
+        return read(p, *args)
+
+    monkeypatch.setattr(prices, "read_text", counted)
+    assert main([argv[0], "--warehouse", str(small), "--prices", str(path), *argv[1:]]) == 0
+    assert reads == [str(path)]
+
+
 def test_the_flow_reads_its_gpu_file_once(counted_gpu_file: tuple[Path, list[str]]) -> None:
     """The flow's check resolves ``--savings-gpu`` and the deployment that fits once for the
     run; the fleet's and the plan's settings it builds take them and read nothing again."""

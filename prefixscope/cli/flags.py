@@ -9,11 +9,15 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefixscope.analysis.simulation.capacities import Capacities
 from prefixscope.ingest.formats.base import MAX_BLOCK_SIZE
 from prefixscope.pipelines.flow_parameters import DEFAULT_WAREHOUSE
 from prefixscope.tenants import check_tenant
+
+if TYPE_CHECKING:
+    from prefixscope.analysis.cost.prices import Prices
 
 #: The largest value any integer flag takes (int64: what the warehouse's BIGINT columns hold).
 INT64_MAX = 2**63 - 1
@@ -459,9 +463,12 @@ def prices(p: argparse.ArgumentParser) -> None:
     )
 
 
-def prices_file(text: str) -> str:
-    """A TOML file of prices, read and checked key by key here (``analysis/cost/prices.py``);
-    kept as given."""
+def prices_file(text: str) -> Prices:
+    """A TOML file of prices, read and checked key by key here (``analysis/cost/prices.py``):
+    the settings take the prices it gave, and read nothing again."""
     from prefixscope.analysis.cost.prices import load_prices
 
-    return _read_with(text, load_prices)
+    try:
+        return load_prices(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -17,8 +17,8 @@ from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import check_kind, wants_calibration
 from prefixscope.analysis.cost.deployment import fitting
 from prefixscope.analysis.cost.gpus import GPUS, GpuSpec
-from prefixscope.analysis.cost.prices import Prices, load_prices
-from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel
+from prefixscope.analysis.cost.prices import Prices
+from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel, ResolvesPrices
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL, cost_model
 from prefixscope.analysis.fanout import fan_out
 from prefixscope.analysis.plan.capacity import Point, hit_tokens_at
@@ -32,7 +32,7 @@ from prefixscope.stages.outcomes import calibrated
 
 
 @dataclass(frozen=True)
-class PlanSettings(ResolvesModel, ResolvesGpu):
+class PlanSettings(ResolvesModel, ResolvesGpu, ResolvesPrices):
     """``target``: the share of the ceiling to reach; ``window``: the requests measured (the same
     at every capacity); ``model`` / ``kv_dtype``: blocks to GiB; ``model`` / ``gpu`` /
     ``cost_model``: what prices a miss; ``prices``: a TOML file of prices (default: the
@@ -46,7 +46,8 @@ class PlanSettings(ResolvesModel, ResolvesGpu):
     gpu: str | GpuSpec = DEFAULT_GPU
     kv_dtype: str = "bf16"
     cost_model: str = "auto"
-    prices: str | None = None
+    #: A TOML file of prices, or the prices the command line read from it.
+    prices: str | Prices | None = None
     load_scale: float = 1.0
     #: A config.json whose shape ``model`` names (``resolve_model``).
     model_config: str | None = None
@@ -66,7 +67,7 @@ class PlanSettings(ResolvesModel, ResolvesGpu):
                 f"every capacity), not {self.window!r}"
             )
         check_kind(self.cost_model, self.shape, self.device, self.tp)
-        return load_prices(self.prices)
+        return self.price_table
 
     @cached_property
     def tp(self) -> int:

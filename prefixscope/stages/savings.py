@@ -19,8 +19,8 @@ from prefixscope import warehouse
 from prefixscope.analysis.cost.choice import check_kind, wants_calibration
 from prefixscope.analysis.cost.deployment import Deployment, fitting, parse_deployment
 from prefixscope.analysis.cost.gpus import GpuSpec
-from prefixscope.analysis.cost.prices import Prices, load_prices
-from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel
+from prefixscope.analysis.cost.prices import Prices
+from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel, ResolvesPrices
 from prefixscope.analysis.cost.savings import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -33,7 +33,7 @@ from prefixscope.stages.outcomes import calibrated, choose_configuration, load_o
 
 
 @dataclass(frozen=True)
-class SavingsSettings(ResolvesModel, ResolvesGpu):
+class SavingsSettings(ResolvesModel, ResolvesGpu, ResolvesPrices):
     """The model and GPU that price a miss, the cost model (``cost/choice.py``; auto:
     calibrated when the warehouse holds one, else the measured model where it covers, else the
     roofline), and which configuration's outcomes (default: the only one of the newest run that
@@ -55,7 +55,8 @@ class SavingsSettings(ResolvesModel, ResolvesGpu):
     deployment: str | Deployment | None = None
     kv_dtype: str = "bf16"
     #: A TOML file of prices (``cost/prices.py``; None: the defaults): a GPU-hour's dollars.
-    prices: str | None = None
+    #: A TOML file of prices, or the prices the command line read from it.
+    prices: str | Prices | None = None
 
     @cached_property
     def resolved_deployment(self) -> Deployment | None:
@@ -64,11 +65,6 @@ class SavingsSettings(ResolvesModel, ResolvesGpu):
         if d is None:
             return fitting(self.device, self.shape)
         return parse_deployment(d)
-
-    @cached_property
-    def price_table(self) -> Prices:
-        """``prices`` read once per settings (the defaults where None)."""
-        return load_prices(self.prices)
 
     def check(self) -> Hardware:
         """Names and numbers, before the warehouse is opened: the deployment (refused in one

@@ -12,8 +12,8 @@ from functools import cached_property
 from prefixscope.analysis.cost.choice import check_kind
 from prefixscope.analysis.cost.deployment import Deployment, parse_deployment
 from prefixscope.analysis.cost.gpus import GpuSpec
-from prefixscope.analysis.cost.prices import Prices, load_prices
-from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel
+from prefixscope.analysis.cost.prices import Prices
+from prefixscope.analysis.cost.resolved import ResolvesGpu, ResolvesModel, ResolvesPrices
 from prefixscope.analysis.cost.savings import DEFAULT_GPU, DEFAULT_MODEL
 from prefixscope.analysis.fleet._records import KV_AWARE
 from prefixscope.analysis.fleet.caches import check_tiered_policy
@@ -36,7 +36,7 @@ from prefixscope.analysis.trace.windows import check_windows
 
 
 @dataclass(frozen=True)
-class FleetSettings(ResolvesModel, ResolvesGpu):
+class FleetSettings(ResolvesModel, ResolvesGpu, ResolvesPrices):
     """Every combination of ``routers`` × ``replicas`` × capacities (per replica) × DRAM tier
     options (per replica; None: none) × shared store options (None: none) × ``load_scales``
     runs under ``policy``. ``model`` and ``gpu`` price the steps (``cost_model``, by
@@ -92,7 +92,8 @@ class FleetSettings(ResolvesModel, ResolvesGpu):
     miss_budget: bool = True
     #: A TOML file of prices (``cost/prices.py``; None: the defaults): what the GPU-seconds
     #: saved are worth and what the tiers cost.
-    prices: str | None = None
+    #: A TOML file of prices, or the prices the command line read from it.
+    prices: str | Prices | None = None
     #: Where the caches start (``trace/warm.py``): empty, after the trace's first window, or
     #: as the captured KV events left the engine (each warm-up request routed as any).
     warm_start: WarmStart = field(default_factory=WarmStart)
@@ -153,11 +154,6 @@ class FleetSettings(ResolvesModel, ResolvesGpu):
     def parsed_deployments(self) -> tuple[Deployment, ...]:
         """``deployments`` parsed once per settings, their GPU files read once."""
         return tuple(parse_deployment(d) for d in self.deployments)
-
-    @cached_property
-    def price_table(self) -> Prices:
-        """``prices`` read once per settings (the defaults where None)."""
-        return load_prices(self.prices)
 
     def tiers(self, block_size: int, gpu: GpuSpec | None = None) -> list[Tiers]:
         """Every DRAM × store option, in blocks of ``block_size``, a DRAM tier on the host link

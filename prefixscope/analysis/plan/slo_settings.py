@@ -10,8 +10,8 @@ from functools import cached_property
 
 from prefixscope.analysis.cost.choice import Fitted, check_kind
 from prefixscope.analysis.cost.deployment import Deployment, parse_deployment
-from prefixscope.analysis.cost.prices import Prices, load_prices
-from prefixscope.analysis.cost.resolved import ResolvesModel
+from prefixscope.analysis.cost.prices import Prices
+from prefixscope.analysis.cost.resolved import ResolvesModel, ResolvesPrices
 from prefixscope.analysis.cost.savings import DEFAULT_MODEL
 from prefixscope.analysis.fleet.disagg import link_for
 from prefixscope.analysis.fleet.engines import resolve_engine
@@ -29,7 +29,7 @@ from prefixscope.analysis.plan.windows import (
 
 
 @dataclass(frozen=True)
-class PlanSloSettings(ResolvesModel):
+class PlanSloSettings(ResolvesModel, ResolvesPrices):
     """``deployments``: the replica kinds searched (``GPUxTP``); ``slo``: the targets
     (``slo.py``); ``load_scales``: one search each; ``routers``: every router by default;
     ``model`` / ``kv_dtype``: what the replicas serve; ``cost_model``: what prices a step
@@ -49,7 +49,8 @@ class PlanSloSettings(ResolvesModel):
     model_config: str | None = None
     kv_dtype: str = "bf16"
     cost_model: str = "auto"
-    prices: str | None = None
+    #: A TOML file of prices, or the prices the command line read from it.
+    prices: str | Prices | None = None
     engine: str = "ideal"
     workers: int | None = 1
     dask_address: str | None = None
@@ -63,11 +64,6 @@ class PlanSloSettings(ResolvesModel):
     def parsed(self) -> dict[str | Deployment, Deployment]:
         """Each deployment as given → parsed, once per settings (a GPU file read once)."""
         return {d: parse_deployment(d) for d in self.deployments}
-
-    @cached_property
-    def price_table(self) -> Prices:
-        """``prices`` read once per settings (the defaults where None)."""
-        return load_prices(self.prices)
 
     def check(self) -> Slo:
         """Every setting before any work: ValueError in one line otherwise."""
