@@ -236,3 +236,33 @@ def test_gpu_hours_count_an_unmet_window_at_the_static_answer_or_give_no_total(
     assert hours.scaled == (None if scaled is None else pytest.approx(scaled))
     assert hours.static == (None if static is None else pytest.approx(static * 1.0))
     assert hours.windows_unmet == sum(g is None for g in gpus)
+
+
+@pytest.mark.parametrize(("engine", "longest"), [("ideal", 3), ("vllm", 1)])
+def test_a_pool_checks_its_answer_in_shorter_runs(
+    busy: Path, monkeypatch: pytest.MonkeyPatch, engine: str, longest: int
+) -> None:
+    """The check's runs of windows are bounded by lookups, tighter under a KV pool, whose
+    replicas hold more per block (``held.POOL_RUN_LOOKUPS``): here a bound no window fits
+    under ``vllm``, so each window is a run of its own, and none under ``ideal``, so the three
+    windows not searched are one run."""
+    from prefixscope.analysis.plan import slo_plan
+
+    monkeypatch.setattr(slo_plan, "RUN_LOOKUPS", 10**9)
+    monkeypatch.setattr(slo_plan, "POOL_RUN_LOOKUPS", 1)
+    runs: list[tuple[int, ...]] = []
+    real = slo_plan.probe_task
+
+    def spied(shared, task):  # type: ignore[no-untyped-def]
+        if not task.search:
+            runs.append(task.measured)
+        return real(shared, task)
+
+    monkeypatch.setattr(slo_plan, "probe_task", spied)
+    settings_ = plan_slo.PlanSloSettings(
+        deployments=("h100x1",), slo="ttft-p95=1", model="llama-3-8b", routers=("round-robin",),
+        load_scales=(40.0,), engine=engine,
+    )  # fmt: skip
+    result = plan_slo.plan_for_slo(busy, settings_)
+    assert result.answers.to_pylist()[0]["windows_checked"] == 4
+    assert runs and max(len(r) for r in runs) == longest

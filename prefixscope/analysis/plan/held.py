@@ -33,6 +33,11 @@ from prefixscope.analysis.plan.windows import Window
 #: --slo ttft-p95=5 --deployments h200x8 --model deepseek-v3 --workers 2`` peaked at 10.60 GB
 #: with 20 M and 7.88 GB with 10 M, taking 158 s and 172 s (the warm-up windows repeat).
 RUN_LOOKUPS = 12_000_000
+#: The same under a KV pool (``vllm``, ``sglang``), whose replicas hold 20 bytes a block where
+#: ``ideal``'s hold 8 (``fleet/_pool_state.py``): the flow's SLO plan on the week under ``vllm``
+#: peaked at 14.08 GB with 12 M and 10.11 GB with 6 M, taking 304.6 s and 343.0 s, the same
+#: answers (benchmarks/RESULTS.md).
+POOL_RUN_LOOKUPS = 6_000_000
 
 
 @dataclass(frozen=True)

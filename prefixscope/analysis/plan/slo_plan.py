@@ -16,11 +16,12 @@ from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.fanout import client_for, fan_out, on_every_worker, width
 from prefixscope.analysis.fleet._records import kept_nodes, release_kept
 from prefixscope.analysis.fleet.disagg import link_for
+from prefixscope.analysis.fleet.engines import resolve_engine
 from prefixscope.analysis.fleet.run import Traffic
 from prefixscope.analysis.forked import session
 from prefixscope.analysis.plan.disagg_plan import Span, disagg_row, search_disagg
 from prefixscope.analysis.plan.disagg_plan import table as disagg_table
-from prefixscope.analysis.plan.held import Held, Task, hold
+from prefixscope.analysis.plan.held import POOL_RUN_LOOKUPS, RUN_LOOKUPS, Held, Task, hold
 from prefixscope.analysis.plan.per_window import Sized, gpu_hours, size_each_window
 from prefixscope.analysis.plan.probe import (
     Part,
@@ -192,6 +193,8 @@ def plan_search(
     shared = Shared(trace, traffic, slo, settings.engine, windows, spans)
     local = settings.dask_address is None and settings.workers == 1
     shipped: dict[str, object] = {}
+    pooled = resolve_engine(settings.engine).pooled
+    run_lookups = POOL_RUN_LOOKUPS if pooled else RUN_LOOKUPS
 
     def run_tasks(tasks: Sequence[Task]) -> list[list[Part]]:
         # the spans of the windows searched are cut once, here, before any worker starts
@@ -218,7 +221,7 @@ def plan_search(
             workers=settings.workers,
             dask_address=settings.dask_address,
             weights=[task_weight(trace, windows, t) for t in tasks],
-            memory=[task_bytes(trace, windows, t, spans) for t in tasks],
+            memory=[task_bytes(trace, windows, t, spans, pooled) for t in tasks],
         )
 
     def on_cluster(tasks: Sequence[Task]) -> list[list[Part]]:
@@ -259,7 +262,7 @@ def plan_search(
     sized: list[Sized] = []
     try:
         with kept_nodes(), session():
-            outcomes, held = hold(groups, slo, windows, start, run_tasks, lookups)
+            outcomes, held = hold(groups, slo, windows, start, run_tasks, lookups, run_lookups)
             if per_window:  # a window's spans are dropped once it is sized
                 sized = size_each_window(groups, slo, windows, run_tasks, spans.clear)
     finally:
@@ -298,16 +301,18 @@ def task_weight(trace, windows, task: Task) -> float:  # type: ignore[no-untyped
     return float(trace.offsets[end] - trace.offsets[first]) * (1 + p.replicas / 8) * router
 
 
-def task_bytes(trace, windows, task: Task, spans=None) -> int:  # type: ignore[no-untyped-def]
+def task_bytes(trace, windows, task: Task, spans=None, pooled: bool = False) -> int:  # type: ignore[no-untyped-def]
     """What a task holds at most: its span (blocks, ids, hashes, parents and per-lookup tokens,
     about 28 bytes a lookup), each replica's lists over the span's distinct blocks (8 bytes per
     block, replica and list: the cache, the router's tree, a DRAM tier, and 8 per block for
-    their masks) and some 250 bytes a request of state and results. Distinct blocks are the
-    span's own where it was cut already (``spans``), else every lookup counts as one."""
+    their masks; ``pooled``: 12 more per block and replica, a KV pool's counts) and some 250
+    bytes a request of state and results. Distinct blocks are the span's own where it was cut
+    already (``spans``), else every lookup counts as one."""
     p = task.probe
     first, end = windows[task.windows[0]].warm, windows[task.windows[-1]].end
     lookups = int(trace.offsets[end] - trace.offsets[first])
     cut_already = (spans or {}).get((task.windows[0], p.prefix_caching)) if task.search else None
     distinct = cut_already[0].n_unique if cut_already is not None else lookups
     lists = 1 + (p.series.router == "cache-aware") + (p.series.tiers.dram_blocks > 0)
-    return 28 * lookups + 8 * distinct * lists * (1 + p.replicas) + 250 * (end - first)
+    pool = 12 * distinct * p.replicas if pooled else 0
+    return 28 * lookups + 8 * distinct * lists * (1 + p.replicas) + pool + 250 * (end - first)
