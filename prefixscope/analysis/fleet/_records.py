@@ -334,11 +334,12 @@ _KEPT: dict[str, np.ndarray] | None = None
 
 @contextmanager
 def kept_nodes(persist: bool = False) -> Iterator[None]:
-    """Within the block, the lists' node arrays (``replicas × (n_unique + 1)`` entries each) are
-    kept between runs and reused. A run touches its nodes page by page; fresh arrays make the
-    system map and zero those pages on every run, which cost a many-replica fleet most of its
-    time (5.2 of 6.2 s at 64 replicas on the ×20 trace). The lists need no clearing: a run
-    reads a node only after linking it. Released after the block (``persist``: kept for the
+    """Within the block, the node arrays (``replicas × (n_unique + 1)`` entries each: the lists'
+    and the KV pools', :func:`node_array`) are kept between runs and reused. A run touches its
+    nodes page by page; fresh arrays make the system map and zero those pages on every run,
+    which cost a many-replica fleet most of its time (5.2 of 6.2 s at 64 replicas on the ×20
+    trace). The lists need no clearing: a run reads a node only after linking it; the pools'
+    counts are refilled. Released after the block (``persist``: kept for the
     life of the process, a worker's, until :func:`release_kept`); runs in a process never
     overlap."""
     global _KEPT
