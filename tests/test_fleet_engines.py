@@ -156,7 +156,7 @@ def test_node_arrays_kept_from_another_run_change_nothing(
     with _records.kept_nodes():
         other = replace(fleet, replicas=4, capacity_blocks=50, load_scale=4.0)
         simulate_fleet(trace, traffic, other, ENGINE)
-        kept = _records._KEPT
+        kept = _records.kept_arrays()
         assert kept  # the arrays this run reuses
         rng = np.random.default_rng(0)
         for array in kept.values():
@@ -164,3 +164,32 @@ def test_node_arrays_kept_from_another_run_change_nothing(
         again = simulate_fleet(trace, traffic, fleet, ENGINE)
     for name in ("replica", "hit_tokens", "ttft", "done_at", "source_tokens", "preemptions"):
         assert np.array_equal(getattr(again, name), getattr(fresh, name)), name
+
+
+def test_runs_on_two_threads_at_once_keep_arrays_apart(busy: tuple) -> None:  # type: ignore[type-arg]
+    """A Dask worker runs tasks on several threads, and the loop releases the GIL: each
+    thread keeps its own node arrays (``_records.kept_nodes``), so two fleets simulated at
+    once, each on a thread that keeps its arrays, give what each gives alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prefixscope.analysis.fleet import _records
+
+    trace, traffic = busy
+    fleets = [
+        Fleet("kv-aware", 3, 60, engine="vllm", tiers=Tiers(dram_blocks=30)),
+        Fleet("cache-aware", 4, 50, engine="vllm", load_scale=4.0),
+    ]
+    alone = [simulate_fleet(trace, traffic, f, ENGINE) for f in fleets]
+
+    def kept_run(fleet: Fleet):  # type: ignore[no-untyped-def]
+        with _records.kept_nodes(persist=True):
+            return [simulate_fleet(trace, traffic, fleet, ENGINE) for _ in range(3)]
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            together = list(pool.map(kept_run, fleets))
+    finally:
+        _records.release_kept()
+    for one, runs in zip(alone, together, strict=True):
+        for run in runs:
+            assert np.array_equal(run.ttft, one.ttft) and np.array_equal(run.replica, one.replica)

@@ -8,6 +8,7 @@ routers ``FIXED .. KV_AWARE``, engines ``IDEAL .. SGLANG``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -328,35 +329,40 @@ def heaps(n: int, n_rep: int, max_seqs: int) -> Heaps:
     return Heaps(**heap("done"), **heap("grow"))
 
 
-#: Node arrays kept between runs of the loop in this process, by name (None: none are kept).
-_KEPT: dict[str, np.ndarray] | None = None
+#: Node arrays kept between runs of the loop, by thread, then by name (a thread absent: none
+#: kept). By thread, since a Dask worker runs tasks on several threads at once and the loop
+#: releases the GIL: two runs at once must never share arrays.
+_KEPT: dict[int, dict[str, np.ndarray]] = {}
 
 
 @contextmanager
 def kept_nodes(persist: bool = False) -> Iterator[None]:
     """Within the block, the node arrays (``replicas × (n_unique + 1)`` entries each: the lists'
-    and the KV pools', :func:`node_array`) are kept between runs and reused. A run touches its
-    nodes page by page; fresh arrays make the system map and zero those pages on every run,
-    which cost a many-replica fleet most of its time (5.2 of 6.2 s at 64 replicas on the ×20
-    trace). The lists need no clearing: a run reads a node only after linking it; the pools'
-    counts are refilled. Released after the block (``persist``: kept for the
-    life of the process, a worker's, until :func:`release_kept`); runs in a process never
-    overlap."""
-    global _KEPT
-    outer = _KEPT
+    and the KV pools', :func:`node_array`) are kept between this thread's runs and reused. A
+    run touches its nodes page by page; fresh arrays make the system map and zero those pages
+    on every run, which cost a many-replica fleet most of its time (5.2 of 6.2 s at 64
+    replicas on the ×20 trace). The lists need no clearing: a run reads a node only after
+    linking it; the pools' counts are refilled. Released after the block (``persist``: kept
+    for the life of the thread, a worker's, until :func:`release_kept`)."""
+    me = threading.get_ident()
+    outer = _KEPT.get(me)
     if outer is None:
-        _KEPT = {}
+        _KEPT[me] = {}
     try:
         yield
     finally:
         if outer is None and not persist:
-            _KEPT = None
+            _KEPT.pop(me, None)
 
 
 def release_kept() -> None:
-    """Let the kept node arrays go (a long-lived worker, once its stage is done)."""
-    global _KEPT
-    _KEPT = None
+    """Let every thread's kept node arrays go (a long-lived worker, once its stage is done)."""
+    _KEPT.clear()
+
+
+def kept_arrays() -> dict[str, np.ndarray] | None:
+    """This thread's kept node arrays, by name (None: none are kept)."""
+    return _KEPT.get(threading.get_ident())
 
 
 def node_array(name: str, size: int, dtype: type = np.int32, fill: int | None = None) -> np.ndarray:
@@ -365,14 +371,15 @@ def node_array(name: str, size: int, dtype: type = np.int32, fill: int | None = 
     mapped, where a fresh one has the system map and zero them as the run first touches them;
     outside ``kept_nodes`` a zero fill is ``np.zeros``, whose pages are mapped only where a
     run touches them."""
-    if _KEPT is None or size <= 1:
+    kept_here = kept_arrays()
+    if kept_here is None or size <= 1:
         if fill is None:
             return np.empty(size, dtype)
         return np.zeros(size, dtype) if fill == 0 else np.full(size, fill, dtype)
-    kept = _KEPT.get(name)
+    kept = kept_here.get(name)
     if kept is None or kept.size < size or kept.dtype != dtype:
-        _KEPT.pop(name, None)  # let the smaller one go before the larger is made
-        kept = _KEPT[name] = np.empty(size, dtype)
+        kept_here.pop(name, None)  # let the smaller one go before the larger is made
+        kept = kept_here[name] = np.empty(size, dtype)
     out = kept[:size]
     if fill is not None:
         out.fill(fill)
