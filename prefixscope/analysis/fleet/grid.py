@@ -14,8 +14,7 @@ from prefixscope.analysis.cost.choice import Fitted
 from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.prices import Prices
 from prefixscope.analysis.cost.savings import gpu_key
-from prefixscope.analysis.fanout import fan_out, on_every_worker, width
-from prefixscope.analysis.fleet._records import kept_nodes, release_kept
+from prefixscope.analysis.fanout import fan_out, width
 from prefixscope.analysis.fleet.assign import assign
 from prefixscope.analysis.fleet.budget import KEYS, budget_rows
 from prefixscope.analysis.fleet.budget import table as budget_table
@@ -176,11 +175,10 @@ def simulate_grid(
     each lookup), a fixed router's replicas (independent: nothing else reaches them) are split
     into one task each."""
     if settings.dask_address is None and settings.workers == 1:
-        with kept_nodes():  # one grid's node arrays mapped once (``_records.kept_nodes``)
-            return [
-                simulate_fleet(trace, traffic, fleet, engine, budget=settings.miss_budget)
-                for fleet in grid
-            ]
+        return [
+            simulate_fleet(trace, traffic, fleet, engine, budget=settings.miss_budget)
+            for fleet in grid
+        ]
     wide = width(workers=settings.workers, dask_address=settings.dask_address)
     jobs: list[tuple] = []  # (configuration index, fleet, requests of one replica or None)
     for i, fleet in enumerate(grid):
@@ -192,23 +190,18 @@ def simulate_grid(
             jobs += [(i, fleet, np.flatnonzero(routing == r)) for r in range(fleet.replicas)]
         else:
             jobs.append((i, fleet, None))
-    try:  # kept here too: a fan-out of one task runs it in this process
-        with kept_nodes():
-            results = fan_out(
-                fleet_task,
-                (trace, traffic),
-                [(fleet, engine, requests, settings.miss_budget) for _, fleet, requests in jobs],
-                workers=settings.workers,
-                dask_address=settings.dask_address,
-                weights=[
-                    _TASK_WEIGHT.get(fleet.router, 1.0)
-                    * (1.0 if requests is None else len(requests) / trace.n_requests)
-                    for _, fleet, requests in jobs
-                ],
-            )
-    finally:
-        if settings.dask_address:  # the cluster's workers outlive the stage
-            on_every_worker(settings.dask_address, release_kept)
+    results = fan_out(
+        fleet_task,
+        (trace, traffic),
+        [(fleet, engine, requests, settings.miss_budget) for _, fleet, requests in jobs],
+        workers=settings.workers,
+        dask_address=settings.dask_address,
+        weights=[
+            _TASK_WEIGHT.get(fleet.router, 1.0)
+            * (1.0 if requests is None else len(requests) / trace.n_requests)
+            for _, fleet, requests in jobs
+        ],
+    )
     out = []
     for i, fleet in enumerate(grid):
         mine = [(jobs[j][2], results[j]) for j in range(len(jobs)) if jobs[j][0] == i]
@@ -223,10 +216,9 @@ def fleet_task(
     (``requests``: the positions routed to it): a task of :func:`simulate_grid`."""
     trace, traffic = shared
     fleet, engine, requests, budget = job
-    with kept_nodes(persist=True):  # a worker's node arrays, kept from task to task
-        if requests is None:
-            return simulate_fleet(trace, traffic, fleet, engine, budget=budget)
-        return simulate_replica(trace, traffic, fleet, engine, requests)
+    if requests is None:
+        return simulate_fleet(trace, traffic, fleet, engine, budget=budget)
+    return simulate_replica(trace, traffic, fleet, engine, requests)
 
 
 def tables(
