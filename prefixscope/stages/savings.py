@@ -54,8 +54,8 @@ class SavingsSettings(ResolvesModel, ResolvesGpu, ResolvesPrices):
     #: of ``gpu`` that hold the model, none for ``cpu`` or a GPU without an HBM figure.
     deployment: str | Deployment | None = None
     kv_dtype: str = "bf16"
-    #: A TOML file of prices (``cost/prices.py``; None: the defaults): a GPU-hour's dollars.
-    #: A TOML file of prices, or the prices the command line read from it.
+    #: A TOML file of prices (``cost/prices.py``; None: the defaults), or the prices the
+    #: command line read from it: a GPU-hour's dollars.
     prices: str | Prices | None = None
 
     @cached_property

@@ -90,9 +90,8 @@ class FleetSettings(ResolvesModel, ResolvesGpu, ResolvesPrices):
     #: Keep each request's miss budget (``budget.py``, table ``miss_budget``); False lets a
     #: fixed router's replicas run as separate tasks (the budget reads every replica's cache).
     miss_budget: bool = True
-    #: A TOML file of prices (``cost/prices.py``; None: the defaults): what the GPU-seconds
-    #: saved are worth and what the tiers cost.
-    #: A TOML file of prices, or the prices the command line read from it.
+    #: A TOML file of prices (``cost/prices.py``; None: the defaults), or the prices the
+    #: command line read from it: what the GPU-seconds saved are worth and what tiers cost.
     prices: str | Prices | None = None
     #: Where the caches start (``trace/warm.py``): empty, after the trace's first window, or
     #: as the captured KV events left the engine (each warm-up request routed as any).
