@@ -35,7 +35,12 @@ def test_the_pool_matches_its_reference_request_by_request(
     tiers = replace(case.fleet.tiers, dram_blocks=dram)
     if engine == "sglang" and not dram:  # HiCache writes its store from host memory
         tiers = replace(tiers, store_blocks=None)
-    fleet = replace(case.fleet, engine=engine, tiers=tiers, capacity_blocks=capacity)
+    caching = data.draw(st.sampled_from([True, True, True, False]))
+    if not caching:  # no tier: they hold cached blocks
+        tiers = replace(tiers, dram_blocks=0, store_blocks=None)
+    fleet = replace(
+        case.fleet, engine=engine, tiers=tiers, capacity_blocks=capacity, prefix_caching=caching
+    )
     traffic = Traffic(output, case.traffic.sessions)
     got = simulate_fleet(trace, traffic, fleet, case.engine)
     want = reference_pool_fleet(trace, traffic, fleet, case.engine)

@@ -242,20 +242,21 @@ def test_gpu_hours_count_an_unmet_window_at_the_static_answer_or_give_no_total(
 def test_a_pool_checks_its_answer_in_shorter_runs(
     busy: Path, monkeypatch: pytest.MonkeyPatch, engine: str, longest: int
 ) -> None:
-    """The check's runs of windows are bounded by lookups, tighter under a KV pool, whose
-    replicas hold more per block (``held.POOL_RUN_LOOKUPS``): here a bound no window fits
-    under ``vllm``, so each window is a run of its own, and none under ``ideal``, so the three
-    windows not searched are one run."""
+    """The check's runs of windows are bounded by lookups, tighter under a KV pool caching,
+    whose replicas hold more per block (``held.POOL_RUN_LOOKUPS``): here a bound no window
+    fits under ``vllm`` with caching on, so each window is a run of its own, and none under
+    ``ideal`` or with caching off (a pool then holds no node per block), so the three windows
+    not searched are one run."""
     from prefixscope.analysis.plan import slo_plan
 
     monkeypatch.setattr(slo_plan, "RUN_LOOKUPS", 10**9)
     monkeypatch.setattr(slo_plan, "POOL_RUN_LOOKUPS", 1)
-    runs: list[tuple[int, ...]] = []
+    runs: dict[bool, list[tuple[int, ...]]] = {True: [], False: []}
     real = slo_plan.probe_task
 
     def spied(shared, task):  # type: ignore[no-untyped-def]
         if not task.search:
-            runs.append(task.measured)
+            runs[task.probe.prefix_caching].append(task.measured)
         return real(shared, task)
 
     monkeypatch.setattr(slo_plan, "probe_task", spied)
@@ -265,4 +266,5 @@ def test_a_pool_checks_its_answer_in_shorter_runs(
     )  # fmt: skip
     result = plan_slo.plan_for_slo(busy, settings_)
     assert result.answers.to_pylist()[0]["windows_checked"] == 4
-    assert runs and max(len(r) for r in runs) == longest
+    assert runs[True] and max(len(r) for r in runs[True]) == longest
+    assert runs[False] and max(len(r) for r in runs[False]) == 3

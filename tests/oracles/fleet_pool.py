@@ -31,6 +31,10 @@ Tiers (``sglang``, HiCache): ``dram`` is the set of blocks host memory holds, an
 ``host_lru`` those of them the GPU has evicted, in that order: the only ones host memory
 evicts. A computed prompt is written to host memory (then the store) until it is full with
 nothing of its own to evict.
+
+Prefix caching off (``Fleet.prefix_caching`` False): every lookup is a block of its own
+(``trace/tail.py``'s fresh span), and every position a request holds is a hashless block,
+given back as one; no answer is cached.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from prefixscope.analysis.fleet.run import (
 from prefixscope.analysis.structure.answers import routed_answer_blocks
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
+from prefixscope.analysis.trace.tail import span
 from tests.oracles.fleet import _Decoding, _prefill_alone, _Request, route
 from tests.oracles.fleet_parts import (
     HIST_BUCKETS,
@@ -67,6 +72,8 @@ def reference_pool_fleet(
     fleet.check()
     engine.check()
     n_rep, settings = fleet.replicas, engine.routers
+    if not fleet.prefix_caching:
+        trace = span(trace, 0, trace.n_requests, fresh=True)
     fixed = _fixed_routing(trace, traffic, fleet.router, n_rep, settings)
     trace = full_blocks_only(trace)  # both engines cache full blocks only
     arrival = trace.times / fleet.load_scale
@@ -92,7 +99,7 @@ def reference_pool_fleet(
     width = histogram_width(trace, output, fleet, engine)
     # the next turns come from the turn inference (``structure/answers.py``), the ids plainly
     answers: list[list[int]] = [[] for _ in requests]
-    if engine.cache_answers:
+    if engine.cache_answers and fleet.prefix_caching:
         routed = np.asarray(fixed) if fixed is not None and len(fixed) else None
         found = routed_answer_blocks(trace, output, routed)
         for a in np.flatnonzero(found.count):
@@ -103,7 +110,7 @@ def reference_pool_fleet(
     per_token = [0.0, *tiers.per_token_s(engine.kv_bytes_per_token)]
     ctx = _Context(
         trace, engine, requests, gen, seq, width, [0], answers, store, per_token,
-        tiers.dram_blocks, tiers.store_blocks,
+        tiers.dram_blocks, tiers.store_blocks, fleet.prefix_caching,
     )  # fmt: skip
     clock = [requests[0].arrival if requests else 0.0]
     for r, req in enumerate(requests):
@@ -136,6 +143,7 @@ class _Context:
     per_token: list[float]  # seconds to copy a token from HBM, DRAM, the store
     dram_blocks: int  # each replica's DRAM tier (0: none)
     store_blocks: int | None  # the store (None: none)
+    caching: bool = True  # False: every block hashless
 
 
 def _span(q: int, rep: _PoolReplica, c: _Context) -> tuple[int, int]:
@@ -152,6 +160,14 @@ def _hold(q: int, rep: _PoolReplica, c: _Context, lo: int, hi: int, dry: bool = 
     ones locked first, then new ones taken and named."""
     req = c.requests[q]
     nb, (m, _) = len(req.blocks), _span(q, rep, c)
+    if not c.caching:
+        if not dry:
+            for _ in range(hi - lo):
+                rep.take(q, c.trace.parent)
+            rep.pheld[q] = max(rep.pheld.get(q, 0), min(hi, nb))
+            rep.held.setdefault(q, []).extend([None] * max(hi - max(lo, nb), 0))
+            rep.reached[q] = 0
+        return hi - lo
     answer = c.answers[q]
     prompt = [req.blocks[j] for j in range(lo, min(hi, nb)) if req.blocks[j] not in req.blocks[:j]]
     ids = prompt + answer[max(lo, nb) - nb : max(min(hi, nb + m), nb) - nb]
@@ -276,9 +292,11 @@ def _release(r: int, rep: _PoolReplica, c: _Context, computed: int, done: bool) 
     req, tail = c.requests[r], rep.held.pop(r)
     full = min(max(computed // c.trace.block_size - len(req.blocks), 0), len(tail))
     answer, copies = (c.answers[r] if done else None), rep.dup_held.pop(r)
-    if rep.sglang and done and full > 0 and req.blocks:
+    if rep.sglang and done and full > 0 and req.blocks and c.caching:
         rep.split(req.blocks[-1])  # SGLang's split_prompt
     prompt = req.blocks[: rep.pheld.pop(r)]
+    if not c.caching:  # hashless, the prompt's positions too
+        prompt, tail = [], [None] * (len(prompt) + len(tail))
     rep.release(prompt, tail, full, answer, c.trace.parent, rep.reached.pop(r), copies)
 
 
@@ -362,7 +380,7 @@ def _step(rep: _PoolReplica, c: _Context) -> None:
         req.context += take
         if req.to_prefill > 0:
             j = req.context // c.trace.block_size  # SGLang's checkpoint after each chunk
-            if rep.sglang and 0 < j < len(req.blocks):
+            if rep.sglang and 0 < j < len(req.blocks) and c.caching:
                 rep.split(req.blocks[j - 1])
             break
         through += 1

@@ -46,15 +46,17 @@ def _answer_span(q, tr, sched, req):  # type: ignore[no-untyped-def]
 
 
 @step_piece
-def _fits(q, i, lo, hi, m, tr, stride, sets, pool):  # type: ignore[no-untyped-def]
+def _fits(q, i, lo, hi, m, tr, stride, sched, sets, pool):  # type: ignore[no-untyped-def]
     """Whether the free blocks cover positions ``lo .. hi``: each takes one but a cached block
     another running request holds, and a block the prompt named before. The count stops once
     it passes the free blocks: a request that does not fit is retried at every step of a full
     pool, and on 14 replicas of 8 hours of the generated week those retries scanned 12.4 M
     positions in all, more than the 11.3 M lookups (benchmarks/RESULTS.md)."""
+    free = pool.free_n[i]
+    if not sched.caching:  # a block each
+        return hi - lo <= free
     start, nb = tr.offsets[q], tr.offsets[q + 1] - tr.offsets[q]
     base, bit = i * stride, _bit(i)
-    free = pool.free_n[i]
     need = 0
     for j in range(lo, hi):
         if j < nb:
@@ -79,8 +81,17 @@ def _fits(q, i, lo, hi, m, tr, stride, sets, pool):  # type: ignore[no-untyped-d
 def _hold(q, i, lo, hi, m, tr, stride, sched, sets, pool, req, rep):  # type: ignore[no-untyped-def]
     """Request ``q``, holding positions ``0 .. lo``, holds ``lo .. hi`` too (their free blocks
     counted by the caller): the cached ones locked first, so taking new blocks cannot evict
-    them, then new blocks taken and named, parents before children."""
+    them, then new blocks taken and named, parents before children; with prefix caching off,
+    a hashless block each."""
     start, nb = tr.offsets[q], tr.offsets[q + 1] - tr.offsets[q]
+    if not sched.caching:
+        pool.free_n[i] -= hi - lo
+        req.pheld[q] = min(hi, nb)
+        req.ans_own[q] = 0
+        req.ans_n[q] = 0
+        req.anon[q] = max(hi - nb, 0)
+        rep.footprint[i] += hi - lo
+        return
     a0 = tr.answer_offsets[q]
     base, bit = i * stride, _bit(i)
     for j in range(lo, min(hi, nb + m)):
@@ -129,7 +140,7 @@ def extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):  # type: ignore
     want = min(total, (upto + sched.block_size - 1) // sched.block_size)
     if want <= have:
         return True
-    if not _fits(q, i, have, want, m, tr, stride, sets, pool):
+    if not _fits(q, i, have, want, m, tr, stride, sched, sets, pool):
         return False
     _hold(q, i, have, want, m, tr, stride, sched, sets, pool, req, rep)
     return True
@@ -198,7 +209,7 @@ def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # 
     a0 = tr.answer_offsets[q]
     m, total = _answer_span(q, tr, sched, req)
     sg = sched.engine == SGLANG
-    if not sg and not _fits(q, i, 0, total, m, tr, stride, sets, pool):
+    if not sg and not _fits(q, i, 0, total, m, tr, stride, sched, sets, pool):
         return False  # before the lookup, which a refusal leaves unused (sglang's splits)
     k = 0
     while start + k < end and sets.held[tr.blocks[start + k]] & bit:
@@ -214,7 +225,7 @@ def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # 
             and sets.held[tr.answer_blocks[a0 + k_ans]] & bit
         ):
             k_ans += 1
-    if sg and not _fits(q, i, 0, total, m, tr, stride, sets, pool):
+    if sg and not _fits(q, i, 0, total, m, tr, stride, sched, sets, pool):
         return False
     first = req.gen[q] == 0 and req.seq[q] == NONE
     if first and tr.ceiling_run.size:

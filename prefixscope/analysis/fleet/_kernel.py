@@ -49,7 +49,7 @@ def _init(n, n_rep, stride, sched, tiers, sets, pool):  # type: ignore[no-untype
         if tiers.dram_blocks > 0:
             sets.dnxt[s] = s
             sets.dprv[s] = s
-        if sched.engine == VLLM:
+        if sched.engine == VLLM and sched.caching:
             pool.anon_before[s] = sched.capacity
         if sched.engine != IDEAL:
             pool.rnext[n + i] = n + i

@@ -39,6 +39,11 @@ Host memory (``sglang`` with a DRAM tier, SGLang's HiCache): ``dram_held`` marks
 written there (``_tiers.write_host``); of them, those the GPU no longer caches are the DRAM
 list, in the order the GPU evicted them (:func:`_to_host`, :func:`_on_gpu`).
 
+Prefix caching off (``Sched.caching`` False, vLLM's ``--no-enable-prefix-caching``): a
+request's every position takes a hashless block and gives it back as one, so a pool is only
+its count ``free_n``, with no node per block; a preempted request recomputes all it had,
+as vLLM does with nothing cached.
+
 Invariant: ``free_n[i] + (blocks locked on replica i) == capacity``; ``cached_free[i]`` of the
 free blocks keep a hash.
 """
@@ -81,9 +86,11 @@ def _on_gpu(i, b, base, sets):  # type: ignore[no-untyped-def]
 @piece
 def take(i, r, stride, sched, parent, sets, pool, rep):  # type: ignore[no-untyped-def]
     """One free block for request ``r`` (there is one: the caller checked ``free_n``)."""
+    pool.free_n[i] -= 1
+    if not sched.caching:
+        return
     base = i * stride
     bit = _bit(i)
-    pool.free_n[i] -= 1
     if sched.engine == SGLANG:
         if pool.anon_free[i] > 0:
             pool.anon_free[i] -= 1
@@ -153,7 +160,7 @@ def checkpoint(i, q, tr, stride, sched, req, pool):  # type: ignore[no-untyped-d
     chunk (SGLang's ``checkpoint``): a radix node ends there."""
     start, end = tr.offsets[q], tr.offsets[q + 1]
     j = req.ctx[q] // sched.block_size
-    if 0 < j < end - start:
+    if 0 < j < end - start and sched.caching:
         _split(i * stride + tr.blocks[start + j - 1], pool)
 
 
@@ -261,6 +268,11 @@ def release(i, q, full, done, tr, stride, sched, sets, pool, req, n_rep):  # typ
     the next turn hits them; the others stay cached but nothing here can hit them. Under
     ``vllm`` the cached ones go to the queue's tail, deepest first, and the rest to its head
     (vLLM's "LIFO reuse" of blocks that never match): taken first."""
+    if not sched.caching:  # every block hashless: counted back, in no order that matters
+        pool.free_n[i] += req.pheld[q] + req.anon[q] + req.ans_own[q]
+        req.ans_n[q] = 0
+        req.ans_own[q] = 0
+        return
     base = i * stride
     s = base + stride - 1
     sg = sched.engine == SGLANG

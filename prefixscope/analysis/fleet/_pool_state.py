@@ -59,15 +59,24 @@ def dup_slots(engine: int, capacity: int, answers: int) -> int:
     return min(capacity, answers) if engine == VLLM else 0
 
 
-def pool(n: int, n_unique: int, n_rep: int, engine: int, capacity: int, answers: int = 0) -> Pool:
+def pool(
+    n: int,
+    n_unique: int,
+    n_rep: int,
+    engine: int,
+    capacity: int,
+    answers: int = 0,
+    caching: bool = True,
+) -> Pool:
     """The pools' state. Its arrays over every replica's nodes are kept between runs inside
     ``_records.kept_nodes``, refilled with their starting values: 14 replicas of ``vllm`` on
     the generated week's first 8 hours (11.3 M lookups) ran in 4.7–4.8 s so, 5.2–5.6 s on
     fresh arrays, whose pages the system maps and zeroes as the run first touches them
-    (benchmarks/RESULTS.md)."""
+    (benchmarks/RESULTS.md). With prefix caching off (``caching`` False) a pool is counts
+    alone, no node per block (``_pool.py``)."""
     on = engine != IDEAL
-    nodes = n_rep * (n_unique + 1) if on else 1
-    sg = engine == SGLANG
+    nodes = n_rep * (n_unique + 1) if on and caching else 1
+    sg = engine == SGLANG and caching
     leaves = min(capacity, n_unique) + 1
     slots = dup_slots(engine, capacity, answers)
     copies = n_rep * slots

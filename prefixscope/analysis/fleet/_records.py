@@ -85,7 +85,8 @@ class Sched(NamedTuple):
     size, the engine (``IDEAL``, ``VLLM``, ``SGLANG``), each replica's capacity in blocks and
     whether a hit refreshes a cached block (``lru``; ``fifo`` does not); ``ttl``: the idle
     seconds after which a cached block is dropped (``ttl``; -1: never); ``policy``: ``LIST``,
-    ``LFU``, ``S3FIFO`` or ``PINNED`` (``_policy_cache.py``)."""
+    ``LFU``, ``S3FIFO`` or ``PINNED`` (``_policy_cache.py``); ``caching``: False, a pool's
+    prefix caching is off (vLLM's ``--no-enable-prefix-caching``, ``_pool.py``)."""
 
     budget: int
     max_seqs: int
@@ -96,6 +97,7 @@ class Sched(NamedTuple):
     hist_width: int  # blocks per bucket of the running-blocks histogram
     ttl: float = -1.0
     policy: int = LIST
+    caching: bool = True
 
 
 class RouterParams(NamedTuple):
@@ -397,13 +399,15 @@ def sets(
     ever: bool = False,
     log_capacity: int = 0,
     policy_rows: tuple[np.ndarray, np.ndarray] | None = None,
+    linked: bool = True,
 ) -> Sets:
     """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
     :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``); ``ever``:
     whether each block was ever cached (a pool's miss budget); ``log_capacity``: changes each
     replica's ring of a stale router view holds (0: the router reads the caches);
     ``policy_rows``: each replica's lfu or s3fifo rows (``_policy_cache.py``); a cache kept in
-    rows keeps no list (one entry each), 8 bytes a block a replica less."""
+    rows keeps no list (one entry each), 8 bytes a block a replica less; so does a pool with
+    prefix caching off (``linked`` False): all its free blocks are hashless, a count."""
     nodes = n_rep * (n_unique + 1)
 
     def lists(
@@ -421,7 +425,7 @@ def sets(
     ring = n_rep * log_capacity if log_capacity else 1
     pnode, porder = policy_rows or (np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32))
     return Sets(
-        **lists(True, "held", "", n_rep * copies, links=policy_rows is None),
+        **lists(True, "held", "", n_rep * copies, links=policy_rows is None and linked),
         **lists(tree, "tree_held", "t"),
         **lists(dram, "dram_held", "d"),
         store_in=np.zeros(n_unique if store else 1, np.bool_),

@@ -73,8 +73,11 @@ def check_policy(policy: str, pins: Pins, router: str, fixed: bool) -> None:
         )
 
 
-def check_tiered_policy(policy: str, tiered: bool) -> None:
-    """Tiers run under lru and fifo only (``fleet`` and its stage check alike)."""
+def check_tiered_policy(policy: str, tiered: bool, caching: bool = True) -> None:
+    """Tiers run under lru and fifo only (``fleet`` and its stage check alike), and with prefix
+    caching on: they hold cached blocks."""
+    if tiered and not caching:
+        raise ValueError("a DRAM tier or a store holds cached blocks: none with caching off")
     if tiered and policy not in ("lru", "fifo"):
         why = "where its victims would go in a DRAM tier or the store is not modelled"
         raise ValueError(f"{policy} runs on HBM alone: {why} (tiers run under lru and fifo)")

@@ -38,6 +38,7 @@ from prefixscope.analysis.structure.answers import answer_ids, routed_answer_blo
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.full_blocks import full_blocks_only
 from prefixscope.analysis.trace.isolation import subset
+from prefixscope.analysis.trace.tail import span
 
 #: Changes each replica's ring holds for a stale router view (``_stale.py``): a block cached
 #: or dropped is one; more pending at once than this reach the view early (counted).
@@ -111,6 +112,7 @@ class Fleet:
     pins: Pins = field(default_factory=Pins)  # ``pinned``: which prefixes each replica pins
     #: seconds the router's view of the caches lags them (``_stale.py``; kv-aware reads them)
     router_delay_s: float = 0.0
+    prefix_caching: bool = True  # False: vLLM's --no-enable-prefix-caching (``_pool.py``)
 
     @property
     def policy_label(self) -> str:
@@ -140,7 +142,7 @@ class Fleet:
                 "--engine ideal"
             )
         tiered = self.tiers.dram_blocks > 0 or self.tiers.store_blocks is not None
-        check_tiered_policy(self.policy, tiered)
+        check_tiered_policy(self.policy, tiered, self.prefix_caching)
         why = resolve_engine(self.engine).store_from_dram
         if why and self.tiers.store_blocks is not None and self.tiers.dram_blocks == 0:
             raise ValueError(
@@ -330,6 +332,9 @@ def _run(  # type: ignore[no-untyped-def]
 ) -> FleetOutcome:
     output = np.asarray(traffic.output_tokens, np.int64)
     code = ENGINES[fleet.engine].code
+    caching = fleet.prefix_caching  # off: every lookup a block of its own, nothing hits
+    if not caching and trace.n_unique < trace.n_lookups:
+        trace = span(trace, 0, trace.n_requests, fresh=True)
     if code != _records.IDEAL:  # the engines cache full blocks only (``trace/full_blocks.py``)
         trace = full_blocks_only(trace)
         check_fits(trace, output, fleet.capacity_blocks, fleet.engine)
@@ -340,7 +345,7 @@ def _run(  # type: ignore[no-untyped-def]
     repeat = repeats(trace) if code != _records.IDEAL else np.zeros(1, np.bool_)
     inputs = trace.input_tokens.view()  # read-only as loaded or not: one compiled signature
     inputs.flags.writeable = False
-    if code != _records.IDEAL and engine.cache_answers:
+    if code != _records.IDEAL and engine.cache_answers and caching:
         routed = fixed if len(fixed) == n else None
         answers = answer_ids(trace, routed_answer_blocks(trace, output, routed))
     else:
@@ -366,6 +371,7 @@ def _run(  # type: ignore[no-untyped-def]
         budget=engine.budget_tokens, max_seqs=engine.max_seqs, block_size=trace.block_size,
         engine=code, capacity=fleet.capacity_blocks, recency=loop.recency, hist_width=width,
         ttl=-1.0 if fleet.ttl_s is None else float(fleet.ttl_s), policy=loop.code,
+        caching=caching,
     )  # fmt: skip
     rp = _records.RouterParams(
         kind=kind, threshold=float(r.cache_threshold), balance_abs=float(r.balance_abs),
@@ -390,10 +396,12 @@ def _run(  # type: ignore[no-untyped-def]
         trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies,
         fleet.ttl_s is not None, budget and code != _records.IDEAL,
         min(LOG_CAPACITY, 2 * (len(trace.blocks) + len(answers[1])) + 1) if stale else 0,
-        policy_rows(trace, loop.code, n_rep),
+        policy_rows(trace, loop.code, n_rep), linked=caching or code == _records.IDEAL,
     )  # fmt: skip
     hp = _records.heaps(n, n_rep, engine.max_seqs)
-    pool = _pool_state.pool(n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]))
+    pool = _pool_state.pool(
+        n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]), caching
+    )
     longest = int(trace.blocks_per_request.max()) if n else 0
     scratch = (
         np.zeros(longest + 1, np.int8),

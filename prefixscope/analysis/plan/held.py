@@ -36,7 +36,8 @@ RUN_LOOKUPS = 12_000_000
 #: The same under a KV pool (``vllm``, ``sglang``), whose replicas hold 20 bytes a block where
 #: ``ideal``'s hold 8 (``fleet/_pool_state.py``): the flow's SLO plan on the week under ``vllm``
 #: peaked at 14.08 GB with 12 M and 10.11 GB with 6 M, taking 304.6 s and 343.0 s, the same
-#: answers (benchmarks/RESULTS.md).
+#: answers (benchmarks/RESULTS.md). Only with caching on: with it off a pool keeps no node
+#: per block (``fleet/_pool.py``), and its runs are ``ideal``'s length.
 POOL_RUN_LOOKUPS = 6_000_000
 
 
@@ -75,10 +76,11 @@ def hold(
     start: Window,
     run_tasks: TaskRunner,
     lookups: Callable[[int, int], int],
-    run_lookups: int = RUN_LOOKUPS,
+    run_lookups: Callable[[Probe], int] = lambda _: RUN_LOOKUPS,
 ) -> tuple[list[Outcome], list[Held]]:
     """Every group's answer, held in every window (the module docstring). ``lookups(a, b)``:
-    the lookups of requests ``a .. b - 1``, what a run of windows is bounded by."""
+    the lookups of requests ``a .. b - 1``, what a run of windows is bounded by;
+    ``run_lookups(probe)``: the most a run of that answer's check holds."""
     searched: list[list[int]] = [[start.index] for _ in groups]
     parts: dict[tuple, Part] = {}
 
@@ -99,8 +101,9 @@ def hold(
         tasks: list[tuple[int, Task]] = []
         for gi, o in enumerate(outcomes):
             if o.best is not None:
+                longest = run_lookups(o.best.probe)
                 tasks += [(gi, t) for t in check_tasks(o.best.probe, windows, searched[gi],
-                                                       lookups, run_lookups)]  # fmt: skip
+                                                       lookups, longest)]  # fmt: skip
         results = run_tasks([t for _, t in tasks]) if tasks else []
         for (_, t), got in zip(tasks, results, strict=True):
             for w, part in zip(t.measured, got, strict=True):

@@ -1,11 +1,12 @@
 """Prefix caching off, as a trace: every lookup a block never seen before or after.
 
-The fleet loop is left as it is. Each lookup gets a fresh dense id (``0 .. n_lookups − 1`` in
-lookup order), so no block repeats and no lookup can hit, in HBM, a DRAM tier or a store;
-everything else the loop reads is unchanged: the requests, their arrivals, tokens and output
-tokens, the KV pool's capacity and the step costs. So a fleet simulated on this trace is the
-same fleet with the engine's prefix caching disabled (vLLM ``--no-enable-prefix-caching``),
-every prompt computed in full.
+Each lookup gets a fresh dense id (``0 .. n_lookups − 1`` in lookup order), so no block repeats
+and no lookup can hit, in HBM, a DRAM tier or a store; everything else the loop reads is
+unchanged: the requests, their arrivals, tokens and output tokens, the KV pool's capacity and
+the step costs. So a fleet simulated on this trace is the same fleet with the engine's prefix
+caching disabled (vLLM ``--no-enable-prefix-caching``), every prompt computed in full: the trace
+``Fleet(prefix_caching=False)`` runs (``fleet/run.py``), where a KV pool also keeps no cache at
+all (``fleet/_pool.py``).
 
 Each fresh id keeps the 64-bit hash of the block it stands for, so a router that hashes the
 prompt (``session`` without session ids hashes its k-th block) sends every request where it

@@ -2,8 +2,9 @@
 runs here, on a forked worker or on a Dask worker).
 
 The fleet is the ``fleet`` command's (``analysis/fleet/run.py``): ``Fleet`` at its defaults
-but for the router, the replica count, the KV pool as capacity, the load scale and the tiers;
-with prefix caching off it runs on a trace whose blocks never repeat (``nocache.py``). A window
+but for the router, the replica count, the KV pool as capacity, the load scale, the tiers and
+prefix caching; with caching off it runs on a trace whose blocks never repeat (``nocache.py``),
+and a KV pool keeps no cache at all (``fleet/_pool.py``). A window
 runs on its own span of the trace, its warm-up first (``windows.py``); its metrics are over
 its own requests.
 
@@ -64,6 +65,7 @@ def fleet_of(probe: Probe, engine: str = "ideal") -> Fleet:
         load_scale=probe.load_scale,
         tiers=s.tiers,
         engine=engine,
+        prefix_caching=probe.prefix_caching,
     )
 
 

@@ -31,7 +31,7 @@ from prefixscope.analysis.plan.probe import (
     simulate_run,
     simulate_window,
 )
-from prefixscope.analysis.plan.search import Outcome
+from prefixscope.analysis.plan.search import Outcome, Probe
 from prefixscope.analysis.plan.slo import Slo
 from prefixscope.analysis.plan.slo_settings import (
     PlanSloSettings,
@@ -194,7 +194,9 @@ def plan_search(
     local = settings.dask_address is None and settings.workers == 1
     shipped: dict[str, object] = {}
     pooled = resolve_engine(settings.engine).pooled
-    run_lookups = POOL_RUN_LOOKUPS if pooled else RUN_LOOKUPS
+
+    def run_lookups(probe: Probe) -> int:  # a pool caching holds more per block (``held.py``)
+        return POOL_RUN_LOOKUPS if pooled and probe.prefix_caching else RUN_LOOKUPS
 
     def run_tasks(tasks: Sequence[Task]) -> list[list[Part]]:
         # the spans of the windows searched are cut once, here, before any worker starts
@@ -307,12 +309,14 @@ def task_bytes(trace, windows, task: Task, spans=None, pooled: bool = False) -> 
     block, replica and list: the cache, the router's tree, a DRAM tier, and 8 per block for
     their masks; ``pooled``: 12 more per block and replica, a KV pool's counts) and some 250
     bytes a request of state and results. Distinct blocks are the span's own where it was cut
-    already (``spans``), else every lookup counts as one."""
+    already (``spans``), else every lookup counts as one. A pool with caching off keeps no
+    counts per block, nor a list for its cache."""
     p = task.probe
     first, end = windows[task.windows[0]].warm, windows[task.windows[-1]].end
     lookups = int(trace.offsets[end] - trace.offsets[first])
     cut_already = (spans or {}).get((task.windows[0], p.prefix_caching)) if task.search else None
     distinct = cut_already[0].n_unique if cut_already is not None else lookups
-    lists = 1 + (p.series.router == "cache-aware") + (p.series.tiers.dram_blocks > 0)
-    pool = 12 * distinct * p.replicas if pooled else 0
+    listed = p.prefix_caching or not pooled
+    lists = listed + (p.series.router == "cache-aware") + (p.series.tiers.dram_blocks > 0)
+    pool = 12 * distinct * p.replicas if pooled and p.prefix_caching else 0
     return 28 * lookups + 8 * distinct * lists * (1 + p.replicas) + pool + 250 * (end - first)
