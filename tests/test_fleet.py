@@ -140,6 +140,38 @@ def test_each_replica_is_the_single_cache_of_what_was_routed_to_it(
         np.testing.assert_array_equal(out.hit_tokens[mine], want)
 
 
+def test_a_grid_of_pinned_fleets_reads_its_pin_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fleets over one trace with one ``--pin`` file (a grid's routers and replica counts)
+    read and match the file once; another file, or another trace, is read for itself."""
+    from prefixscope.analysis.structure import pins as pin_module
+
+    reads: list[str] = []
+    real = pin_module.read_hashes
+
+    def counted(path):  # type: ignore[no-untyped-def]
+        reads.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(pin_module, "read_hashes", counted)
+    trace, traffic = sessions_trace(shared_first=True)
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("7\n1001\n")
+    second.write_text("7\n")
+    grid = [("session", 3), ("kv-aware", 3), ("least-loaded", 2), ("cache-aware", 4)]
+    outs = [simulate_fleet(trace, traffic, Fleet(r, n, 30, "pinned", pins=Pins(file=str(first))),
+                           ENGINE) for r, n in grid]  # fmt: skip
+    assert reads == [str(first)]
+    simulate_fleet(trace, traffic, Fleet("session", 3, 30, "pinned", pins=Pins(file=str(second))),
+                   ENGINE)  # fmt: skip
+    again, _ = sessions_trace(shared_first=True)
+    alone = simulate_fleet(again, traffic, Fleet("session", 3, 30, "pinned",
+                                                 pins=Pins(file=str(first))), ENGINE)  # fmt: skip
+    assert reads == [str(first), str(second), str(first)]
+    np.testing.assert_array_equal(alone.hit_tokens, outs[0].hit_tokens)
+
+
 @pytest.mark.parametrize("replicas", [2, 5])
 def test_a_router_that_sends_everything_to_one_replica_is_one_cache(replicas: int) -> None:
     trace, traffic = sessions_trace()

@@ -7,6 +7,7 @@ are each replica's own stream's), or refused with the reason.
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -92,11 +93,20 @@ def policy_rows(trace: Trace, code: int, n_rep: int) -> tuple[np.ndarray, np.nda
     return None
 
 
+#: Pin masks already matched, per trace object and pins: a grid of pinned fleets over one trace
+#: (the fleet stage's, each worker's tasks) reads the file and matches it once, not per fleet.
+#: The loop only reads a mask; a trace dropped drops its masks.
+_MASKS: weakref.WeakKeyDictionary[Trace, dict[Pins, np.ndarray]] = weakref.WeakKeyDictionary()
+
+
 def pinned_blocks(trace: Trace, pins: Pins, capacity: int) -> np.ndarray:
     """The ``--pin`` file's blocks the trace looks up, which every replica pins; more than a
     replica's ``capacity`` is refused, as ``simulate`` refuses it."""
-    pinned = pins.masks()(trace)
+    known = _MASKS.setdefault(trace, {})
+    if pins not in known:
+        known[pins] = np.asarray(pins.masks()(trace), np.bool_)
+    pinned = known[pins]
     n = int(pinned.sum())
     if n > capacity:
         raise ValueError(f"{n} pinned blocks do not fit in {capacity} blocks")
-    return np.asarray(pinned, np.bool_)
+    return pinned
