@@ -78,20 +78,10 @@ def _fits(q, i, lo, hi, m, tr, stride, sched, sets, pool):  # type: ignore[no-un
 
 
 @step_piece
-def _hold(q, i, lo, hi, m, tr, stride, sched, sets, pool, req, rep):  # type: ignore[no-untyped-def]
-    """Request ``q``, holding positions ``0 .. lo``, holds ``lo .. hi`` too (their free blocks
-    counted by the caller): the cached ones locked first, so taking new blocks cannot evict
-    them, then new blocks taken and named, parents before children; with prefix caching off,
-    a hashless block each."""
+def _lock_and_name(q, i, lo, hi, m, tr, stride, sched, sets, pool, rep):  # type: ignore[no-untyped-def]
+    """Positions ``lo .. hi`` of request ``q``: the cached ones locked first, so taking new
+    blocks cannot evict them, then new blocks taken and named, parents before children."""
     start, nb = tr.offsets[q], tr.offsets[q + 1] - tr.offsets[q]
-    if not sched.caching:
-        pool.free_n[i] -= hi - lo
-        req.pheld[q] = min(hi, nb)
-        req.ans_own[q] = 0
-        req.ans_n[q] = 0
-        req.anon[q] = max(hi - nb, 0)
-        rep.footprint[i] += hi - lo
-        return
     a0 = tr.answer_offsets[q]
     base, bit = i * stride, _bit(i)
     for j in range(lo, min(hi, nb + m)):
@@ -124,6 +114,18 @@ def _hold(q, i, lo, hi, m, tr, stride, sched, sets, pool, req, rep):  # type: ig
                 pool.ans_mine[a0 + j - nb] = True
         else:
             take(i, q, stride, sched, tr.parent, sets, pool, rep)
+
+
+@step_piece
+def _hold(q, i, lo, hi, m, tr, stride, sched, sets, pool, req, rep):  # type: ignore[no-untyped-def]
+    """Request ``q``, holding positions ``0 .. lo``, holds ``lo .. hi`` too (their free blocks
+    counted by the caller): :func:`_lock_and_name`, or with prefix caching off a hashless
+    block each (no answer positions then: ``m`` is 0)."""
+    if sched.caching:
+        _lock_and_name(q, i, lo, hi, m, tr, stride, sched, sets, pool, rep)
+    else:
+        pool.free_n[i] -= hi - lo
+    nb = tr.offsets[q + 1] - tr.offsets[q]
     req.pheld[q] = min(hi, nb)
     req.ans_own[q] = min(max(hi - nb, 0), m)
     req.ans_n[q] = req.ans_own[q]

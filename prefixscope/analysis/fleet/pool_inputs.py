@@ -11,8 +11,8 @@ from prefixscope.analysis.trace.csr import Trace
 
 def repeats(trace: Trace) -> np.ndarray:
     """Per lookup, whether its block came earlier in the same request (a trace may name one
-    block twice in a prompt; chained hashes never do). None where no id repeats at all (a
-    trace with caching off, ``plan/nocache.py``): no sort."""
+    block twice in a prompt; chained hashes never do). Where no id repeats at all (a trace
+    with caching off, ``plan/nocache.py``), none does: no sort."""
     if trace.n_unique == trace.n_lookups:
         return np.zeros(trace.n_lookups, np.bool_)
     request = np.repeat(np.arange(trace.n_requests, dtype=np.int64), trace.blocks_per_request)
