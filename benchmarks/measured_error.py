@@ -15,6 +15,13 @@ tables measure), it predicts TTFT and TPOT with ``cost/serving.py``'s steady sta
 - ``roofline``: the roofline's step form as the fleet prices it (``fleet/stepcost.py``);
 
 and prints, per GPU and model family, the median, p90 and worst relative error of each.
+
+Each run is priced as it was served where its launch script is known
+(``benchmarks/data/served.csv``, the benchmark's scripts at the commit of the run's date): the
+KV cache's dtype, the scheduler's token budget, and the MoE kernel where the script chose
+another than the GPU's table holds (its curves in ``benchmarks/data/moe_served.json``, from
+``benchmarks/kernels/reduce_served.py``). Elsewhere: bf16 KV unless the weights are fp8 or
+fp4, a budget of 8,192 tokens (vLLM's default on GPUs of 70 GiB and more), the table's kernel.
 ``--write`` fits the fixed cost on all runs and writes ``prefixscope/data/kernels/fixed.json``
 with the error table it came with (what ``plan`` reads as the model's error).
 """
@@ -36,11 +43,13 @@ from prefixscope.analysis.cost.deployment import Deployment, memory_split
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.measured import Fixed, covers, measured_model
 from prefixscope.analysis.cost.models import resolve_model
-from prefixscope.analysis.cost.serving import steady_state, wave
+from prefixscope.analysis.cost.serving import BUDGET_TOKENS, steady_state, wave
 from prefixscope.analysis.fleet.stepcost import from_roofline
 
 HERE = Path(__file__).parent
 RUNS = HERE / "data" / "silicon_vllm.csv"
+SERVED = HERE / "data" / "served.csv"
+SERVED_MOE = HERE / "data" / "moe_served.json"
 OUT = Path("prefixscope/data/kernels/fixed.json")
 #: model path in the runs → (catalog model, family)
 MODELS = {
@@ -69,6 +78,51 @@ class Run:
     ttft_ms: float
     tpot_ms: float
     kv_dtype: str = "bf16"  # fp8 runs keep their KV cache in fp8 too
+    budget: int = BUDGET_TOKENS  # max_num_batched_tokens
+    moe_kernel: str = "table"  # the GPU's table, or a curve of moe_served.json
+    script: str = ""  # the launch script that set these, "" where not known
+
+
+def served_settings() -> dict[tuple[str, str, str], dict]:
+    """(model path, system, vLLM version or "") → what the run's launch script set."""
+    frame = pl.read_csv(SERVED, schema_overrides={"backend_version": pl.String})
+    return {
+        (r["model_path"], r["system"], r["backend_version"] or ""): r
+        for r in frame.iter_rows(named=True)
+    }
+
+
+def as_served(run: Run, row: dict, served: dict) -> Run:
+    """``run`` with its launch script's KV dtype, token budget and MoE kernel, where known."""
+    got = served.get((row["model_path"], row["system"], row["backend_version"] or ""))
+    if got is None:
+        return run
+    budget = 2 * run.isl if got["budget"] == "2x-isl" else int(got["budget"])
+    return replace(run, kv_dtype=got["kv_dtype"], budget=budget, moe_kernel=got["moe"],
+                   script=f"{got['script']}@{got['commit'][:8]}")  # fmt: skip
+
+
+class ServedKernels:
+    """A GPU's tables with one fused-MoE curve swapped for the kernel a run was served with."""
+
+    def __init__(self, tables: kernels.Kernels, curves: list[dict]) -> None:
+        self._tables, self._curves = tables, curves
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._tables, name)
+
+    def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, dtype: str):
+        for c in self._curves:
+            shape = (c["hidden"], c["inter"], c["topk"], c["experts"])
+            if shape == (hidden, inter, topk, experts) \
+                    and tp in (c["moe_tp"] * c["moe_ep"],):  # fmt: skip
+                xs = np.asarray(c["tokens"], np.float64)
+                return kernels.interp(tokens, xs, np.asarray(c["ms"], np.float64), 1.0)
+        raise KeyError(f"no served MoE curve for {hidden}×{inter}, top {topk}, TP {tp}")
+
+
+def served_curves(kernel: str) -> list[dict]:
+    return [c for c in json.loads(SERVED_MOE.read_text())["curves"] if c["kernel"] == kernel]
 
 
 def dtype_of(row: dict, model: str) -> tuple[str | None, str | None]:
@@ -87,6 +141,7 @@ def dtype_of(row: dict, model: str) -> tuple[str | None, str | None]:
 
 def load_runs() -> tuple[list[Run], dict[str, int]]:
     runs, skipped = [], {}
+    served = served_settings()
     for row in pl.read_csv(RUNS, infer_schema_length=10000).iter_rows(named=True):
 
         def skip(why: str) -> None:
@@ -106,12 +161,11 @@ def load_runs() -> tuple[list[Run], dict[str, int]]:
         if why:
             skip(why)
             continue
-        runs.append(
-            Run(row["id"], GPU_OF[row["system"]], model, family, int(row["tp_size"]), dtype,
-                int(row["batch_size"]), int(row["isl"]), int(row["osl"]),
-                float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"]),
-                "fp8" if (row["precision"] or "") in ("fp8", "fp4") else "bf16")
-        )  # fmt: skip
+        run = Run(row["id"], GPU_OF[row["system"]], model, family, int(row["tp_size"]), dtype,
+                  int(row["batch_size"]), int(row["isl"]), int(row["osl"]),
+                  float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"]),
+                  "fp8" if (row["precision"] or "") in ("fp8", "fp4") else "bf16")  # fmt: skip
+        runs.append(as_served(run, row, served))
     return runs, skipped
 
 
@@ -129,7 +183,10 @@ def model_for(run: Run, fixed: Fixed):
     why = covers(shape, run.gpu, run.tp, dtype)
     if why:
         return None, why
-    return replace(measured_model(shape, run.gpu, run.tp, dtype), fixed=fixed), None
+    model = replace(measured_model(shape, run.gpu, run.tp, dtype), fixed=fixed)
+    if run.moe_kernel != "table":
+        model = replace(model, tables=ServedKernels(model.tables, served_curves(run.moe_kernel)))
+    return model, None
 
 
 def pool_tokens(run: Run) -> float | None:
@@ -175,8 +232,10 @@ def kernel_parts(runs: list[Run]) -> tuple[list, dict[str, int]]:
         row = []
         pool = pool_tokens(run)
         for how in (steady_state, wave):
-            base = how(model.step_seconds, run.concurrency, run.isl, run.osl, pool_tokens=pool)
-            plus = how(one.step_seconds, run.concurrency, run.isl, run.osl, pool_tokens=pool)
+            base = how(model.step_seconds, run.concurrency, run.isl, run.osl, pool_tokens=pool,
+                       budget=run.budget)  # fmt: skip
+            plus = how(one.step_seconds, run.concurrency, run.isl, run.osl, pool_tokens=pool,
+                       budget=run.budget)  # fmt: skip
             row.append((base.ttft_s * 1e3, (plus.ttft_s - base.ttft_s) * 1e3,
                         base.tpot_s * 1e3, (plus.tpot_s - base.tpot_s) * 1e3))  # fmt: skip
         parts.append((row[0], row[1], model.shape))
@@ -307,6 +366,13 @@ def main() -> int:
               f"{how.request_ms:.1f} ms + {how.per_kilotoken_ms:.2f} ms per 1k tokens")  # fmt: skip
     print(f"runs: {len(runs) + sum(skipped.values())} in the file, {len(runs)} expressible, "
           f"{len(frame)} priced by the measured tables")  # fmt: skip
+    priced = set(frame["run"].to_list())
+    scripted = [r for r in runs if r.id in priced and r.script]
+    print(
+        f"  {len(scripted)} priced as their launch script served them "
+        f"({sum(r.moe_kernel != 'table' for r in scripted)} on another MoE kernel, "
+        f"{sum(r.budget != BUDGET_TOKENS for r in scripted)} at another token budget)"
+    )
     for why, n in sorted({**skipped, **uncovered}.items(), key=lambda x: -x[1]):
         print(f"  left out: {n} ({why})")
     pl.Config.set_tbl_rows(100)
