@@ -98,7 +98,11 @@ def as_served(run: Run, row: dict, served: dict) -> Run:
     if got is None:
         return run
     budget = 2 * run.isl if got["budget"] == "2x-isl" else int(got["budget"])
-    return replace(run, kv_dtype=got["kv_dtype"], budget=budget, moe_kernel=got["moe"],
+    # the client draws each length uniformly from [r·X, X]: the runs' mean is (1 + r)/2 · X
+    r = float(got["random_range_ratio"])
+    isl, osl = round(run.isl * (1 + r) / 2), round(run.osl * (1 + r) / 2)
+    return replace(run, isl=isl, osl=osl, kv_dtype=got["kv_dtype"], budget=budget,
+                   moe_kernel=got["moe"],
                    script=f"{got['script']}@{got['commit'][:8]}")  # fmt: skip
 
 

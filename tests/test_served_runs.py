@@ -52,6 +52,7 @@ def test_every_served_row_matches_runs_and_a_kernel(me) -> None:
         assert row["kv_dtype"] in ("bf16", "fp8")
         assert row["budget"] == "2x-isl" or int(row["budget"]) > 0
         assert len(row["commit"]) == 40
+        assert 0 < float(row["random_range_ratio"]) <= 1
 
 
 @pytest.mark.parametrize(
@@ -73,10 +74,13 @@ def test_a_run_takes_its_scripts_settings(me, runs, model, system, version, isl,
     )  # fmt: skip
     ids = [i for i in silicon["id"] if i in runs]
     assert ids
+    scripted = model != "Qwen/Qwen3-32B"
     for i in ids:
         run = runs[i]
         assert (run.moe_kernel, run.kv_dtype, run.budget) == (moe, kv, budget), run
-        assert bool(run.script) == (model != "Qwen/Qwen3-32B")
+        assert bool(run.script) == scripted
+        # the client draws lengths from [0.8 X, X]: a scripted run is priced at their mean
+        assert run.isl == (round(isl * 0.9) if scripted else isl)
 
 
 def test_the_served_kernel_replaces_the_moe_curve_only(me, runs) -> None:
