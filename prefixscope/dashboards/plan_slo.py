@@ -200,7 +200,7 @@ def fleets_table(fleets: Sequence[dict], limit: int = TABLE_ROWS) -> str:
 def short(answers: Sequence[dict], model: str) -> str | None:
     """The first load scale's answer in two terminal lines (the demo's summary, which names the
     model on its other lines): ``24 × H200 (3 × h200x8, a store of 2,048 GiB) meet ttft-p95=5 at
-    $88.40 an hour (32 if 25% slower); without the prefix cache 40 × H200: the cache saves
+    $88.40 an hour (32 if 24% slower); without the prefix cache 40 × H200: the cache saves
     $37,669 a month``; the range where measured kernels priced the steps."""
     on = next((a for a in answers if a["prefix_caching"]), None)
     if on is None:

@@ -6,7 +6,7 @@ slower than predicted need more GPUs to meet the same SLO, so the planner search
 answer's own fleet kind (deployment, router, DRAM tier and store) again with every replica's
 step cost scaled by ``1 + p90`` (its decode steps, whose time is TPOT, are off by at most that
 for nine runs in ten) and reports the count that meets the SLO then beside the answer: "24 ×
-H200, 32 if steps run 25% slower than predicted". Searching that kind alone keeps the range
+H200, 32 if steps run 24% slower than predicted". Searching that kind alone keeps the range
 to a bisection of one series; another kind could be cheaper at the slower steps, so the
 figure is an upper bound of what the slower steps need. A faster-than-predicted fleet needs
 no more than the answer, so only the slow side is searched.
