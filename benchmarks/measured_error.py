@@ -41,7 +41,7 @@ from prefixscope.analysis.cost import kernels
 from prefixscope.analysis.cost.costmodel import nnls
 from prefixscope.analysis.cost.deployment import Deployment, memory_split
 from prefixscope.analysis.cost.gpus import resolve_gpu
-from prefixscope.analysis.cost.measured import Fixed, covers, measured_model
+from prefixscope.analysis.cost.measured import Fixed, covers, fixed_costs, measured_model
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.cost.serving import BUDGET_TOKENS, steady_state, wave
 from prefixscope.analysis.fleet.stepcost import from_roofline
@@ -337,6 +337,28 @@ def errors_table(runs: list[Run], parts: list) -> tuple[pl.DataFrame, dict]:
     return pl.DataFrame(records), held
 
 
+def shipped_and_refit(runs: list[Run], parts: list) -> tuple[str, str]:
+    """Median TTFT and TPOT errors of the fixed costs ``measured`` ships and of a fit on all
+    the runs, each run priced with the fit it is part of (in-sample, unlike the table)."""
+    covered = [(p, r) for p, r in zip(parts, runs, strict=True) if p is not None]
+    data = fixed_costs()
+    d = data["default"]
+    ship = Fit(
+        Fixed(d["alpha_ms"], d["beta_ms"], d.get("qk_norm_ms", 0.0)),
+        data["wave_share"],
+        data["request_ms"],
+        data["per_kilotoken_ms"],
+    )
+    out = []
+    for how in (ship, fit(covered)):
+        pairs = [(predict(p, r, how), (r.ttft_ms, r.tpot_ms)) for p, r in covered]
+        errs = np.abs(np.array([g for g, _ in pairs]) / np.array([w for _, w in pairs]) - 1) * 100
+        ttft, tpot = np.median(errs, axis=0)
+        out.append(f"TTFT {ttft:.1f}%, TPOT {tpot:.1f}% (α {how.fixed.alpha_ms:.3f} ms, "
+                   f"γ {how.fixed.qk_norm_ms:.4f} ms)")  # fmt: skip
+    return out[0], out[1]
+
+
 def summary(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     aggs = [pl.len().alias("runs")]
     for col in ("measured_ttft", "roofline_ttft", "measured_tpot", "roofline_tpot"):
@@ -406,6 +428,9 @@ def main() -> int:
     )
     print("\nmedian signed error per GPU and family (prediction − run):")
     print(markdown(signed.sort("gpu", "family")))
+    shipped, refit = shipped_and_refit(runs, parts)
+    print(f"\nin-sample (every run in the fit): the shipped fixed costs ({OUT}) {shipped}; "
+          f"refitted on these runs {refit}")  # fmt: skip
     step_err = frame.select(
         pl.concat_list("measured_ttft", "measured_tpot").explode().quantile(0.9)
     ).item()
