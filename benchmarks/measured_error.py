@@ -20,10 +20,13 @@ Each run is priced as it was served where its launch script is known
 (``benchmarks/data/served.csv``, the benchmark's scripts at the commit of the run's date): the
 KV cache's dtype, the scheduler's token budget, and the MoE kernel where the script chose
 another than the GPU's table holds (its curves in ``benchmarks/data/moe_served.json``, from
-``benchmarks/kernels/reduce_served.py``). Elsewhere: bf16 KV unless the weights are fp8 or
-fp4, a budget of 8,192 tokens (vLLM's default on GPUs of 70 GiB and more), the table's kernel.
+``benchmarks/kernels/reduce_served.py``), and the prompt and output lengths at the mean of
+the client's draw. Elsewhere: bf16 KV unless the weights are fp8 or fp4, a budget of 8,192
+tokens (vLLM's default on GPUs of 70 GiB and more), the table's kernel, the lengths recorded.
+
 ``--write`` fits the fixed cost on all runs and writes ``prefixscope/data/kernels/fixed.json``
-with the error table it came with (what ``plan`` reads as the model's error).
+with the error table it came with (what ``plan`` reads as the model's error);
+``--write-error`` writes the error alone, keeping the file's fixed costs.
 """
 
 from __future__ import annotations
@@ -117,9 +120,9 @@ class ServedKernels:
 
     def moe(self, tokens, hidden: int, inter: int, topk: int, experts: int, tp: int, dtype: str):
         for c in self._curves:
-            shape = (c["hidden"], c["inter"], c["topk"], c["experts"])
-            if shape == (hidden, inter, topk, experts) \
-                    and tp in (c["moe_tp"] * c["moe_ep"],):  # fmt: skip
+            # the run's TP group holds the experts: sharded (moe_tp) or whole (moe_ep)
+            shape = (c["hidden"], c["inter"], c["topk"], c["experts"], c["moe_tp"] * c["moe_ep"])
+            if shape == (hidden, inter, topk, experts, tp):
                 xs = np.asarray(c["tokens"], np.float64)
                 return kernels.interp(tokens, xs, np.asarray(c["ms"], np.float64), 1.0)
         raise KeyError(f"no served MoE curve for {hidden}×{inter}, top {topk}, TP {tp}")
