@@ -84,6 +84,16 @@ class Run:
     budget: int = BUDGET_TOKENS  # max_num_batched_tokens
     moe_kernel: str = "table"  # the GPU's table, or a curve of moe_served.json
     script: str = ""  # the launch script that set these, "" where not known
+    range_ratio: float = 1.0  # the client drew each length from [range_ratio · X, X]
+
+    @property
+    def mean_isl(self) -> int:
+        """The prompts' mean length, what the run is priced at: (1 + r)/2 of the nominal."""
+        return round(self.isl * (1 + self.range_ratio) / 2)
+
+    @property
+    def mean_osl(self) -> int:
+        return round(self.osl * (1 + self.range_ratio) / 2)
 
 
 def served_settings() -> dict[tuple[str, str, str], dict]:
@@ -101,11 +111,8 @@ def as_served(run: Run, row: dict, served: dict) -> Run:
     if got is None:
         return run
     budget = 2 * run.isl if got["budget"] == "2x-isl" else int(got["budget"])
-    # the client draws each length uniformly from [r·X, X]: the runs' mean is (1 + r)/2 · X
-    r = float(got["random_range_ratio"])
-    isl, osl = round(run.isl * (1 + r) / 2), round(run.osl * (1 + r) / 2)
-    return replace(run, isl=isl, osl=osl, kv_dtype=got["kv_dtype"], budget=budget,
-                   moe_kernel=got["moe"],
+    return replace(run, kv_dtype=got["kv_dtype"], budget=budget, moe_kernel=got["moe"],
+                   range_ratio=float(got["random_range_ratio"]),
                    script=f"{got['script']}@{got['commit'][:8]}")  # fmt: skip
 
 
@@ -239,10 +246,10 @@ def kernel_parts(runs: list[Run]) -> tuple[list, dict[str, int]]:
         row = []
         pool = pool_tokens(run)
         for how in (steady_state, wave):
-            base = how(model.step_seconds, run.concurrency, run.isl, run.osl, pool_tokens=pool,
-                       budget=run.budget)  # fmt: skip
-            plus = how(one.step_seconds, run.concurrency, run.isl, run.osl, pool_tokens=pool,
-                       budget=run.budget)  # fmt: skip
+            base = how(model.step_seconds, run.concurrency, run.mean_isl, run.mean_osl,
+                       pool_tokens=pool, budget=run.budget)  # fmt: skip
+            plus = how(one.step_seconds, run.concurrency, run.mean_isl, run.mean_osl,
+                       pool_tokens=pool, budget=run.budget)  # fmt: skip
             row.append((base.ttft_s * 1e3, (plus.ttft_s - base.ttft_s) * 1e3,
                         base.tpot_s * 1e3, (plus.tpot_s - base.tpot_s) * 1e3))  # fmt: skip
         parts.append((row[0], row[1], model.shape))
@@ -283,7 +290,7 @@ def fit(rows: list) -> Fit:
             layers, qk_norm = shape.num_hidden_layers, shape.qk_norm
             for i, (base, steps, y) in enumerate(cols):
                 first = i == 0  # TTFT: the request's own overhead too
-                a.append([steps / y, steps * layers / y, first / y, first * run.isl / 1e3 / y,
+                a.append([steps / y, steps * layers / y, first / y, first * run.mean_isl / 1e3 / y,
                           steps * layers * qk_norm / y])  # fmt: skip
                 b.append((y - base) / y)
         a_arr, b_arr = np.array(a), np.array(b)
@@ -313,7 +320,7 @@ def predict(part, run: Run, how: Fit) -> tuple[float, float]:
     cols, shape = _columns(part, run, how.wave_share)
     f = how.fixed.ms(shape)
     (ttft, ttft_n, _), (tpot, tpot_n, _) = cols
-    front = how.request_ms + how.per_kilotoken_ms * run.isl / 1e3
+    front = how.request_ms + how.per_kilotoken_ms * run.mean_isl / 1e3
     return ttft + f * ttft_n + front, tpot + f * tpot_n
 
 
@@ -326,7 +333,7 @@ def errors_table(runs: list[Run], parts: list) -> tuple[pl.DataFrame, dict]:
     records = []
     for p, r in covered:
         ttft, tpot = predict(p, r, held[r.family])
-        roof = steady_state(roofline_step(r), r.concurrency, r.isl, r.osl)  # no pool: as before
+        roof = steady_state(roofline_step(r), r.concurrency, r.mean_isl, r.mean_osl)  # no pool
         records.append({
             "gpu": r.gpu, "family": r.family, "run": r.id,
             "measured_ttft": abs(ttft - r.ttft_ms) / r.ttft_ms * 100,

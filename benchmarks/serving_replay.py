@@ -262,12 +262,13 @@ def steps_ms(model, plan: Schedule) -> np.ndarray:
 
 
 def inferencex(run: me.Run) -> bool:
-    return run.isl in (1024, 8192) and run.osl in (1024, 8192)
+    """A run of InferenceX's harness: its launch script is known (``served.csv``)."""
+    return bool(run.script)
 
 
 def workload(run: me.Run) -> Workload:
     if inferencex(run):
-        count, ratio = 10 * run.concurrency, 0.8
+        count, ratio = 10 * run.concurrency, run.range_ratio
     else:
         count, ratio = max(1000, run.concurrency), 1.0
     return benchmark_workload(run.concurrency, run.isl, run.osl, count, ratio, seed=0)

@@ -80,7 +80,8 @@ def test_a_run_takes_its_scripts_settings(me, runs, model, system, version, isl,
         assert (run.moe_kernel, run.kv_dtype, run.budget) == (moe, kv, budget), run
         assert bool(run.script) == scripted
         # the client draws lengths from [0.8 X, X]: a scripted run is priced at their mean
-        assert run.isl == (round(isl * 0.9) if scripted else isl)
+        assert run.isl == isl
+        assert run.mean_isl == (round(isl * 0.9) if scripted else isl)
 
 
 def test_the_served_kernel_replaces_the_moe_curve_only(me, runs) -> None:
