@@ -5,9 +5,9 @@ can be run again.
 
 ``benchmarks/measured_error.py`` models a closed-loop benchmark as a blend of its two extremes
 (``cost/serving.py``). This script replays the client instead, as the runs' harness is
-published: InferenceX (the runs at 1k/8k prompt and output lengths) sends ``10 × c`` requests
-at once after ``2 × c`` warm-ups with lengths drawn from ``[0.8 X, X]`` (its launch scripts'
-``--num-prompts $((CONC * 10))``, ``--random-range-ratio 0.8``, read by its
+published: InferenceX (the runs whose launch script ``benchmarks/data/served.csv`` names) sends
+``10 × c`` requests at once after ``2 × c`` warm-ups with lengths drawn from ``[0.8 X, X]`` (its
+launch scripts' ``--num-prompts $((CONC * 10))``, ``--random-range-ratio 0.8``, read by its
 ``benchmark_serving.py`` as ``randint(int(X · r), X + 1)``); the other runs name no harness and
 are replayed as ``vllm bench serve``'s defaults, constant lengths and 1,000 requests. Each runs
 through vLLM's scheduler step by step (:func:`schedule`), the schedule is priced afterwards by
