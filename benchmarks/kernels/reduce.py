@@ -72,6 +72,14 @@ def table(repo: Path, commit: str, path: str, used: list[str]) -> pl.DataFrame |
     return pl.read_parquet(io.BytesIO(raw))
 
 
+def skewed_routing(part: pl.DataFrame) -> tuple[str, pl.DataFrame]:
+    """One MoE shape's rows at the tables' skewed routing where measured (``power_law_1.01``),
+    else balanced."""
+    dists = set(part["distribution"].to_list())
+    pick = "power_law_1.01" if "power_law_1.01" in dists else "balanced"
+    return pick, part.filter(pl.col("distribution") == pick)
+
+
 def grid(frame: pl.DataFrame, axes: list[str], value: str = "latency") -> tuple:
     """A dense array over the sorted unique values of ``axes`` (the fastest row per point)."""
     frame = frame.group_by(axes).agg(pl.col(value).min())
@@ -148,9 +156,7 @@ def reduce_gpu(repo: Path, commit: str, folder: str, version: str, used: list[st
         for key, part in sorted(moe.group_by(shapes), key=lambda x: str(x[0])):
             if key[0] not in MOE_DTYPES:
                 continue
-            dists = set(part["distribution"].to_list())
-            pick = "power_law_1.01" if "power_law_1.01" in dists else "balanced"
-            part = part.filter(pl.col("distribution") == pick)
+            _, part = skewed_routing(part)
             if not part.height:
                 continue
             (t,), ms = grid(part, ["num_tokens"])

@@ -23,14 +23,13 @@ tables' ``power_law_1.01`` routing where measured, else balanced, as ``reduce.py
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import subprocess
 from pathlib import Path
 
 import polars as pl
+from reduce import ROOT, show, skewed_routing
 
-ROOT = "aic-core/src/aiconfigurator_core/systems/data"
 #: kernel name → (table, moe_dtype, hidden, inter, topk, experts, [(moe_tp, moe_ep), ...])
 CURVES = {
     "mxfp8-activations": (
@@ -51,15 +50,15 @@ def main() -> None:
     parser.add_argument("--commit", default="HEAD")
     args = parser.parse_args()
 
-    def git(*argv: str) -> bytes:
-        return subprocess.run(
-            ["git", f"--git-dir={args.repo}", *argv], capture_output=True, check=True
-        ).stdout
-
-    commit = git("rev-parse", args.commit).decode().strip()
+    commit = subprocess.run(
+        ["git", f"--git-dir={args.repo}", "rev-parse", args.commit],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
     curves = []
     for name, (path, dtype, hidden, inter, topk, experts, groups) in CURVES.items():
-        frame = pl.read_parquet(io.BytesIO(git("show", f"{commit}:{ROOT}/{path}")))
+        raw = show(args.repo, commit, f"{ROOT}/{path}")
+        assert raw is not None, f"{path} is not at {commit}"
+        frame = pl.read_parquet(raw)
         for tp, ep in groups:
             part = frame.filter(
                 (pl.col("moe_dtype") == dtype) & (pl.col("hidden_size") == hidden)
@@ -67,9 +66,7 @@ def main() -> None:
                 & (pl.col("num_experts") == experts) & (pl.col("moe_tp_size") == tp)
                 & (pl.col("moe_ep_size") == ep)
             )  # fmt: skip
-            dists = set(part["distribution"].to_list())
-            pick = "power_law_1.01" if "power_law_1.01" in dists else "balanced"
-            part = part.filter(pl.col("distribution") == pick)
+            pick, part = skewed_routing(part)
             assert part.height, f"{path}: no {dtype} rows at tp {tp}, ep {ep}"
             points = part.group_by("num_tokens").agg(pl.col("latency").min()).sort("num_tokens")
             curves.append({
