@@ -32,6 +32,7 @@ with the error table it came with (what ``plan`` reads as the model's error);
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from dataclasses import dataclass, replace
@@ -135,8 +136,13 @@ class ServedKernels:
         raise KeyError(f"no served MoE curve for {hidden}×{inter}, top {topk}, TP {tp}")
 
 
+@functools.cache
+def _served_moe() -> tuple[dict, ...]:
+    return tuple(json.loads(SERVED_MOE.read_text())["curves"])
+
+
 def served_curves(kernel: str) -> list[dict]:
-    return [c for c in json.loads(SERVED_MOE.read_text())["curves"] if c["kernel"] == kernel]
+    return [c for c in _served_moe() if c["kernel"] == kernel]
 
 
 def dtype_of(row: dict, model: str) -> tuple[str | None, str | None]:
@@ -347,10 +353,10 @@ def errors_table(runs: list[Run], parts: list) -> tuple[pl.DataFrame, dict]:
     return pl.DataFrame(records), held
 
 
-def shipped_and_refit(runs: list[Run], parts: list) -> tuple[str, str]:
-    """Median TTFT and TPOT errors of the fixed costs ``measured`` ships and of a fit on all
-    the runs, each run priced with the fit it is part of (in-sample, unlike the table)."""
-    covered = [(p, r) for p, r in zip(parts, runs, strict=True) if p is not None]
+def shipped_and_refit(covered: list, whole: Fit) -> tuple[str, str]:
+    """Median TTFT and TPOT errors of the fixed costs ``measured`` ships and of ``whole``, the
+    fit on all the ``covered`` runs, each run priced with a fit it is part of (in-sample,
+    unlike the table)."""
     data = fixed_costs()
     d = data["default"]
     ship = Fit(
@@ -360,7 +366,7 @@ def shipped_and_refit(runs: list[Run], parts: list) -> tuple[str, str]:
         data["per_kilotoken_ms"],
     )
     out = []
-    for how in (ship, fit(covered)):
+    for how in (ship, whole):
         pairs = [(predict(p, r, how), (r.ttft_ms, r.tpot_ms)) for p, r in covered]
         errs = np.abs(np.array([g for g, _ in pairs]) / np.array([w for _, w in pairs]) - 1) * 100
         ttft, tpot = np.median(errs, axis=0)
@@ -438,7 +444,9 @@ def main() -> int:
     )
     print("\nmedian signed error per GPU and family (prediction − run):")
     print(markdown(signed.sort("gpu", "family")))
-    shipped, refit = shipped_and_refit(runs, parts)
+    covered = [(p, r) for p, r in zip(parts, runs, strict=True) if p is not None]
+    whole = fit(covered)
+    shipped, refit = shipped_and_refit(covered, whole)
     print(f"\nin-sample (every run in the fit): the shipped fixed costs ({OUT}) {shipped}; "
           f"refitted on these runs {refit}")  # fmt: skip
     step_err = frame.select(
@@ -458,8 +466,6 @@ def main() -> int:
         OUT.write_text(json.dumps(payload, indent=1) + "\n")
         print(f"wrote the error to {OUT}: {error}; its fixed costs kept")
     if args.write:
-        covered = [(p, r) for p, r in zip(parts, runs, strict=True) if p is not None]
-        whole = fit(covered)
         fixed = whole.fixed
         payload = {
             "what": "fixed cost per step, ms: alpha_ms + (beta_ms + qk_norm_ms if the model "
