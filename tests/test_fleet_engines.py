@@ -7,9 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prefixscope.analysis.fleet.hardware import Hardware, check_pools_fit
+from prefixscope.analysis.fleet.pool_inputs import repeats
 from prefixscope.analysis.fleet.run import Fleet, Tiers, Traffic, simulate_fleet
+from prefixscope.analysis.trace.csr import build_trace
 from tests.test_fleet import ENGINE, sessions_trace
 from tests.test_fleet_deployment import fleet, rows, small  # noqa: F401 (a fixture)
 
@@ -193,3 +197,18 @@ def test_runs_on_two_threads_at_once_keep_arrays_apart(busy: tuple) -> None:  # 
     for one, runs in zip(alone, together, strict=True):
         for run in runs:
             assert np.array_equal(run.ttft, one.ttft) and np.array_equal(run.replica, one.replica)
+
+
+@settings(max_examples=80, deadline=None)
+@given(requests=st.lists(st.lists(st.integers(0, 9), max_size=8), min_size=1, max_size=20))
+def test_a_lookup_repeats_exactly_when_its_request_named_the_block_before(requests) -> None:  # type: ignore[no-untyped-def]
+    """The pools hold a block once per request: ``repeats`` marks each later naming of a block
+    within its own request (a trace may name one twice), whatever other requests did."""
+    trace = build_trace(requests, [4 * len(r) for r in requests], ["t"] * len(requests), 4)
+    got = repeats(trace)
+    expected = [
+        trace.blocks[p] in trace.blocks[trace.offsets[q] : p]
+        for q in range(trace.n_requests)
+        for p in range(trace.offsets[q], trace.offsets[q + 1])
+    ]
+    assert got.dtype == np.bool_ and got.tolist() == expected
