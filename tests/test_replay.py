@@ -136,3 +136,24 @@ def test_the_flow_replay_stage_calibrates_what_its_savings_stage_then_uses(simul
     )
     text = flow.savings.fn(str(simulated), settings)
     assert "tiny-llama on cpu, calibrated cost model" in text
+
+
+@pytest.mark.parametrize("command", ["replay", "bench"])
+def test_a_roofline_gpu_is_resolved_where_it_is_parsed(tmp_path: Path, command: str) -> None:
+    """``replay --gpu`` and the kernel bench's take the spec itself: a GPU file is read when
+    the flag is parsed, and what runs below never reads it again."""
+    from prefixscope.analysis.cost.gpus import GpuSpec
+    from prefixscope.cli import build_parser
+    from prefixscope.gpu_replay import bench
+    from prefixscope.gpu_replay.timing import device_spec
+
+    path = tmp_path / "mine.toml"
+    path.write_text('name = "mine"\ntflops = 150\ntbps = 2.5\nhbm_gib = 64\n')
+    if command == "bench":
+        spec = bench.parse_args(["--device", "cpu", "--gpu", str(path)]).gpu
+    else:
+        spec = build_parser().parse_args(["replay", "--warehouse", "w", "--gpu", str(path)]).gpu
+    assert isinstance(spec, GpuSpec)
+    assert (spec.name, spec.peak_flops, spec.mem_bandwidth) == ("mine", 150e12, 2.5e12)
+    path.unlink()  # nothing below reads the file again
+    assert device_spec(torch.device("cpu"), torch.float32, spec) is spec

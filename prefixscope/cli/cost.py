@@ -110,7 +110,7 @@ def replay_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--gpu",
-        type=gpu_flags.gpu,
+        type=gpu_flags.gpu_spec,
         help="roofline spec (default: the device's, or measured on cpu)",
     )
     p.add_argument(

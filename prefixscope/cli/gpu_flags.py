@@ -29,8 +29,8 @@ def gpu_spec_or_cpu(text: str) -> GpuSpec | str:
 
 
 def gpu(text: str) -> str:
-    """:func:`gpu_spec`, kept as given: for settings that are text (the flow's parameters,
-    ``replay``'s), which resolve it where they run."""
+    """:func:`gpu_spec`, kept as given: for the flow's parameters, which are text (a schedule
+    stores them) and resolve it where they run."""
     gpu_spec(text)
     return text
 

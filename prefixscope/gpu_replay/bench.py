@@ -28,8 +28,10 @@ from pathlib import Path
 import torch
 
 from prefixscope.analysis.cost import costmodel
+from prefixscope.analysis.cost.gpus import GpuSpec
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.roofline import miss_and_hit
+from prefixscope.cli.gpu_flags import gpu_spec
 from prefixscope.gpu_replay import depth, summary
 from prefixscope.gpu_replay.budget import Budget
 from prefixscope.gpu_replay.provenance import provenance
@@ -46,7 +48,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--small", action="store_true", help="tiny model, tiny grid: a smoke run")
     p.add_argument("--model", help="catalog model (llama-3-8b; tiny-llama with --small)")
     p.add_argument("--layers", type=int, help="time this many layers, scale to the whole model")
-    p.add_argument("--gpu", help="roofline spec: h100, h200, a100 or NAME:TFLOPS:TBPS")
+    p.add_argument(
+        "--gpu",
+        type=gpu_spec,
+        help="roofline spec: h100, h200, a100, NAME:TFLOPS:TBPS or a GPU file (read once, here)",
+    )
     p.add_argument("--dtype", choices=sorted(DTYPES), help="bf16 on CUDA, fp32 on the CPU")
     p.add_argument("--cached", help="comma-separated cached prefixes (tokens)")
     p.add_argument("--new", help="comma-separated new-token counts")
@@ -75,7 +81,12 @@ class Bench:
     one shape at a time, each result at the model's whole depth."""
 
     def __init__(
-        self, shape: ModelShape, layers: int | None, max_tokens: int, options: RunnerOptions, gpu
+        self,
+        shape: ModelShape,
+        layers: int | None,
+        max_tokens: int,
+        options: RunnerOptions,
+        gpu: GpuSpec | None,
     ) -> None:
         self.shape, self.layers = shape, layers
         device = torch.device(options.device)

@@ -37,7 +37,9 @@ class ReplayOptions:
     model_config: str | None = None  # a config.json whose shape is replayed (``model`` names it)
     samples: int = 24
     max_tokens: int | None = None  # default: DEFAULT_MAX_TOKENS[device]
-    gpu: str | None = None  # roofline spec; default: the CUDA device's name, or measured (CPU)
+    #: the roofline's GPU, resolved where it was named; default: the CUDA device's
+    #: datasheet, or peaks measured (CPU)
+    gpu: GpuSpec | None = None
     dtype: str | None = None  # default: fp32 on the CPU, bf16 on CUDA
     chunk: int | None = None
     block_size: int = 16

@@ -61,10 +61,11 @@ def measured_peaks(device: torch.device, dtype: torch.dtype) -> tuple[float, flo
     return 2 * n**3 / mm, 2 * src.numel() * 4 / cp  # a copy reads and writes every byte
 
 
-def device_spec(device: torch.device, dtype: torch.dtype, gpu: str | None) -> GpuSpec:
-    """The roofline's spec: as given, else the datasheet of the CUDA device, else measured."""
-    if gpu:
-        return resolve_gpu(gpu)
+def device_spec(device: torch.device, dtype: torch.dtype, gpu: GpuSpec | None) -> GpuSpec:
+    """The roofline's spec: as given (resolved where it was named), else the datasheet of the
+    CUDA device, else measured."""
+    if gpu is not None:
+        return gpu
     if device.type == "cuda":
         try:
             return resolve_gpu(torch.cuda.get_device_name(device))
