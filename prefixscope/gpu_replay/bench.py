@@ -28,10 +28,9 @@ from pathlib import Path
 import torch
 
 from prefixscope.analysis.cost import costmodel
-from prefixscope.analysis.cost.gpus import GpuSpec
+from prefixscope.analysis.cost.gpus import GpuSpec, resolve_gpu
 from prefixscope.analysis.cost.models import ModelShape, resolve_model
 from prefixscope.analysis.cost.roofline import miss_and_hit
-from prefixscope.cli.gpu_flags import gpu_spec
 from prefixscope.gpu_replay import depth, summary
 from prefixscope.gpu_replay.budget import Budget
 from prefixscope.gpu_replay.provenance import provenance
@@ -42,6 +41,16 @@ FULL_GRID = ((0, 512, 2048, 8192, 16384, 32768), (16, 64, 256, 1024, 4096))
 SMALL_GRID = ((0, 64, 256), (16, 64))
 
 
+def _gpu(text: str) -> GpuSpec:
+    """``--gpu``, resolved where parsed (a GPU file read here), as the command line's
+    ``gpu_flags.gpu_spec`` does; not imported from there, whose flags need the warehouse's
+    packages, which this benchmark's machine may not have."""
+    try:
+        return resolve_gpu(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m prefixscope.gpu_replay.bench")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -50,7 +59,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, help="time this many layers, scale to the whole model")
     p.add_argument(
         "--gpu",
-        type=gpu_spec,
+        type=_gpu,
         help="roofline spec: h100, h200, a100, NAME:TFLOPS:TBPS or a GPU file (read once, here)",
     )
     p.add_argument("--dtype", choices=sorted(DTYPES), help="bf16 on CUDA, fp32 on the CPU")
