@@ -10,6 +10,8 @@ search on a few requests, so compilation is not counted), two searches, each onc
 
 each priced by the roofline and by the measured kernels (with the answer's range, a second
 search of the cached fleets), side by side: seconds per fleet simulated, measured over roofline.
+On the ``ideal`` engine, the one its figures in benchmarks/RESULTS.md were taken on; the
+planner's default, the ``vllm`` pool, is timed on the week by ``plan_week.py``.
 
 Prints the fleets simulated, the seconds and fleets per second, and the answer. Exit status 1
 when a search takes 60 s or more, or a roofline-priced one simulates fewer than 100 fleets.
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample" / "mooncake" / "conversation_trace.jsonl.gz"
 LIMIT_S = 60.0
 MIN_FLEETS = 100
+ENGINE = "ideal"
 SEARCHES = (
     ("llama-3-8b", ("h100x1", "h200x1"), (1.0, 2.0), "ttft-p95=2"),
     ("deepseek-v3", ("h200x8",), (1.0,), "ttft-p95=5"),
@@ -42,7 +45,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         wh = Path(folder) / "bench.duckdb"
         ingest.ingest_logs(wh, ingest.IngestSettings((str(SAMPLE),), "mooncake"))
-        warm = plan_slo.PlanSloSettings(("h100x1",), "ttft-p95=100", routers=("cache-aware",))
+        warm = plan_slo.PlanSloSettings(
+            ("h100x1",), "ttft-p95=100", routers=("cache-aware",), engine=ENGINE
+        )
         plan_slo.plan_for_slo(
             wh, warm
         )  # compiles the fleet loop (every router's path is one kernel)
@@ -50,7 +55,7 @@ def main() -> int:
             rates = {}
             for cost in ("roofline", "measured"):
                 settings = plan_slo.PlanSloSettings(
-                    deployments, slo, scales, model=model, cost_model=cost
+                    deployments, slo, scales, model=model, cost_model=cost, engine=ENGINE
                 )
                 start = time.perf_counter()
                 result = plan_slo.plan_for_slo(wh, settings)

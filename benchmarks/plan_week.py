@@ -2,7 +2,8 @@
 
 ``plan --deployments h200x8 --model deepseek-v3 --slo ttft-p95=5 --disagg`` (the flow's SLO:
 searched on the busiest hour, held in every hour, and the fleet split into prefill and decode
-pools; ``--per-window`` adds each window sized alone) on the week of
+pools, on the planner's default engine, the ``vllm`` pool, where the flow's plan runs on
+``ideal``; ``--per-window`` adds each window sized alone) on the week of
 ``benchmarks/make_week_trace.py`` (10.4 M requests, 250 M lookups, 168 hours), its fleets
 fanned out with ``--dask-address`` to a local Dask cluster of 2 worker processes (1 thread
 each) started here.

@@ -226,14 +226,18 @@ def test_the_command_writes_both_tables_and_answers_in_gpus(
         assert gpus == n * tp
     assert "× H100" in out or "× H200" in out
     assert "Searched:" in out and "latest_plan_slo_fleets" in out
-    # searched on the ideal engine (the default), which the answers say once, here and on the
-    # page; a pool engine's answers do not
-    assert out.count(IDEAL_CAVEAT) == 1
+    # searched on the vllm pool (the default: fleets that can exist), whose answers need no
+    # word of being a lower bound, here or on the page; an ideal search's say it once
+    assert rows(wh, "SELECT DISTINCT engine FROM latest_plan_slo_fleets") == [("vllm",)]
+    assert out.count(IDEAL_CAVEAT) == 0
     with duckdb.connect(str(wh), read_only=True) as con:
-        assert from_warehouse(con).count(IDEAL_CAVEAT) == 1
+        assert from_warehouse(con).count(IDEAL_CAVEAT) == 0
         stored = con.sql("SELECT * FROM latest_plan_slo_answers").to_arrow_table().to_pylist()
     for engine, said in (("ideal", 1), ("vllm", 0), ("sglang", 0), (None, 0)):
         assert sentences(stored, "llama-3-8b", {}, engine).count(IDEAL_CAVEAT) == said
+    with duckdb.connect(str(wh)) as con:  # the page of a search stored as ideal's
+        con.execute("UPDATE plan_slo_fleets SET engine = 'ideal'")
+        assert from_warehouse(con).count(IDEAL_CAVEAT) == 1
 
 
 def test_each_window_sized_alone_costs_no_more_than_the_static_answer(

@@ -53,7 +53,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
         type=engine_one,
-        help="with --slo: the fleet's KV pool model (ideal)",
+        help="with --slo: the fleet's KV pool model (vllm; ideal: a lower bound, each running "
+        "request's KV beside a full prefix cache)",
     )
     p.add_argument(
         "--slo-window",

@@ -79,8 +79,8 @@ def _load(scale: float) -> str:
 #: Said once under the answers of a search on the ``ideal`` engine (docs/plan.md).
 IDEAL_CAVEAT = (
     "Priced on the ideal engine, whose running requests hold their KV beside a full prefix "
-    "cache: a server's KV pool holds both, and `--engine vllm` or `sglang` prices fleets that "
-    "can exist (docs/plan.md)."
+    "cache: a server's KV pool holds both, and `plan --slo` on its default engine, `vllm`, "
+    "or on `sglang` prices fleets that can exist (docs/plan.md)."
 )
 
 

@@ -51,7 +51,10 @@ class PlanSloSettings(ResolvesModel, ResolvesPrices):
     cost_model: str = "auto"
     #: A TOML file of prices, or the prices the command line read from it.
     prices: str | Prices | None = None
-    engine: str = "ideal"
+    #: A KV pool that holds the running requests' blocks and the prefix cache both, as a
+    #: server's does: the fleets priced can exist (``ideal`` keeps every running request's KV
+    #: beside a full cache, a lower bound; docs/plan.md).
+    engine: str = "vllm"
     workers: int | None = 1
     dask_address: str | None = None
     window_s: float = DEFAULT_WINDOW_S
