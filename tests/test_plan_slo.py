@@ -344,3 +344,37 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert err.startswith("prefixscope plan: error:")
     assert rows(small, "SELECT count(*) FROM runs") == before
     assert rows(small, "SELECT count(*) FROM plan_slo_fleets") == [(0,)]
+
+
+def test_a_pool_short_of_the_longest_request_is_named_before_any_fleet(
+    small: Path, tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    """On the default ``vllm`` pool each request must fit a replica's pool alone (an engine
+    refuses a longer context at start-up): a deployment that cannot hold the longest request
+    is named, in one line, with what to do; ``ideal``, whose pool holds no running request,
+    searches it."""
+    import shutil
+
+    wh = tmp_path / "wh.duckdb"
+    shutil.copy(small, wh)
+    gpu = tmp_path / "tiny.toml"  # llama-3-8b leaves it 7 blocks of 512 tokens
+    gpu.write_text('name = "tiny"\ntflops = 100\ntbps = 1.0\nhbm_gib = 19\n')
+    argv = ["plan", "--warehouse", str(wh), "--deployments", f"h100x1,{gpu}x1", "--model",
+            "llama-3-8b", "--slo", "ttft-p95=5"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    with warehouse.connect(wh, read_only=True) as con:
+        trace, traffic = load_trace(con), load_traffic(con)
+    bs = trace.block_size
+    longest = max(  # each request's prompt blocks, or its tokens but the last, in blocks
+        max(nb, -(-(inp + max(out, 1) - 1) // bs))
+        for nb, inp, out in zip(trace.blocks_per_request.tolist(), trace.input_tokens.tolist(),
+                                traffic.output_tokens.tolist(), strict=True)
+    )  # fmt: skip
+    assert longest > 7
+    assert f"longest request holds {longest:,} blocks" in err and "tinyx1's 7 blocks" in err, err
+    assert "h100x1" not in err and "--engine ideal" in err, err
+    assert rows(wh, "SELECT count(*) FROM plan_slo_fleets") == [(0,)]
+    assert main([*argv, "--engine", "ideal"]) == 0
+    assert rows(wh, "SELECT DISTINCT engine FROM plan_slo_fleets") == [("ideal",)]

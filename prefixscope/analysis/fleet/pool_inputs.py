@@ -33,15 +33,20 @@ def _repeats(offsets, blocks, last):  # type: ignore[no-untyped-def]
     return out
 
 
+def longest_blocks(trace: Trace, output: np.ndarray) -> int:
+    """The most blocks one request of ``trace`` holds in a KV pool: its prompt and every
+    generated token but the last, whose KV is never computed (0 without requests)."""
+    if trace.n_requests == 0:
+        return 0
+    longest = trace.input_tokens + np.maximum(output, 1) - 1
+    return int(np.maximum(trace.blocks_per_request, -(-longest // trace.block_size)).max())
+
+
 def check_fits(trace: Trace, output: np.ndarray, capacity_blocks: int, engine: str) -> None:
     """Under a KV pool, each request alone must fit its replica's pool at its longest (its
     prompt and every generated token), as an engine checks ``max_model_len`` against its pool
     at start-up; else it could never run."""
-    if trace.n_requests == 0:
-        return
-    longest = trace.input_tokens + np.maximum(output, 1) - 1
-    need = np.maximum(trace.blocks_per_request, -(-longest // trace.block_size))
-    worst = int(need.max())
+    worst = longest_blocks(trace, output)
     if worst > capacity_blocks:
         raise ValueError(
             f"under --engine {engine} a request of {worst:,} blocks (prompt and output) "

@@ -17,6 +17,7 @@ from prefixscope.analysis.fanout import client_for, fan_out, on_every_worker, wi
 from prefixscope.analysis.fleet._records import kept_nodes, release_kept
 from prefixscope.analysis.fleet.disagg import link_for
 from prefixscope.analysis.fleet.engines import resolve_engine
+from prefixscope.analysis.fleet.pool_inputs import longest_blocks
 from prefixscope.analysis.fleet.run import Traffic
 from prefixscope.analysis.forked import session
 from prefixscope.analysis.plan.disagg_plan import Span, disagg_row, search_disagg
@@ -46,7 +47,7 @@ from prefixscope.analysis.plan.slo_tables import (
     windows_table,
     with_gpu_hours,
 )
-from prefixscope.analysis.plan.space import Replica, replica_of, tiers_for
+from prefixscope.analysis.plan.space import Replica, refuse_short_pools, replica_of, tiers_for
 from prefixscope.analysis.plan.uncertainty import slower, slower_pct, with_range
 from prefixscope.analysis.plan.windows import (
     Window,
@@ -98,6 +99,8 @@ def plan_slo(
                    step_cost(settings, d, fitted.get(d)))
         for d in settings.deployments
     ]  # fmt: skip
+    if resolve_engine(settings.engine).pooled:
+        refuse_short_pools(replicas, longest_blocks(trace, traffic.output_tokens), settings.engine)
     searched = plan_search(trace, traffic, replicas, slo, settings, prices,
                            per_window=settings.per_window)  # fmt: skip
     fleets = fleets_table(searched.outcomes, settings.engine, searched.windows)

@@ -22,6 +22,7 @@ store_gb_hour`` (``prices.py``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefixscope.analysis.cost.deployment import Deployment, memory_split, parse_deployment
@@ -110,6 +111,22 @@ def replica_of(
         engine=Engine(cost, kv_bytes_per_token=float(split.kv_bytes_per_token)),
         gpu_spec=gpu,
     )
+
+
+def refuse_short_pools(replicas: Sequence[Replica], longest: int, engine: str) -> None:
+    """Under a KV pool every request must fit one replica's pool alone, as an engine refuses
+    at start-up a context longer than its pool (``fleet/pool_inputs.py``); a deployment that
+    cannot hold the trace's longest request (``longest`` blocks) is named before any fleet
+    runs, with what to do, rather than failing its first fleet."""
+    short = [r for r in replicas if r.kv_pool_blocks < longest]
+    if short:
+        pools = ", ".join(f"{r.deployment}'s {r.kv_pool_blocks:,}" for r in short)
+        raise ValueError(
+            f"under --engine {engine} the trace's longest request holds {longest:,} blocks of "
+            f"KV (its prompt and output), more than the pool of {pools} blocks: leave that "
+            "deployment out, give it more GPUs per replica, or search --engine ideal (a lower "
+            "bound)"
+        )
 
 
 def dram_options(replica: Replica) -> list[float]:
