@@ -30,7 +30,7 @@ from prefixscope.analysis.plan.space import replica_of, series_of
 from prefixscope.analysis.plan.windows import WHOLE, split
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.cli import main
-from prefixscope.dashboards.plan_slo import IDEAL_CAVEAT, from_warehouse, sentences
+from prefixscope.dashboards.plan_slo import IDEAL_CAVEAT, from_warehouse, sentences, short
 from tests.conftest import conversation_lines
 
 
@@ -235,6 +235,8 @@ def test_the_command_writes_both_tables_and_answers_in_gpus(
         stored = con.sql("SELECT * FROM latest_plan_slo_answers").to_arrow_table().to_pylist()
     for engine, said in (("ideal", 1), ("vllm", 0), ("sglang", 0), (None, 0)):
         assert sentences(stored, "llama-3-8b", {}, engine).count(IDEAL_CAVEAT) == said
+        brief = short(stored, "llama-3-8b", engine)  # the summary's line says it in words
+        assert brief is not None and brief.startswith("at least ") == bool(said)
     with duckdb.connect(str(wh)) as con:  # the page of a search stored as ideal's
         con.execute("UPDATE plan_slo_fleets SET engine = 'ideal'")
         assert from_warehouse(con).count(IDEAL_CAVEAT) == 1

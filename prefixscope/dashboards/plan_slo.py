@@ -197,11 +197,13 @@ def fleets_table(fleets: Sequence[dict], limit: int = TABLE_ROWS) -> str:
     return "\n".join(rows)
 
 
-def short(answers: Sequence[dict], model: str) -> str | None:
+def short(answers: Sequence[dict], model: str, engine: str | None = None) -> str | None:
     """The first load scale's answer in two terminal lines (the demo's summary, which names the
     model on its other lines): ``24 × H200 (3 × h200x8, a store of 2,048 GiB) meet ttft-p95=5 at
     $88.40 an hour (32 if 24% slower); without the prefix cache 40 × H200: the cache saves
-    $37,669 a month``; the range where measured kernels priced the steps."""
+    $37,669 a month``; the range where measured kernels priced the steps; on the ``ideal``
+    engine "at least" before the count, a lower bound (:data:`IDEAL_CAVEAT`), in two lines
+    still, so the summary keeps its optional lines."""
     on = next((a for a in answers if a["prefix_caching"]), None)
     if on is None:
         return None
@@ -216,7 +218,10 @@ def short(answers: Sequence[dict], model: str) -> str | None:
     if on["store_gib"] is not None:
         tiers.append(f"a store of {on['store_gib']:,.0f} GiB")
     what = ", ".join([f"{on['replicas']} × {on['deployment']}", *tiers])
-    text = f"{on['gpus']} × {gpu} ({what}) meet {on['slo']} at ${on['usd_per_hour']:,.2f} an hour"
+    # the ideal engine's count is a lower bound (IDEAL_CAVEAT); the page says why
+    least = "at least " if engine == "ideal" else ""
+    text = f"{least}{on['gpus']} × {gpu} ({what}) meet {on['slo']}"
+    text += f" at ${on['usd_per_hour']:,.2f} an hour"
     if on.get("cost_model") == "measured" and on.get("slower_pct") is not None:
         more = on.get("gpus_if_slower")
         text += (
@@ -263,7 +268,7 @@ def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[
     ).fetchall()
     name = (model[0] if model else [None])[0] or "the model"
     if brief:
-        line = short(answers, name)
+        line = short(answers, name, engines[0][0] if len(engines) == 1 else None)
         return [] if line is None else [line + "."]
     return sentences(answers, name, kv, engines[0][0] if len(engines) == 1 else None)
 
