@@ -267,10 +267,11 @@ def from_warehouse(con: duckdb.DuckDBPyConnection, brief: bool = False) -> list[
         [_run_of(con)],
     ).fetchall()
     name = (model[0] if model else [None])[0] or "the model"
+    engine = engines[0][0] if len(engines) == 1 else None
     if brief:
-        line = short(answers, name, engines[0][0] if len(engines) == 1 else None)
+        line = short(answers, name, engine)
         return [] if line is None else [line + "."]
-    return sentences(answers, name, kv, engines[0][0] if len(engines) == 1 else None)
+    return sentences(answers, name, kv, engine)
 
 
 def _run_of(con: duckdb.DuckDBPyConnection) -> str | None:

@@ -75,8 +75,7 @@ DEFAULT_SLO_LINK = "rdma"
 #: The flow's SLO plan runs on ``ideal``, not the planner's default ``vllm`` pool: on the
 #: generated week ``vllm`` took 2.5× its time (453 s against 182 s, the check of each answer
 #: in every hour; docs/plan.md, "What is searched"), which puts the week's flow past its 10
-#: minutes. Its
-#: page says its answers are a lower bound (``dashboards/plan_slo.IDEAL_CAVEAT``).
+#: minutes. Its page says its answers are a lower bound (``dashboards/plan_slo.IDEAL_CAVEAT``).
 DEFAULT_SLO_ENGINE = "ideal"
 
 
