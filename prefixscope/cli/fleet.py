@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from prefixscope.analysis.fleet.caches import FLEET_POLICIES
+from prefixscope.analysis.fleet.caches import fleet_policies
 from prefixscope.analysis.fleet.engines import ENGINES
 from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import ROUTERS
@@ -56,7 +56,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
         default="lru",
-        choices=sorted(FLEET_POLICIES),
+        choices=sorted(fleet_policies()),
         help="the ideal engine's cache policy (%(default)s), per replica under any router; "
         "belady, pinned --pin-top, session and liveness replay each replica's routed "
         "requests: a fixed router, or one replica",

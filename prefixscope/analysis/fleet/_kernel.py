@@ -5,7 +5,8 @@ pieces, each in its own module:
 - ``_route.py``: the routers (a rule per function, picked by code);
 - ``_sched.py``: one step of a replica (vLLM's scheduler with chunked prefill, preemption);
 - ``_cache.py`` and ``_tiers.py``: the ``ideal`` engine's cache, DRAM tier and shared store;
-  ``_policy_cache.py``: its caches under ``lfu`` and ``s3fifo`` (``pinned`` is a list);
+  ``_policy_cache.py``: its caches under a row policy (``lfu``, ``s3fifo``; ``pinned`` is a
+  list), whose operations it calls through function values;
 - ``_pool.py``: the ``vllm`` and ``sglang`` engines' KV pool;
 - ``_records.py``: the settings (named tuples) and the state (named tuples of arrays).
 

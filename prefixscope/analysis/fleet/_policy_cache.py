@@ -1,12 +1,12 @@
-"""The ``ideal`` engine's caches under ``lfu`` and ``s3fifo``.
+"""The ``ideal`` engine's caches under a row policy (``policies/rows.py``: ``lfu``, ``s3fifo``).
 
-Under ``lfu`` and ``s3fifo`` each replica keeps its own rows of the policy's state
-(``Sets.pnode``, and ``Sets.porder`` for LFU's order of buckets), touched and evicted by the
-policy's own operations, the ones ``simulate``'s loops call (``policies/_lists.py``
-``lfu_touch``/``lfu_evict``, ``policies/_s3fifo.py`` ``s3fifo_touch``/``s3fifo_evict``). So one
-replica equals ``simulate`` by construction, and a stateful router runs them as it runs
-``lru``. ``pinned`` (a ``--pin`` file's prefixes, the same on every replica) is ``lru``'s own
-list and touch (``_cache.insert``, ``_sets._touch``), its pins kept off the list.
+Each replica keeps its own rows of the policy's state (``Sets.pnode``, and ``Sets.porder``,
+the policy's own order), touched and evicted by the policy's own operations, the ones
+``simulate``'s loop inlines, called here through function values (``Sets.touch``,
+``Sets.evict``), so the loop is compiled once for every row policy. So one replica equals
+``simulate`` by construction, and a stateful router runs them as it runs ``lru``. ``pinned``
+(a ``--pin`` file's prefixes, the same on every replica) is ``lru``'s own list and touch
+(``_cache.insert``, ``_sets._touch``), its pins kept off the list.
 
 Invariant: bit ``i`` of ``held[b]`` is set exactly when replica ``i``'s policy caches ``b``;
 every insert and eviction below keeps it (and the stale view's log), so lookups, routers and
@@ -15,11 +15,9 @@ the miss budget read the masks as under ``lru``.
 
 from __future__ import annotations
 
-from prefixscope.analysis.fleet._records import LFU, NONE, piece
+from prefixscope.analysis.fleet._records import NONE, piece
 from prefixscope.analysis.fleet._sets import _bit
 from prefixscope.analysis.fleet._stale import logged, note
-from prefixscope.analysis.policies._lists import lfu_evict, lfu_touch
-from prefixscope.analysis.policies._s3fifo import s3fifo_evict, s3fifo_touch
 
 
 @piece
@@ -33,30 +31,20 @@ def touch_and_evict(r, i, blocks, start, end, parent, sched, sets, rep):  # type
     span = sets.porder.shape[0] // n_rep
     ob = i * span
     top = ob + span - 1
-    lfu = sched.policy == LFU
     bit = _bit(i)
     log = logged(sets)
+    cap = sched.capacity
     for p in range(end - 1, start - 1, -1):
         b = blocks[p]
-        if lfu:
-            added = lfu_touch(sets.pnode, sets.porder, base, sen, ob, top, b, 0)
-        else:
-            added = s3fifo_touch(sets.pnode, base, sen, parent, b, 0)
-        if added:
+        if sets.touch(sets.pnode, sets.porder, parent, base, sen, ob, top, b, 0):
             sets.held[b] |= bit
             rep.size[i] += 1
             if log:
                 note(sets, i, b, True)
-    cap = sched.capacity
-    small = max(1, cap // 10)
-    ghost = max(1, cap - small)
     while rep.size[i] > cap:
-        if lfu:
-            v = lfu_evict(sets.pnode, sets.porder, base, sen, ob, top)
-        else:
-            v = s3fifo_evict(sets.pnode, base, sen, parent, small, ghost)
-            if v == NONE:
-                continue  # S handed its blocks to M: M gives a victim on the next round
+        v = sets.evict(sets.pnode, sets.porder, parent, base, sen, ob, top, cap)
+        if v == NONE:
+            continue  # the round only moved blocks (S3-FIFO's S to M): ask again
         sets.held[v] &= ~bit
         rep.size[i] -= 1
         if log:

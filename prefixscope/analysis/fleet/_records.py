@@ -16,6 +16,8 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from prefixscope.analysis.policies.rows import NO_OPS, fleet_ops
+
 #: The decorator of the loop's pieces: compiled without reference counting. A piece takes
 #: records of arrays and never allocates; counting every array of every record on each call
 #: made the loop about 1,000 times slower (measured on the bundled hour, 1.6 M steps).
@@ -27,8 +29,8 @@ step_piece = numba.njit(_nrt=False, inline="always")
 FIXED, LEAST_LOADED, CACHE_AWARE, KV_AWARE = 0, 1, 2, 3
 IDEAL, VLLM, SGLANG = 0, 1, 2
 #: How the ideal engine's caches evict: a linked list (lru, fifo, ttl; pinned, whose pinned
-#: blocks stay off it), or a policy's rows.
-LIST, LFU, S3FIFO, PINNED = 0, 1, 2, 3
+#: blocks stay off it), or a row policy's rows and operations (``policies/rows.py``).
+LIST, ROWS, PINNED = 0, 1, 2
 NONE = -1
 #: The decode heaps' keys: ``step · SEQ_SPAN + schedule sequence``, so entries due at the same
 #: step come out in the order their requests were scheduled.
@@ -85,7 +87,7 @@ class Sched(NamedTuple):
     size, the engine (``IDEAL``, ``VLLM``, ``SGLANG``), each replica's capacity in blocks and
     whether a hit refreshes a cached block (``lru``; ``fifo`` does not); ``ttl``: the idle
     seconds after which a cached block is dropped (``ttl``; -1: never); ``policy``: ``LIST``,
-    ``LFU``, ``S3FIFO`` or ``PINNED`` (``_policy_cache.py``); ``caching``: False, a pool's
+    ``ROWS`` or ``PINNED`` (``_policy_cache.py``); ``caching``: False, a pool's
     prefix caching is off (vLLM's ``--no-enable-prefix-caching``, ``_pool.py``)."""
 
     budget: int
@@ -244,8 +246,20 @@ class Sets(NamedTuple):
     log_on: np.ndarray
     log_at: np.ndarray
     log_now: np.ndarray
-    pnode: np.ndarray  # int32 rows of each replica's lfu or s3fifo state (``_policy_cache``)
-    porder: np.ndarray  # int32 rows of each replica's order of LFU buckets
+    pnode: np.ndarray  # int32 rows of each replica's row policy (``_policy_cache``)
+    porder: np.ndarray  # int32 rows of each replica's own order (LFU's buckets)
+    touch: object  # the row policy's operations, as function values (``policies/rows.py``)
+    evict: object
+
+
+class PolicyRows(NamedTuple):
+    """A row policy's state for every replica (``RowPolicy.empty``) and its operations
+    compiled for the loop (``RowPolicy.fleet_ops``)."""
+
+    node: np.ndarray
+    order: np.ndarray
+    touch: object
+    evict: object
 
 
 class Stop(NamedTuple):
@@ -398,14 +412,14 @@ def sets(
     idle: bool = False,
     ever: bool = False,
     log_capacity: int = 0,
-    policy_rows: tuple[np.ndarray, np.ndarray] | None = None,
+    policy_rows: PolicyRows | None = None,
     linked: bool = True,
 ) -> Sets:
     """``copies``: nodes past the replicas' own in the first list (vllm's second copies,
     :func:`dup_slots` per replica); ``idle``: a last-use time per node (``ttl``); ``ever``:
     whether each block was ever cached (a pool's miss budget); ``log_capacity``: changes each
     replica's ring of a stale router view holds (0: the router reads the caches);
-    ``policy_rows``: each replica's lfu or s3fifo rows (``_policy_cache.py``); a cache kept in
+    ``policy_rows``: each replica's rows of a row policy (``_policy_cache.py``); a cache kept in
     rows keeps no list (one entry each), 8 bytes a block a replica less; so does a pool with
     prefix caching off (``linked`` False): all its free blocks are hashless, a count."""
     nodes = n_rep * (n_unique + 1)
@@ -423,9 +437,13 @@ def sets(
 
     s = n_unique + 1 if store else 1
     ring = n_rep * log_capacity if log_capacity else 1
-    pnode, porder = policy_rows or (np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32))
+    rows_kept = policy_rows is not None
+    if policy_rows is None:  # typed as a row policy's, never called
+        policy_rows = PolicyRows(
+            np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32), *fleet_ops(NO_OPS)
+        )
     return Sets(
-        **lists(True, "held", "", n_rep * copies, links=policy_rows is None and linked),
+        **lists(True, "held", "", n_rep * copies, links=not rows_kept and linked),
         **lists(tree, "tree_held", "t"),
         **lists(dram, "dram_held", "d"),
         store_in=np.zeros(n_unique if store else 1, np.bool_),
@@ -435,5 +453,6 @@ def sets(
         rview=np.zeros(max(n_unique, 2) if log_capacity else 1, np.uint64),
         log_t=np.zeros(ring, np.float64), log_b=np.zeros(ring, np.int32),
         log_on=np.zeros(ring, np.bool_), log_at=np.zeros((n_rep, 3), np.int64),
-        log_now=np.zeros(1, np.float64), pnode=pnode, porder=porder,
+        log_now=np.zeros(1, np.float64), pnode=policy_rows.node, porder=policy_rows.order,
+        touch=policy_rows.touch, evict=policy_rows.evict,
     )  # fmt: skip

@@ -1,6 +1,7 @@
 """The policies a fleet's caches run under the ``ideal`` engine, and how: kept by the loop per
-replica (``lru``, ``fifo`` and ``ttl`` on a linked list, ``_cache.py``; ``lfu`` and ``s3fifo`` on
-their own rows, and ``pinned`` with a ``--pin`` file, ``_policy_cache.py``) under any router,
+replica (``lru``, ``fifo`` and ``ttl`` on a linked list, ``_cache.py``, and ``pinned`` with a
+``--pin`` file on ``lru``'s; every row policy of the registry, ``lfu`` and ``s3fifo`` today, on
+its own rows by its own operations, ``_policy_cache.py``) under any router,
 replayed per replica under a fixed routing (``replayed.py``: ``pinned --pin-top``, whose pins
 are each replica's own stream's), or refused with the reason.
 """
@@ -14,30 +15,42 @@ import numpy as np
 
 from prefixscope.analysis.fleet import _records
 from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES, Pins
-from prefixscope.analysis.policies._lists import lfu_buckets, lfu_rows
-from prefixscope.analysis.policies._s3fifo import empty_rows
+from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.policies.rows import RowPolicy
 from prefixscope.analysis.trace.csr import Trace
 
 
 class LoopPolicy(NamedTuple):
-    """How the loop keeps a policy: its code (``_records.LIST`` .. ``S3FIFO``), and, on a
-    list, whether a hit refreshes a block."""
+    """How the loop keeps a policy: its code (``_records.LIST``, ``ROWS`` or ``PINNED``); on a
+    list, whether a hit refreshes a block; in rows, the policy."""
 
     code: int
     recency: bool = True
+    rows: RowPolicy | None = None
 
 
-#: The ideal engine's policies the loop keeps per replica.
-LOOP_POLICIES = {
+#: The ideal engine's policies the loop keeps on its lists.
+LIST_POLICIES = {
     "lru": LoopPolicy(_records.LIST),
     "fifo": LoopPolicy(_records.LIST, recency=False),
     "ttl": LoopPolicy(_records.LIST),
-    "lfu": LoopPolicy(_records.LFU),
-    "s3fifo": LoopPolicy(_records.S3FIFO),
     "pinned": LoopPolicy(_records.PINNED),  # with --pin FILE; --pin-top is replayed
 }
-#: Every policy a fleet runs: the loop's, and those replayed per replica (``replayed.py``).
-FLEET_POLICIES = tuple(dict.fromkeys((*LOOP_POLICIES, *REPLAYED_POLICIES)))
+
+
+def loop_policies() -> dict[str, LoopPolicy]:
+    """The policies the loop keeps per replica: its lists', and every row policy the registry
+    holds when asked (a policy added to ``POLICIES`` runs in a fleet with no line here)."""
+    rows = {n: LoopPolicy(_records.ROWS, rows=p) for n, p in POLICIES.items()
+            if isinstance(p, RowPolicy)}  # fmt: skip
+    return {**LIST_POLICIES, **rows}
+
+
+def fleet_policies() -> tuple[str, ...]:
+    """Every policy a fleet runs: the loop's, and those replayed per replica (``replayed.py``)."""
+    return tuple(dict.fromkeys((*loop_policies(), *REPLAYED_POLICIES)))
+
+
 #: The registry's other policies, and why a fleet does not run them.
 REFUSED_POLICIES = {"ceiling": "it is unbounded; a replica's cache has a capacity"}
 
@@ -52,16 +65,17 @@ def kept(policy: str, pins: Pins) -> LoopPolicy:
     """How the loop keeps ``policy``: a replayed one keeps nothing, as a list does."""
     if replayed(policy, pins):
         return LoopPolicy(_records.LIST)
-    return LOOP_POLICIES[policy]
+    return loop_policies()[policy]
 
 
 def check_policy(policy: str, pins: Pins, router: str, fixed: bool) -> None:
     """Whether a fleet runs ``policy`` behind ``router``; ``fixed``: its routing is fixed (a
     fixed router, or one replica)."""
-    if policy not in FLEET_POLICIES:
+    runs = fleet_policies()
+    if policy not in runs:
         why = REFUSED_POLICIES.get(policy)
         raise ValueError(
-            f"a fleet's caches run {', '.join(FLEET_POLICIES)}; got {policy!r}"
+            f"a fleet's caches run {', '.join(runs)}; got {policy!r}"
             + (f" ({why})" if why else "")
         )
     if replayed(policy, pins) and not fixed:
@@ -84,13 +98,13 @@ def check_tiered_policy(policy: str, tiered: bool, caching: bool = True) -> None
         raise ValueError(f"{policy} runs on HBM alone: {why} (tiers run under lru and fifo)")
 
 
-def policy_rows(trace: Trace, code: int, n_rep: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Each replica's empty lfu or s3fifo state (``_policy_cache.py``); None on a list."""
-    if code == _records.LFU:
-        return lfu_rows(trace.n_unique, lfu_buckets(trace.blocks), n_rep)
-    if code == _records.S3FIFO:
-        return empty_rows(trace.n_unique, n_rep), np.zeros((1, 2), np.int32)
-    return None
+def policy_rows(trace: Trace, loop: LoopPolicy, n_rep: int) -> _records.PolicyRows | None:
+    """Each replica's empty rows of a row policy, and its operations (``_policy_cache.py``);
+    None on a list."""
+    if loop.rows is None:
+        return None
+    node, order = loop.rows.empty(trace, n_rep)
+    return _records.PolicyRows(node, order, *loop.rows.fleet_ops())
 
 
 #: Pin masks already matched, per trace object and pins: a grid of pinned fleets over one trace

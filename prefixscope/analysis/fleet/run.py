@@ -1,12 +1,12 @@
 """One fleet configuration through the compiled loop: the public entry of ``analysis/fleet``.
 
 Under the ``ideal`` engine a replica's cache is an eviction policy the loop keeps per replica
-(``caches.LOOP_POLICIES``: ``lru``, ``fifo``, ``ttl`` on a linked list, ``ttl`` being LRU that also
-drops blocks idle longer than ``ttl_s`` on every replica before each arrival; ``lfu`` and
-``s3fifo`` on their own rows, by their own operations), under any router; the registry's other
-bounded policies are replayed per replica under a fixed routing (``replayed.py``), and
-``ceiling`` is refused with its reason (``caches.REFUSED_POLICIES``). Under
-``vllm`` and ``sglang`` the engine's KV pool evicts by its own rule (``engines.py``).
+(``caches.loop_policies``: ``lru``, ``fifo``, ``ttl`` on a linked list, ``ttl`` being LRU that
+also drops blocks idle longer than ``ttl_s`` on every replica before each arrival; every row
+policy, ``lfu`` and ``s3fifo``, on its own rows by its own operations), under any router; the
+registry's other bounded policies are replayed per replica under a fixed routing
+(``replayed.py``), and ``ceiling`` is refused with its reason (``caches.REFUSED_POLICIES``).
+Under ``vllm`` and ``sglang`` the engine's KV pool evicts by its own rule (``engines.py``).
 """
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ def _run(  # type: ignore[no-untyped-def]
         trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies,
         fleet.ttl_s is not None, budget and code != _records.IDEAL,
         min(LOG_CAPACITY, 2 * (len(trace.blocks) + len(answers[1])) + 1) if stale else 0,
-        policy_rows(trace, loop.code, n_rep), linked=caching or code == _records.IDEAL,
+        policy_rows(trace, loop, n_rep), linked=caching or code == _records.IDEAL,
     )  # fmt: skip
     hp = _records.heaps(n, n_rep, engine.max_seqs)
     pool = _pool_state.pool(
