@@ -27,13 +27,21 @@ peer evicts before each insert and ours after the request, which can only matter
 does not fit. ``fifo`` inserts a request's blocks in another order (docs/simulation.md) and
 ``optimal`` may decline to insert a block, so those two are printed, not required to agree.
 
+``--against REV`` times an earlier release side by side in the same run: a git worktree of
+REV, in which a second process of this script (``--serve``, the code of REV on its path) loads
+the same trace file and replays each policy when asked, in each round right after ours. Each
+policy's ratio, ours over REV's, best round against best round, is printed beside the 1.15
+that issue 35 allows, and the hit blocks of both must be equal (a sum per capacity).
+
     .venv/bin/python benchmarks/policy_speed.py [--copies 20] [--rounds 3] [--trace FILE]
     PEER_PYTHON=/path/to/bin/python .venv/bin/python benchmarks/policy_speed.py
+    .venv/bin/python benchmarks/policy_speed.py --against 2742a74
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -144,12 +152,74 @@ def last_half_rate(trace: Trace, hits: np.ndarray) -> float:
     return float(hit_tokens(trace, hits)[half:].sum() / trace.input_tokens[half:].sum())
 
 
+def warm(trace: Trace) -> None:
+    """Compile, or load numba's cached machine code, on the trace's head."""
+    head = subset(trace, np.arange(min(300, trace.n_requests)))
+    for name in OURS:
+        POLICIES[name].hit_blocks(head, 100 if POLICIES[name].bounded else None)
+
+
+def serve(copies: int, trace_file: Path) -> None:
+    """``--serve``: the side of ``--against``: load the trace, then replay each policy named on
+    a line of stdin, answering a line of JSON (seconds, hit blocks per capacity)."""
+    capacities = [400 * copies * 2**i for i in range(8)]
+    with tempfile.TemporaryDirectory() as tmp_name:
+        with contextlib.redirect_stdout(sys.stderr):
+            trace, _ = load(copies, trace_file, Path(tmp_name))
+            warm(trace)
+            trace.parent  # noqa: B018 - derived once per trace, as on our side
+        print("ready", flush=True)
+        for line in sys.stdin:
+            sec, hits = replay_all(trace, line.strip(), capacities)
+            sums = [int(h.sum()) for h in hits.values()]
+            print(json.dumps({"seconds": sec, "hits": sums}), flush=True)
+
+
+class Against:
+    """REV's code in a worktree, replaying in a process of its own (``serve``)."""
+
+    def __init__(self, rev: str, copies: int, trace_file: Path, tmp: Path) -> None:
+        tree = tmp / "against"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
+                        rev], check=True)  # fmt: skip
+        self.tree = tree
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--serve", "--copies", str(copies),
+             "--trace", str(trace_file)],
+            cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            sys.exit(f"{rev}: its side did not start (its output is above)")
+        self.rev = rev
+
+    def replay(self, name: str) -> tuple[float, list[int]]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        return answer["seconds"], answer["hits"]
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait()
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.tree)],
+                       check=False)  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--copies", type=int, default=20, help="tenants: copies of the bundled hour")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--trace", type=Path, help="reuse this trace file (else made in a temp dir)")
+    p.add_argument("--against", metavar="REV", help="time this git revision side by side")
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.serve:
+        serve(args.copies, args.trace)
+        return
     capacities = [400 * args.copies * 2**i for i in range(8)]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -166,9 +236,9 @@ def main() -> None:
             f"capacities {', '.join(f'{c:,}' for c in capacities)}"
         )
         print(f"timing on one core ({one_core()})")
-        head = subset(trace, np.arange(min(300, trace.n_requests)))
-        for name in OURS:  # compile, or load numba's cached machine code
-            POLICIES[name].hit_blocks(head, 100 if POLICIES[name].bounded else None)
+        # started pinned, on our core: the two sides take turns, never run at once
+        against = Against(args.against, args.copies, trace_file, tmp) if args.against else None
+        warm(trace)
         t = time.perf_counter()
         trace.parent  # noqa: B018 - derived once per trace, for belady and s3fifo
         print(f"parents derived once per trace: {time.perf_counter() - t:.2f} s")
@@ -177,6 +247,7 @@ def main() -> None:
             print(f"peer setup alone (load, trie, next uses; capacity 0): {setup:.2f} s")
         ours: dict[str, list[float]] = {n: [] for n in OURS}
         peer: dict[str, list[float]] = {n: [] for n in PEER}
+        theirs: dict[str, list[float]] = {n: [] for n in OURS}
         for rnd in range(args.rounds):
             for name in OURS:
                 sec, hits = replay_all(trace, name, capacities)
@@ -186,7 +257,26 @@ def main() -> None:
                     peer[name].append(psec)
                     if rnd == 0:
                         compare(trace, name, hits, rates)
+                if against:
+                    asec, sums = against.replay(name)
+                    theirs[name].append(asec)
+                    if sums != [int(h.sum()) for h in hits.values()]:
+                        print(f"  {name}: hit blocks DIFFER from {against.rev}'s")
         report(trace, ours, peer, capacities, args.rounds)
+        if against:
+            against.close()
+            side_by_side(against.rev, ours, theirs)
+
+
+def side_by_side(rev: str, ours: dict, theirs: dict, allowed: float = 1.15) -> None:
+    print(f"\nagainst {rev}, in the same rounds: seconds per round, ours / theirs (best / best)")
+    for name, secs in ours.items():
+        ratio = min(secs) / min(theirs[name])
+        verdict = "within" if ratio <= allowed else "OVER"
+        print(
+            f"{name:<8} {', '.join(f'{s:.2f}' for s in secs):>20}  "
+            f"{', '.join(f'{s:.2f}' for s in theirs[name]):>20}  {ratio:.2f} ({verdict} {allowed})"
+        )
 
 
 def compare(trace: Trace, name: str, hits: dict, rates: dict) -> None:

@@ -36,6 +36,7 @@ def touch(node, order, parent, base, sen, ob, top, b, tenant):  # type: ignore[n
     bucket 0 at its tail."""
     v = base + b
     u = node[v, 2]  # uses + 1; 0: not cached
+    inserted = 0
     if u > 0:  # a use: from bucket f = u - 1 to the tail of bucket u
         f = u - 1
         node_unlink(node, v)
@@ -45,13 +46,14 @@ def touch(node, order, parent, base, sen, ob, top, b, tenant):  # type: ignore[n
         node[v, 2] = u + 1
         if node[sen + f, 0] == sen + f:
             node_unlink(order, ob + f)
-        return 0
-    if node[sen, 0] == sen:
-        node_insert_after(order, top, ob)
-    node_push_back(node, sen, v)
-    node[v, 2] = 1
-    node[v, 3] = tenant
-    return 1
+    else:
+        if node[sen, 0] == sen:
+            node_insert_after(order, top, ob)
+        node_push_back(node, sen, v)
+        node[v, 2] = 1
+        node[v, 3] = tenant
+        inserted = 1
+    return inserted
 
 
 @operation
