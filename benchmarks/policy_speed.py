@@ -198,7 +198,10 @@ class Against:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(name + "\n")
         self.proc.stdin.flush()
-        answer = json.loads(self.proc.stdout.readline())
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"{self.rev}: its side stopped at {name} (its output is above)")
+        answer = json.loads(line)
         return answer["seconds"], answer["hits"]
 
     def close(self) -> None:

@@ -2,8 +2,9 @@
 
 Each replica keeps its own rows of the policy's state (``Sets.pnode``, and ``Sets.porder``,
 the policy's own order), touched and evicted by the policy's own operations, the ones
-``simulate``'s loop inlines, called here through function values (``Sets.touch``,
-``Sets.evict``), so the loop is compiled once for every row policy. So one replica equals
+``simulate``'s loop inlines, called here over a request through function values
+(``Sets.touch``, ``Sets.evict``; ``policies/_row_loops.py``), so the loop is compiled once for
+every row policy. So one replica equals
 ``simulate`` by construction, and a stateful router runs them as it runs ``lru``. ``pinned``
 (a ``--pin`` file's prefixes, the same on every replica) is ``lru``'s own list and touch
 (``_cache.insert``, ``_sets._touch``), its pins kept off the list.
@@ -15,7 +16,7 @@ the miss budget read the masks as under ``lru``.
 
 from __future__ import annotations
 
-from prefixscope.analysis.fleet._records import NONE, piece
+from prefixscope.analysis.fleet._records import piece
 from prefixscope.analysis.fleet._sets import _bit
 from prefixscope.analysis.fleet._stale import logged, note
 
@@ -34,20 +35,22 @@ def touch_and_evict(r, i, blocks, start, end, parent, sched, sets, rep):  # type
     bit = _bit(i)
     log = logged(sets)
     cap = sched.capacity
-    for p in range(end - 1, start - 1, -1):
-        b = blocks[p]
-        if sets.touch(sets.pnode, sets.porder, parent, base, sen, ob, top, b, 0):
-            sets.held[b] |= bit
-            rep.size[i] += 1
-            if log:
-                note(sets, i, b, True)
-    while rep.size[i] > cap:
-        v = sets.evict(sets.pnode, sets.porder, parent, base, sen, ob, top, cap)
-        if v == NONE:
-            continue  # the round only moved blocks (S3-FIFO's S to M): ask again
-        sets.held[v] &= ~bit
-        rep.size[i] -= 1
+    out = sets.pout
+    n = sets.touch(sets.pnode, sets.porder, parent, base, sen, ob, top, blocks, start, end, 0, out)
+    for j in range(n):  # inserted
+        b = out[j]
+        sets.held[b] |= bit
         if log:
-            note(sets, i, v, False)
+            note(sets, i, b, True)
+    rep.size[i] += n
+    if rep.size[i] > cap:
+        size = rep.size[i]
+        n = sets.evict(sets.pnode, sets.porder, parent, base, sen, ob, top, cap, size, out)
+        for j in range(n):  # evicted
+            v = out[j]
+            sets.held[v] &= ~bit
+            if log:
+                note(sets, i, v, False)
+        rep.size[i] -= n
     if rep.filled_at[i] < 0 and rep.size[i] >= cap:
         rep.filled_at[i] = r

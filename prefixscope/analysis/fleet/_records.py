@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from prefixscope.analysis.policies.rows import NO_OPS, fleet_ops
+from prefixscope.analysis.policies._row_loops import no_ops
 
 #: The decorator of the loop's pieces: compiled without reference counting. A piece takes
 #: records of arrays and never allocates; counting every array of every record on each call
@@ -248,18 +248,21 @@ class Sets(NamedTuple):
     log_now: np.ndarray
     pnode: np.ndarray  # int32 rows of each replica's row policy (``_policy_cache``)
     porder: np.ndarray  # int32 rows of each replica's own order (LFU's buckets)
-    touch: object  # the row policy's operations, as function values (``policies/rows.py``)
-    evict: object
+    touch: object  # the row policy's operations over a request, as function values
+    evict: object  # (``policies/_row_loops.py``)
+    pout: np.ndarray  # int32: the blocks they inserted or evicted, one request's at most
 
 
 class PolicyRows(NamedTuple):
-    """A row policy's state for every replica (``RowPolicy.empty``) and its operations
-    compiled for the loop (``RowPolicy.fleet_ops``)."""
+    """A row policy's state for every replica (``RowPolicy.empty``), its operations compiled
+    for the loop (``RowPolicy.fleet_ops``) and room for the ids they return (the longest
+    request's blocks)."""
 
     node: np.ndarray
     order: np.ndarray
     touch: object
     evict: object
+    out: np.ndarray
 
 
 class Stop(NamedTuple):
@@ -440,7 +443,8 @@ def sets(
     rows_kept = policy_rows is not None
     if policy_rows is None:  # typed as a row policy's, never called
         policy_rows = PolicyRows(
-            np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32), *fleet_ops(NO_OPS)
+            np.zeros((1, 4), np.int32), np.zeros((1, 2), np.int32), *no_ops(),
+            np.zeros(1, np.int32),
         )
     return Sets(
         **lists(True, "held", "", n_rep * copies, links=not rows_kept and linked),
@@ -454,5 +458,5 @@ def sets(
         log_t=np.zeros(ring, np.float64), log_b=np.zeros(ring, np.int32),
         log_on=np.zeros(ring, np.bool_), log_at=np.zeros((n_rep, 3), np.int64),
         log_now=np.zeros(1, np.float64), pnode=policy_rows.node, porder=policy_rows.order,
-        touch=policy_rows.touch, evict=policy_rows.evict,
+        touch=policy_rows.touch, evict=policy_rows.evict, pout=policy_rows.out,
     )  # fmt: skip

@@ -104,7 +104,9 @@ def policy_rows(trace: Trace, loop: LoopPolicy, n_rep: int) -> _records.PolicyRo
     if loop.rows is None:
         return None
     node, order = loop.rows.empty(trace, n_rep)
-    return _records.PolicyRows(node, order, *loop.rows.fleet_ops())
+    longest = int(trace.blocks_per_request.max()) if trace.n_requests else 0
+    out = np.zeros(longest + 1, np.int32)
+    return _records.PolicyRows(node, order, *loop.rows.fleet_ops(), out)
 
 
 #: Pin masks already matched, per trace object and pins: a grid of pinned fleets over one trace

@@ -24,34 +24,21 @@ from there (docs/simulation.md, "Adding a policy", works one through).
 
 from __future__ import annotations
 
-import threading
-import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import numba
 import numpy as np
-from numba.core.errors import NumbaExperimentalFeatureWarning
 
+from prefixscope.analysis.policies._row_loops import NONE, cycle, fleet_ops
 from prefixscope.analysis.policies.base import BoundedPolicy, PolicyOptions
 from prefixscope.analysis.trace.csr import Trace
 
-NONE = -1
-# numba calls function values experimental and warns at each compile that takes one; the fleet
-# loop's tests check what they compute.
-warnings.filterwarnings(
-    "ignore", "First-class function type", category=NumbaExperimentalFeatureWarning
-)
+__all__ = ["NONE", "RowOps", "RowPolicy", "operation"]
+
 #: The decorator of an operation: inlined where a loop calls it, so the single cache's loop
 #: runs as fast as one written for the policy (measured on the x20 trace).
 operation = numba.njit(inline="always")
-
-_I64 = numba.int64
-_ROWS = numba.int32[:, ::1]
-#: The operations' signatures, as the fleet loop calls them through a function value.
-TOUCH = _I64(_ROWS, _ROWS, numba.int32[::1], _I64, _I64, _I64, _I64, _I64, _I64)
-EVICT = _I64(_ROWS, _ROWS, numba.int32[::1], _I64, _I64, _I64, _I64, _I64)
-
 
 class RowOps(NamedTuple):
     """A policy's four operations (module docstring), compiled to be inlined."""
@@ -103,82 +90,8 @@ class RowPolicy(BoundedPolicy):
         return hits, cross, filled_at
 
     def fleet_ops(self) -> tuple[Any, Any]:
-        """``touch`` and ``evict`` compiled for the fleet loop's function values."""
+        """The operations over a request, compiled for the fleet loop (``_row_loops``)."""
         return fleet_ops(self.ops)
-
-
-_LOCK = threading.Lock()
-_CYCLES: dict[RowOps, Any] = {}
-_FLEET_OPS: dict[RowOps, tuple[Any, Any]] = {}
-
-
-def cycle(ops: RowOps):  # type: ignore[no-untyped-def]
-    """The single cache's request cycle (docs/simulation.md) over ``ops``, compiled once per
-    process and policy. It closes over the operations so that numba inlines them, which a
-    function passed as an argument is not (measured 1.3x slower); numba does not cache a
-    closure on disk, so each process compiles it on first use (about 0.8 s)."""
-    with _LOCK:
-        if ops not in _CYCLES:
-            _CYCLES[ops] = _compile_cycle(ops)
-        return _CYCLES[ops]
-
-
-def _compile_cycle(ops: RowOps):  # type: ignore[no-untyped-def]
-    touch, evict, cached, owner = ops
-
-    # Compiled without reference counting: the operations are inlined with their arrays, and
-    # counting those on each call cost the loop 20-40% (measured on the x20 trace).
-    @numba.njit(nogil=True, _nrt=False)
-    def loop(offsets, blocks, tenants, parent, n_unique, capacity, track, node, order, hits, cross):  # type: ignore[no-untyped-def]
-        n = offsets.size - 1
-        top = order.shape[0] - 1
-        size = 0
-        filled_at = NONE
-        for r in range(n):
-            start, end = offsets[r], offsets[r + 1]
-            tenant = tenants[r]
-            k = 0
-            while start + k < end and cached(node, blocks[start + k]):
-                if track:
-                    cross[start + k] = owner(node, blocks[start + k]) != tenant
-                k += 1
-            hits[r] = k
-            for p in range(end - 1, start - 1, -1):
-                size += touch(node, order, parent, 0, n_unique, 0, top, blocks[p], tenant)
-            while size > capacity:
-                if evict(node, order, parent, 0, n_unique, 0, top, capacity) != NONE:
-                    size -= 1
-            if filled_at == NONE and size >= capacity:
-                filled_at = r
-        return filled_at
-
-    return loop
-
-
-def fleet_ops(ops: RowOps) -> tuple[Any, Any]:
-    """``touch`` and ``evict`` compiled to their signatures (:data:`TOUCH`, :data:`EVICT`) as C
-    functions, which numba types by their signature alone (a jitted function is typed by its
-    identity, and each policy would compile the whole fleet loop again): so the loop, compiled
-    once, calls any policy's through a function value."""
-    with _LOCK:
-        if ops not in _FLEET_OPS:
-            _FLEET_OPS[ops] = (
-                numba.cfunc(TOUCH, nopython=True, cache=True)(ops.touch.py_func),
-                numba.cfunc(EVICT, nopython=True, cache=True)(ops.evict.py_func),
-            )
-        return _FLEET_OPS[ops]
-
-
-def _untouched(node, order, parent, base, sen, ob, top, b, tenant):  # type: ignore[no-untyped-def]
-    return 0
-
-
-def _unevicted(node, order, parent, base, sen, ob, top, capacity):  # type: ignore[no-untyped-def]
-    return NONE
-
-
-#: The function values of a fleet whose caches are lists: never called, typed as the rest.
-NO_OPS = RowOps(operation(_untouched), operation(_unevicted), None, None)
 
 
 # --- rows linked as lists: [next, prev, ...], a sentinel row linking to itself when empty ---
