@@ -1,4 +1,5 @@
-"""Policies kept in rows, and the request cycle they share, written once.
+"""Policies kept in rows: what a row policy gives, and the lists its rows are made of. The
+request cycle over its operations is written once for every row policy, in ``_row_loops.py``.
 
 A row policy keeps each cache's state in int32 rows: ``node``, one row per block then the
 policy's sentinel rows, and ``order``, rows of its own (LFU's order of buckets; one unused row
@@ -14,8 +15,8 @@ same arguments for every policy:
 
 Block ``b`` is at row ``base + b``, the policy's sentinels from ``sen = base + n_unique``, its
 ``order`` rows from ``ob`` and the last of them at ``top``. One cache has ``base = ob = 0``;
-the fleet gives each replica its own rows (``fleet/_policy_cache.py``), so a replica runs the
-same operations ``simulate`` runs, and one replica equals ``simulate`` by construction.
+the fleet gives each replica its own rows (``fleet/_policy_cache.py``) and calls the same
+operations over each request, so one replica equals ``simulate`` by construction.
 
 Adding a policy is one module (a :class:`RowPolicy` with its rows and operations) and one
 registry line (``policies.POLICIES``): ``simulate``, ``curve``, ``fleet`` and ``plan`` take it
@@ -39,6 +40,7 @@ __all__ = ["NONE", "RowOps", "RowPolicy", "operation"]
 #: The decorator of an operation: inlined where a loop calls it, so the single cache's loop
 #: runs as fast as one written for the policy (measured on the x20 trace).
 operation = numba.njit(inline="always")
+
 
 class RowOps(NamedTuple):
     """A policy's four operations (module docstring), compiled to be inlined."""
