@@ -55,7 +55,7 @@ def cycle(ops):  # type: ignore[no-untyped-def]
 
 
 def _compile_cycle(ops):  # type: ignore[no-untyped-def]
-    touch, evict, cached, owner = ops
+    touch, evict, cached, owner, always = ops
 
     # Compiled without reference counting: the operations are inlined with their arrays, and
     # counting those on each call cost the loop 20-40% (measured on the x20 trace).
@@ -77,7 +77,10 @@ def _compile_cycle(ops):  # type: ignore[no-untyped-def]
             for p in range(end - 1, start - 1, -1):
                 size += touch(node, order, parent, 0, n_unique, 0, top, blocks[p], tenant)
             while size > capacity:
-                if evict(node, order, parent, 0, n_unique, 0, top, capacity) != NONE:
+                if always:  # a constant here: numba keeps one branch
+                    evict(node, order, parent, 0, n_unique, 0, top, capacity)
+                    size -= 1
+                elif evict(node, order, parent, 0, n_unique, 0, top, capacity) != NONE:
                     size -= 1
             if filled_at == NONE and size >= capacity:
                 filled_at = r
@@ -95,7 +98,7 @@ def fleet_ops(ops):  # type: ignore[no-untyped-def]
 
 
 def _compile_fleet_ops(ops):  # type: ignore[no-untyped-def]
-    touch, evict = ops.touch, ops.evict
+    touch, evict, always = ops.touch, ops.evict, ops.always
 
     def touch_request(node, order, parent, base, sen, ob, top, blocks, start, end, tenant, out):  # type: ignore[no-untyped-def]
         n = 0
@@ -110,7 +113,7 @@ def _compile_fleet_ops(ops):  # type: ignore[no-untyped-def]
         n = 0
         while size - n > capacity:
             v = evict(node, order, parent, base, sen, ob, top, capacity)
-            if v != NONE:  # else the round only moved blocks: ask again
+            if always or v != NONE:  # else the round only moved blocks: ask again
                 out[n] = v
                 n += 1
         return n

@@ -163,7 +163,7 @@ def owner(node, v):  # type: ignore[no-untyped-def]
 class S3FIFO(RowPolicy):
     name: str = "s3fifo"
     needs_parent = True
-    ops = RowOps(touch, evict, cached, owner)
+    ops = RowOps(touch, evict, cached, owner, always=False)  # a round may only move blocks
 
     def shape(self, trace: Trace) -> tuple[int, int]:
         return 3, 1  # the sentinels of S, M and G; no order
