@@ -27,11 +27,12 @@ peer evicts before each insert and ours after the request, which can only matter
 does not fit. ``fifo`` inserts a request's blocks in another order (docs/simulation.md) and
 ``optimal`` may decline to insert a block, so those two are printed, not required to agree.
 
-``--against REV`` times an earlier release side by side in the same run: a git worktree of
-REV, in which a second process of this script (``--serve``, the code of REV on its path) loads
-the same trace file and replays each policy when asked, in each round right after ours. Each
-policy's ratio, ours over REV's, best round against best round, is printed beside the 1.15
-that issue 35 allows, and the hit blocks of both must be equal (a sum per capacity).
+``--against REV`` times an earlier release side by side in the same run: this checkout and a
+git worktree of REV each serve from a process of their own (``--serve``, that code on its
+path), which loads the same trace file and replays each policy when asked, in each round right
+after ours, the two taking turns to go first. Each policy's ratio, this checkout's over REV's,
+best round against best round, is printed beside the 1.15 that issue 35 allows, and every
+side's hit blocks must equal ours (a sum per capacity).
 
     .venv/bin/python benchmarks/policy_speed.py [--copies 20] [--rounds 3] [--trace FILE]
     PEER_PYTHON=/path/to/bin/python .venv/bin/python benchmarks/policy_speed.py
@@ -175,14 +176,10 @@ def serve(copies: int, trace_file: Path) -> None:
             print(json.dumps({"seconds": sec, "hits": sums}), flush=True)
 
 
-class Against:
-    """REV's code in a worktree, replaying in a process of its own (``serve``)."""
+class Side:
+    """A checkout's code replaying in a process of its own (``serve``): ``tree`` on its path."""
 
-    def __init__(self, rev: str, copies: int, trace_file: Path, tmp: Path) -> None:
-        tree = tmp / "against"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
-                        rev], check=True)  # fmt: skip
-        self.tree = tree
+    def __init__(self, label: str, tree: Path, copies: int, trace_file: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree)}
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--serve", "--copies", str(copies),
@@ -191,8 +188,8 @@ class Against:
         )  # fmt: skip
         assert self.proc.stdin is not None and self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != "ready":
-            sys.exit(f"{rev}: its side did not start (its output is above)")
-        self.rev = rev
+            sys.exit(f"{label}: its side did not start (its output is above)")
+        self.label = label
 
     def replay(self, name: str) -> tuple[float, list[int]]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -200,7 +197,7 @@ class Against:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            sys.exit(f"{self.rev}: its side stopped at {name} (its output is above)")
+            sys.exit(f"{self.label}: its side stopped at {name} (its output is above)")
         answer = json.loads(line)
         return answer["seconds"], answer["hits"]
 
@@ -208,7 +205,25 @@ class Against:
         if self.proc.stdin:
             self.proc.stdin.close()
         self.proc.wait()
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.tree)],
+
+
+@contextlib.contextmanager
+def against_sides(rev: str, copies: int, trace_file: Path, tmp: Path):  # type: ignore[no-untyped-def]
+    """This checkout and REV (a worktree), each serving from a process of its own: the same
+    footing for both (measured: this checkout replaying in the benchmark's own process read
+    up to 1.08 against the same code in a served one, on lfu)."""
+    tree = tmp / "against"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
+                   check=True)  # fmt: skip
+    sides = []
+    try:
+        sides = [Side("this checkout", ROOT, copies, trace_file),
+                 Side(rev, tree, copies, trace_file)]  # fmt: skip
+        yield sides
+    finally:
+        for side in sides:
+            side.close()
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                        check=False)  # fmt: skip
 
 
@@ -239,40 +254,54 @@ def main() -> None:
             f"capacities {', '.join(f'{c:,}' for c in capacities)}"
         )
         print(f"timing on one core ({one_core()})")
-        # started pinned, on our core: the two sides take turns, never run at once
-        against = Against(args.against, args.copies, trace_file, tmp) if args.against else None
-        warm(trace)
-        t = time.perf_counter()
-        trace.parent  # noqa: B018 - derived once per trace, for belady and s3fifo
-        print(f"parents derived once per trace: {time.perf_counter() - t:.2f} s")
-        if command:
-            setup, _ = run_peer(command, "lru", [0])
-            print(f"peer setup alone (load, trie, next uses; capacity 0): {setup:.2f} s")
-        ours: dict[str, list[float]] = {n: [] for n in OURS}
-        peer: dict[str, list[float]] = {n: [] for n in PEER}
-        theirs: dict[str, list[float]] = {n: [] for n in OURS}
-        for rnd in range(args.rounds):
-            for name in OURS:
-                sec, hits = replay_all(trace, name, capacities)
-                ours[name].append(sec)
-                if command and name in PEER:
-                    psec, rates = run_peer(command, PEER[name], capacities)
-                    peer[name].append(psec)
-                    if rnd == 0:
-                        compare(trace, name, hits, rates)
-                if against:
-                    asec, sums = against.replay(name)
-                    theirs[name].append(asec)
-                    if sums != [int(h.sum()) for h in hits.values()]:
-                        print(f"  {name}: hit blocks DIFFER from {against.rev}'s")
-        report(trace, ours, peer, capacities, args.rounds)
-        if against:
-            against.close()
-            side_by_side(against.rev, ours, theirs)
+        # started pinned, on our core: the sides take turns, never run at once
+        with contextlib.ExitStack() as stack:
+            sides = []
+            if args.against:
+                sides = stack.enter_context(
+                    against_sides(args.against, args.copies, trace_file, tmp)
+                )
+            rounds(args, trace, capacities, command, sides)
+
+
+def rounds(  # type: ignore[no-untyped-def]
+    args: argparse.Namespace, trace: Trace, capacities: list[int], command, sides
+) -> None:
+    """Every policy, round by round: ours in this process (beside the peer), then each served
+    side, which goes first in every other round."""
+    warm(trace)
+    t = time.perf_counter()
+    trace.parent  # noqa: B018 - derived once per trace, for belady and s3fifo
+    print(f"parents derived once per trace: {time.perf_counter() - t:.2f} s")
+    if command:
+        setup, _ = run_peer(command, "lru", [0])
+        print(f"peer setup alone (load, trie, next uses; capacity 0): {setup:.2f} s")
+    ours: dict[str, list[float]] = {n: [] for n in OURS}
+    peer: dict[str, list[float]] = {n: [] for n in PEER}
+    served: list[dict[str, list[float]]] = [{n: [] for n in OURS} for _ in sides]
+    for rnd in range(args.rounds):
+        for name in OURS:
+            sec, hits = replay_all(trace, name, capacities)
+            ours[name].append(sec)
+            if command and name in PEER:
+                psec, rates = run_peer(command, PEER[name], capacities)
+                peer[name].append(psec)
+                if rnd == 0:
+                    compare(trace, name, hits, rates)
+            order = range(len(sides)) if rnd % 2 == 0 else reversed(range(len(sides)))
+            for k in order:  # each side first in every other round
+                ssec, sums = sides[k].replay(name)
+                served[k][name].append(ssec)
+                if sums != [int(h.sum()) for h in hits.values()]:
+                    print(f"  {name}: hit blocks DIFFER on {sides[k].label}")
+    report(trace, ours, peer, capacities, args.rounds)
+    if sides:
+        side_by_side(sides[1].label, served[0], served[1])
 
 
 def side_by_side(rev: str, ours: dict, theirs: dict, allowed: float = 1.15) -> None:
-    print(f"\nagainst {rev}, in the same rounds: seconds per round, ours / theirs (best / best)")
+    print(f"\nthis checkout against {rev}, each served, in the same rounds: seconds per round,")
+    print("this checkout's / REV's (best / best)")
     for name, secs in ours.items():
         ratio = min(secs) / min(theirs[name])
         verdict = "within" if ratio <= allowed else "OVER"
