@@ -52,6 +52,10 @@ test: setup browser
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not flow and not browser" -q
 
+# The release every policy's time is held against, side by side (benchmarks/policy_speed.py):
+# the last before the row policies (docs/simulation.md#adding-a-policy).
+POLICY_BASELINE ?= f6647eb
+
 bench: setup peers-vllm peers-sglang
 	$(BIN)/python benchmarks/simulate_bundled.py
 	$(BIN)/python benchmarks/ingest_scale.py
@@ -71,7 +75,7 @@ bench: setup peers-vllm peers-sglang
 	$(BIN)/python benchmarks/tier_crossover.py
 	$(BIN)/python benchmarks/structure_speed.py --copies 20
 	PEER_PYTHON=$$(test -x $(PEERS)/bin/python && echo $(PEERS)/bin/python) \
-		$(BIN)/python benchmarks/policy_speed.py
+		$(BIN)/python benchmarks/policy_speed.py --against $(POLICY_BASELINE)
 	$(BIN)/python benchmarks/validate_recovery.py
 	$(BIN)/python benchmarks/validate_layouts.py
 	$(BIN)/python benchmarks/validate_events.py
