@@ -213,6 +213,10 @@ def against_sides(rev: str, copies: int, trace_file: Path, tmp: Path):  # type: 
     footing for both (measured: this checkout replaying in the benchmark's own process read
     up to 1.08 against the same code in a served one, on lfu)."""
     tree = tmp / "against"
+    verify = ["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"]
+    known = subprocess.run(verify, capture_output=True, check=False)
+    if known.returncode != 0:
+        sys.exit(f"--against {rev}: not a commit of this checkout")
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
                    check=True)  # fmt: skip
     sides = []
