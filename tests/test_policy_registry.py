@@ -24,10 +24,15 @@ from prefixscope.analysis.fleet.run import Fleet, simulate_fleet
 from prefixscope.analysis.policies import POLICIES, PolicyOptions
 from prefixscope.analysis.policies.rows import RowPolicy
 from prefixscope.analysis.trace.isolation import subset
+from prefixscope.analysis.trace.measure import hit_tokens
+from prefixscope.analysis.validate.reported import Reported
+from prefixscope.analysis.validate.tables import validate
 from prefixscope.cli import main
+from prefixscope.synthetic_gateway import Draft, EngineCache
 from tests.conftest import Bundled
 from tests.test_fleet import ENGINE, sessions_trace, single_cache
 from tests.test_policies import arbitrary, make_trace, prefix_chains
+from tests.test_validate import WORKLOAD, fleet_row, validated
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "simulation.md"
 
@@ -165,3 +170,24 @@ def test_every_command_takes_it(clock: RowPolicy, bundled_warehouse: Bundled, tm
     assert curve is not None and curve[0] == simulated["clock"]
     assert fleet is not None and fleet[0] == simulated["clock"]
     assert ("clock",) in planned
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Draft:
+    """``test_validate``'s generated conversation log, ingested."""
+    return Draft.build(WORKLOAD, seed=3)
+
+
+def test_validate_recovers_a_clock_engine_on_the_grid(
+    clock: RowPolicy, gateway: Draft, tmp_path: Path
+) -> None:
+    """Reports made by a CLOCK cache of 900 blocks: ``validate`` fits 900 exactly under
+    ``clock``, and the command takes ``--policy clock``."""
+    trace = gateway.trace
+    reported = hit_tokens(trace, clock.hit_blocks(trace, 900))
+    est = validate(trace, Reported(reported), "clock", resamples=20).estimate
+    assert est.method == "grid" and est.capacity_blocks == 900 and est.error == 0
+    lru = validate(trace, Reported(reported), "lru", resamples=20).estimate
+    assert lru.error > 0  # lru does not explain a clock cache's reports as well
+    validated(gateway, tmp_path, EngineCache(900), "--policy", "clock", "--resamples", "0")
+    assert fleet_row(tmp_path)["policy"] == "clock"

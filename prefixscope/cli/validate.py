@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from prefixscope.analysis.validate.tables import FIT_POLICIES
+from prefixscope.analysis.validate.tables import fit_policies
 from prefixscope.cli import flags
 from prefixscope.cli.command import Command
 
@@ -18,7 +18,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
         default="lru",
-        choices=list(FIT_POLICIES),
+        choices=list(fit_policies()),
         help="the cache that explains the reports: lru exactly at every capacity, the others "
         "at a refined grid (lru)",
     )

@@ -11,7 +11,7 @@ from prefixscope import warehouse
 from prefixscope.analysis.cost.models import GIB, resolve_model
 from prefixscope.analysis.trace.load import load_trace
 from prefixscope.analysis.validate.reported import load_reported
-from prefixscope.analysis.validate.tables import FIT_POLICIES, Sizing, Validation, validate
+from prefixscope.analysis.validate.tables import Sizing, Validation, fit_policies, validate
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ class ValidateSettings:
     kv_dtype: str = "bf16"
 
     def check(self) -> None:
-        if self.policy not in FIT_POLICIES:
+        if self.policy not in (fits := fit_policies()):
             raise ValueError(
-                f"validate fits a bounded policy ({', '.join(FIT_POLICIES)}), not "
+                f"validate fits a bounded policy ({', '.join(fits)}), not "
                 f"{self.policy!r} — give --policy lru"
             )
         if self.engine_block_size is not None and self.engine_block_size < 1:

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from prefixscope.analysis.curves.depths import hit_capacities
 from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.policies.rows import RowPolicy
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET, groups, hit_tokens
 from prefixscope.analysis.validate import compare, fit
@@ -21,9 +22,15 @@ from prefixscope.analysis.validate.reported import (
     floor_to,
 )
 
-#: The policies an effective capacity can be fitted for: ``lru`` exactly at every capacity,
-#: the others at a refined grid (``fit.py``). Unbounded or option-bound policies have none.
-FIT_POLICIES = ("lru", "fifo", "lfu", "s3fifo")
+
+def fit_policies() -> tuple[str, ...]:
+    """The policies an effective capacity can be fitted for: ``lru`` exactly at every capacity,
+    ``fifo`` and every row policy of the registry (``lfu``, ``s3fifo``, one added) at a
+    refined grid (``fit.py``). Unbounded or option-bound policies have none."""
+    rows = (name for name, p in POLICIES.items() if isinstance(p, RowPolicy))
+    return ("lru", "fifo", *rows)
+
+
 #: Fewest usable reports a capacity is fitted on. Fitting a generated log's reports (an LRU
 #: engine of 1,234 blocks, 15% of its reports garbled) on 30 random subsets of n requests, the
 #: worst capacity found was 32% off at n = 25, 12% at 50 and 2% at 100, and the median 95%
@@ -125,8 +132,8 @@ def validate(
     """Fit the effective capacity of ``policy`` to the reports, then compare request by request
     at it; with fewer than ``min_reports`` usable reports, name none. ``engine_blocks``: the
     engines' block size (None: inferred from the reports)."""
-    if policy not in FIT_POLICIES:
-        raise ValueError(f"validate fits one of {', '.join(FIT_POLICIES)}, not {policy!r}")
+    if policy not in (fits := fit_policies()):
+        raise ValueError(f"validate fits one of {', '.join(fits)}, not {policy!r}")
     compared = reported.present
     if not compared.any():
         raise ValueError(
