@@ -1,7 +1,7 @@
 """The policies a fleet's caches run under the ``ideal`` engine, and how: kept by the loop per
 replica (``lru``, ``fifo`` and ``ttl`` on a linked list, ``_cache.py``, and ``pinned`` with a
-``--pin`` file on ``lru``'s; every row policy of the registry, ``lfu`` and ``s3fifo`` today, on
-its own rows by its own operations, ``_policy_cache.py``) under any router,
+``--pin`` file on ``lru``'s; every other row policy of the registry, ``lfu`` and ``s3fifo``
+today, on its own rows by its own operations, ``_policy_cache.py``) under any router,
 replayed per replica under a fixed routing (``replayed.py``: ``pinned --pin-top``, whose pins
 are each replica's own stream's), or refused with the reason.
 """
@@ -39,10 +39,12 @@ LIST_POLICIES = {
 
 
 def loop_policies() -> dict[str, LoopPolicy]:
-    """The policies the loop keeps per replica: its lists', and every row policy the registry
-    holds when asked (a policy added to ``POLICIES`` runs in a fleet with no line here)."""
+    """The policies the loop keeps per replica: its lists' (``fifo`` among them, a row policy
+    in ``simulate`` kept on the list here, which carries the DRAM tier and the store), and
+    every other row policy the registry holds when asked (a policy added to ``POLICIES`` runs
+    in a fleet with no line here)."""
     rows = {n: LoopPolicy(_records.ROWS, rows=p) for n, p in POLICIES.items()
-            if isinstance(p, RowPolicy)}  # fmt: skip
+            if isinstance(p, RowPolicy) and n not in LIST_POLICIES}  # fmt: skip
     return {**LIST_POLICIES, **rows}
 
 

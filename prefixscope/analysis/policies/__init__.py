@@ -6,9 +6,10 @@ of its blocks found in the cache when it arrives, and afterwards all its blocks 
 
 from prefixscope.analysis.policies.base import Outcome, Policy, PolicyOptions
 from prefixscope.analysis.policies.ceiling import Ceiling
+from prefixscope.analysis.policies.fifo import FIFO
 from prefixscope.analysis.policies.lfu import LFU
 from prefixscope.analysis.policies.lru import LRU, TTL, Pinned
-from prefixscope.analysis.policies.others import FIFO, Belady
+from prefixscope.analysis.policies.others import Belady
 from prefixscope.analysis.policies.s3fifo import S3FIFO
 from prefixscope.analysis.policies.sessions import Liveness, SessionLRU
 

@@ -1,4 +1,4 @@
-"""The compiled replay loops over linked lists and rings (lru, fifo). Every kernel follows
+"""The compiled replay loops of lru over a linked list and a ring. Every kernel follows
 the same request cycle (docs/simulation.md):
 
 1. (ttl) drop blocks idle longer than the ttl;
@@ -206,40 +206,6 @@ def _lru_plain_loop(
         while size > capacity:
             size -= latest[log[head & mask]] == head  # only a block's latest entry counts
             head += 1
-        if filled_at == NONE and size >= capacity:
-            filled_at = r
-    return hits, cross, filled_at
-
-
-@numba.njit(cache=True, nogil=True)
-def fifo(offsets, blocks, tenants, n_unique, capacity):  # type: ignore[no-untyped-def]
-    """FIFO: evict the block inserted earliest; a hit does not refresh it. A request's new blocks
-    are inserted deepest first, so among them the deepest leaves first."""
-    s = n_unique
-    nxt = np.full(n_unique + 1, s, np.int32)
-    prv = np.full(n_unique + 1, s, np.int32)
-    cached = np.zeros(n_unique, np.bool_)
-    owner = np.zeros(n_unique, np.int32)
-    n = offsets.size - 1
-    hits = np.zeros(n, np.int32)
-    cross = np.zeros(blocks.size, np.bool_)
-    size = 0
-    filled_at = NONE
-    for r in range(n):
-        start, end = offsets[r], offsets[r + 1]
-        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
-        for p in range(end - 1, start - 1, -1):
-            b = blocks[p]
-            if not cached[b]:
-                cached[b] = True
-                owner[b] = tenants[r]
-                size += 1
-                _push_back(nxt, prv, s, b)
-        while size > capacity:
-            v = nxt[s]
-            _unlink(nxt, prv, v)
-            cached[v] = False
-            size -= 1
         if filled_at == NONE and size >= capacity:
             filled_at = r
     return hits, cross, filled_at

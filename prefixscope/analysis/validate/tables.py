@@ -25,10 +25,10 @@ from prefixscope.analysis.validate.reported import (
 
 def fit_policies() -> tuple[str, ...]:
     """The policies an effective capacity can be fitted for: ``lru`` exactly at every capacity,
-    ``fifo`` and every row policy of the registry (``lfu``, ``s3fifo``, one added) at a
-    refined grid (``fit.py``). Unbounded or option-bound policies have none."""
+    every row policy of the registry (``fifo``, ``lfu``, ``s3fifo``, one added) at a refined
+    grid (``fit.py``). Unbounded or option-bound policies have none."""
     rows = (name for name, p in POLICIES.items() if isinstance(p, RowPolicy))
-    return ("lru", "fifo", *rows)
+    return ("lru", *rows)
 
 
 #: Fewest usable reports a capacity is fitted on. Fitting a generated log's reports (an LRU
