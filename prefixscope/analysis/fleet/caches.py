@@ -15,7 +15,7 @@ import numpy as np
 
 from prefixscope.analysis.fleet import _records
 from prefixscope.analysis.fleet.replayed import REPLAYED_POLICIES, Pins
-from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.policies import row_policies
 from prefixscope.analysis.policies.rows import RowPolicy
 from prefixscope.analysis.trace.csr import Trace
 
@@ -43,8 +43,8 @@ def loop_policies() -> dict[str, LoopPolicy]:
     in ``simulate`` kept on the list here, which carries the DRAM tier and the store), and
     every other row policy the registry holds when asked (a policy added to ``POLICIES`` runs
     in a fleet with no line here)."""
-    rows = {n: LoopPolicy(_records.ROWS, rows=p) for n, p in POLICIES.items()
-            if isinstance(p, RowPolicy) and n not in LIST_POLICIES}  # fmt: skip
+    rows = {n: LoopPolicy(_records.ROWS, rows=p) for n, p in row_policies().items()
+            if n not in LIST_POLICIES}  # fmt: skip
     return {**LIST_POLICIES, **rows}
 
 
@@ -77,8 +77,7 @@ def check_policy(policy: str, pins: Pins, router: str, fixed: bool) -> None:
     if policy not in runs:
         why = REFUSED_POLICIES.get(policy)
         raise ValueError(
-            f"a fleet's caches run {', '.join(runs)}; got {policy!r}"
-            + (f" ({why})" if why else "")
+            f"a fleet's caches run {', '.join(runs)}; got {policy!r}" + (f" ({why})" if why else "")
         )
     if replayed(policy, pins) and not fixed:
         alone = " --pin-top" if policy == "pinned" else ""
@@ -100,13 +99,15 @@ def check_tiered_policy(policy: str, tiered: bool, caching: bool = True) -> None
         raise ValueError(f"{policy} runs on HBM alone: {why} (tiers run under lru and fifo)")
 
 
-def policy_rows(trace: Trace, loop: LoopPolicy, n_rep: int) -> _records.PolicyRows | None:
-    """Each replica's empty rows of a row policy, and its operations (``_policy_cache.py``);
-    None on a list."""
+def policy_rows(
+    trace: Trace, loop: LoopPolicy, n_rep: int, longest: int
+) -> _records.PolicyRows | None:
+    """Each replica's empty rows of a row policy, its operations (``_policy_cache.py``) and
+    room for the ids they return, ``longest`` (blocks of the longest request) + 1; None on a
+    list."""
     if loop.rows is None:
         return None
     node, order = loop.rows.empty(trace, n_rep)
-    longest = int(trace.blocks_per_request.max()) if trace.n_requests else 0
     out = np.zeros(longest + 1, np.int32)
     return _records.PolicyRows(node, order, *loop.rows.fleet_ops(), out)
 

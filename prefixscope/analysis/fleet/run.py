@@ -392,17 +392,17 @@ def _run(  # type: ignore[no-untyped-def]
     rep = _records.replicas(n_rep, float(arrival[0]) if n else 0.0)
     tree = kind == _records.CACHE_AWARE
     copies = _pool_state.dup_slots(code, fleet.capacity_blocks, len(answers[1]))
+    longest = int(trace.blocks_per_request.max()) if n else 0
     sets = _records.sets(
         trace.n_unique, n_rep, tree, t.dram_blocks > 0, store >= 0, copies,
         fleet.ttl_s is not None, budget and code != _records.IDEAL,
         min(LOG_CAPACITY, 2 * (len(trace.blocks) + len(answers[1])) + 1) if stale else 0,
-        policy_rows(trace, loop, n_rep), linked=caching or code == _records.IDEAL,
+        policy_rows(trace, loop, n_rep, longest), linked=caching or code == _records.IDEAL,
     )  # fmt: skip
     hp = _records.heaps(n, n_rep, engine.max_seqs)
     pool = _pool_state.pool(
         n, trace.n_unique, n_rep, code, fleet.capacity_blocks, len(answers[1]), caching
     )
-    longest = int(trace.blocks_per_request.max()) if n else 0
     scratch = (
         np.zeros(longest + 1, np.int8),
         np.zeros(longest + 2, np.float64),

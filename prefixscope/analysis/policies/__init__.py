@@ -10,6 +10,7 @@ from prefixscope.analysis.policies.fifo import FIFO
 from prefixscope.analysis.policies.lfu import LFU
 from prefixscope.analysis.policies.lru import LRU, TTL, Pinned
 from prefixscope.analysis.policies.others import Belady
+from prefixscope.analysis.policies.rows import RowPolicy
 from prefixscope.analysis.policies.s3fifo import S3FIFO
 from prefixscope.analysis.policies.sessions import Liveness, SessionLRU
 
@@ -21,4 +22,11 @@ POLICIES: dict[str, Policy] = {
     )
 }  # fmt: skip
 
-__all__ = ["POLICIES", "Outcome", "Policy", "PolicyOptions"]
+
+def row_policies() -> dict[str, RowPolicy]:
+    """The registry's row policies (``rows.py``) when asked, in its order: a policy added to
+    ``POLICIES`` is among them."""
+    return {name: p for name, p in POLICIES.items() if isinstance(p, RowPolicy)}
+
+
+__all__ = ["POLICIES", "Outcome", "Policy", "PolicyOptions", "row_policies"]

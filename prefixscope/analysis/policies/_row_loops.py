@@ -46,12 +46,18 @@ _CYCLES: dict[Any, Any] = {}
 _FLEET_OPS: dict[Any, tuple[Any, Any]] = {}
 
 
+def _once(table: dict[Any, Any], key: Any, make: Any) -> Any:
+    """``make(key)``, compiled once a process: the lock keeps two threads (a Dask worker's)
+    from compiling it twice."""
+    with _LOCK:
+        if key not in table:
+            table[key] = make(key)
+        return table[key]
+
+
 def cycle(ops):  # type: ignore[no-untyped-def]
     """The single cache's loop over ``ops`` (``rows.RowOps``), compiled once a process."""
-    with _LOCK:
-        if ops not in _CYCLES:
-            _CYCLES[ops] = _compile_cycle(ops)
-        return _CYCLES[ops]
+    return _once(_CYCLES, ops, _compile_cycle)
 
 
 def _compile_cycle(ops):  # type: ignore[no-untyped-def]
@@ -91,10 +97,7 @@ def _compile_cycle(ops):  # type: ignore[no-untyped-def]
 
 def fleet_ops(ops):  # type: ignore[no-untyped-def]
     """``touch_request`` and ``evict_to`` over ``ops``, compiled once a process."""
-    with _LOCK:
-        if ops not in _FLEET_OPS:
-            _FLEET_OPS[ops] = _compile_fleet_ops(ops)
-        return _FLEET_OPS[ops]
+    return _once(_FLEET_OPS, ops, _compile_fleet_ops)
 
 
 def _compile_fleet_ops(ops):  # type: ignore[no-untyped-def]
@@ -135,10 +138,7 @@ def _no_evict(node, order, parent, base, sen, ob, top, capacity, size, out):  # 
 def no_ops():  # type: ignore[no-untyped-def]
     """The function values of a fleet whose caches are lists: never called, typed as a row
     policy's (compiled on first use, then loaded from numba's cache)."""
-    with _LOCK:
-        if None not in _FLEET_OPS:
-            _FLEET_OPS[None] = (
-                numba.cfunc(TOUCH_REQUEST, nopython=True, cache=True)(_no_touch),
-                numba.cfunc(EVICT_TO, nopython=True, cache=True)(_no_evict),
-            )
-        return _FLEET_OPS[None]
+    return _once(_FLEET_OPS, None, lambda _: (
+        numba.cfunc(TOUCH_REQUEST, nopython=True, cache=True)(_no_touch),
+        numba.cfunc(EVICT_TO, nopython=True, cache=True)(_no_evict),
+    ))  # fmt: skip

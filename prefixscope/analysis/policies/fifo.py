@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from prefixscope.analysis.policies.rows import (
     RowOps,
     RowPolicy,
+    cached,
     node_push_back,
     node_unlink,
     operation,
+    owner,
 )
 from prefixscope.analysis.trace.csr import Trace
 
@@ -40,16 +42,6 @@ def evict(node, order, parent, base, sen, ob, top, capacity):  # type: ignore[no
     node_unlink(node, v)
     node[v, 2] = 0
     return v - base
-
-
-@operation
-def cached(node, v):  # type: ignore[no-untyped-def]
-    return node[v, 2] > 0
-
-
-@operation
-def owner(node, v):  # type: ignore[no-untyped-def]
-    return node[v, 3]
 
 
 @dataclass(frozen=True)

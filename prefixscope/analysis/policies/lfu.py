@@ -22,10 +22,12 @@ import numpy as np
 from prefixscope.analysis.policies.rows import (
     RowOps,
     RowPolicy,
+    cached,
     node_insert_after,
     node_push_back,
     node_unlink,
     operation,
+    owner,
 )
 from prefixscope.analysis.trace.csr import Trace
 
@@ -67,16 +69,6 @@ def evict(node, order, parent, base, sen, ob, top, capacity):  # type: ignore[no
     if node[sen + f, 0] == sen + f:
         node_unlink(order, ob + f)
     return v - base
-
-
-@operation
-def cached(node, v):  # type: ignore[no-untyped-def]
-    return node[v, 2] > 0
-
-
-@operation
-def owner(node, v):  # type: ignore[no-untyped-def]
-    return node[v, 3]
 
 
 def buckets(blocks: np.ndarray) -> int:

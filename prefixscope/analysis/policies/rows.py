@@ -101,6 +101,20 @@ class RowPolicy(BoundedPolicy):
         return fleet_ops(self.ops)
 
 
+# --- the usual row, [next, prev, state, owner] with state 0 when not cached: its ``cached`` and
+# ``owner`` (``fifo``, ``lfu``, the docs' clock) ---------------------------------------------
+
+
+@operation
+def cached(node, v):  # type: ignore[no-untyped-def]
+    return node[v, 2] > 0
+
+
+@operation
+def owner(node, v):  # type: ignore[no-untyped-def]
+    return node[v, 3]
+
+
 # --- rows linked as lists: [next, prev, ...], a sentinel row linking to itself when empty ---
 
 

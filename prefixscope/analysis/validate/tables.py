@@ -9,8 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.curves.depths import hit_capacities
-from prefixscope.analysis.policies import POLICIES
-from prefixscope.analysis.policies.rows import RowPolicy
+from prefixscope.analysis.policies import POLICIES, row_policies
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.measure import FLEET, groups, hit_tokens
 from prefixscope.analysis.validate import compare, fit
@@ -27,8 +26,7 @@ def fit_policies() -> tuple[str, ...]:
     """The policies an effective capacity can be fitted for: ``lru`` exactly at every capacity,
     every row policy of the registry (``fifo``, ``lfu``, ``s3fifo``, one added) at a refined
     grid (``fit.py``). Unbounded or option-bound policies have none."""
-    rows = (name for name, p in POLICIES.items() if isinstance(p, RowPolicy))
-    return ("lru", *rows)
+    return ("lru", *row_policies())
 
 
 #: Fewest usable reports a capacity is fitted on. Fitting a generated log's reports (an LRU
