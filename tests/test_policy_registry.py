@@ -142,8 +142,11 @@ def test_in_a_fleet_each_replica_is_the_single_cache_of_its_requests(
         np.testing.assert_array_equal(out.hit_tokens[mine], want)
 
 
-def test_every_command_takes_it(clock: RowPolicy, bundled_warehouse: Bundled, tmp_path) -> None:  # noqa: ANN001
-    """simulate, curve, fleet (one replica: equal to simulate) and plan, on the bundled hour."""
+def test_every_command_takes_it(  # noqa: ANN001
+    clock: RowPolicy, bundled_warehouse: Bundled, tmp_path, capsys
+) -> None:
+    """simulate, curve, fleet (one replica: equal to simulate) and plan, on the bundled hour;
+    the plan's words name it by its label."""
     wh = str(bundled_warehouse.copy_to(tmp_path))
     assert main(["simulate", "--warehouse", wh, "--policy", "clock,lru",
                  "--capacity-blocks", "400,1600"]) == 0  # fmt: skip
@@ -151,7 +154,9 @@ def test_every_command_takes_it(clock: RowPolicy, bundled_warehouse: Bundled, tm
                  "--capacity-blocks", "1600", "--points", "2"]) == 0  # fmt: skip
     assert main(["fleet", "--warehouse", wh, "--replicas", "1", "--router", "kv-aware",
                  "--capacity-blocks", "1600", "--policy", "clock"]) == 0  # fmt: skip
+    capsys.readouterr()
     assert main(["plan", "--warehouse", wh]) == 0
+    words = capsys.readouterr().out
     with duckdb.connect(wh, read_only=True) as con:
         simulated = dict(con.execute(
             "SELECT policy, hit_tokens FROM latest_hit_rates WHERE capacity_blocks = 1600 "
@@ -170,6 +175,8 @@ def test_every_command_takes_it(clock: RowPolicy, bundled_warehouse: Bundled, tm
     assert curve is not None and curve[0] == simulated["clock"]
     assert fleet is not None and fleet[0] == simulated["clock"]
     assert ("clock",) in planned
+    paragraph = words.split("\n\n")[0]  # the table below it keeps the registry's names
+    assert "CLOCK " in paragraph and "clock " not in paragraph, words
 
 
 @pytest.fixture(scope="module")

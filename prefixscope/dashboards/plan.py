@@ -6,21 +6,13 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
+from prefixscope.analysis.policies import label
 from prefixscope.analysis.trace.measure import FLEET
 from prefixscope.dashboards.savings import dollars
 from prefixscope.terminal import More, clip
 
 #: The policy the paragraph leads with when the plan has it.
 LEAD_POLICY = "lru"
-POLICY_NAMES = {
-    "lru": "LRU",
-    "fifo": "FIFO",
-    "lfu": "LFU",
-    "s3fifo": "S3-FIFO",
-    "belady": "Belady (offline optimal)",
-    "ttl": "TTL",
-    "pinned": "pinned-LRU",
-}
 
 
 def _capacity(row: dict) -> str:
@@ -94,7 +86,7 @@ def sentences(rows: Sequence[dict]) -> list[str]:
             f"{first['ceiling_token_hit_rate']:.4f}, window {window}), "
         )
         r = caps[0]
-        name = POLICY_NAMES.get(r["policy"], r["policy"])
+        name = label(r["policy"])
         if not r["reached"]:
             text = (
                 f"one {name} cache does not reach it within the capacities simulated (the "
@@ -118,7 +110,7 @@ def sentences(rows: Sequence[dict]) -> list[str]:
             text += "; the trace never fills a cache of this size, so this is a cold start"
         out.append(lead + text + ".")
         others = [
-            f"{POLICY_NAMES.get(o['policy'], o['policy'])} "
+            f"{label(o['policy'])} "
             + (f"{o['capacity_blocks']:,} blocks" if o["reached"] else "beyond what was simulated")
             for o in caps[1:]
         ]

@@ -29,4 +29,11 @@ def row_policies() -> dict[str, RowPolicy]:
     return {name: p for name, p in POLICIES.items() if isinstance(p, RowPolicy)}
 
 
-__all__ = ["POLICIES", "Outcome", "Policy", "PolicyOptions", "row_policies"]
+def label(name: str) -> str:
+    """How the plan's words name policy ``name``: its registry entry's ``label``, else the
+    name itself (a warehouse's rows may name a policy this build does not register)."""
+    policy = POLICIES.get(name)
+    return getattr(policy, "label", "") or name
+
+
+__all__ = ["POLICIES", "Outcome", "Policy", "PolicyOptions", "label", "row_policies"]

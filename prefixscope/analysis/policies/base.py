@@ -37,7 +37,8 @@ class Policy(Protocol):
     """An eviction policy. ``bounded`` policies need ``capacity_blocks >= 1``; unbounded ones
     take ``None``. Every policy obeys the request cycle of docs/simulation.md."""
 
-    name: str
+    name: str  # the registry's key, what commands and tables say
+    label: str  # how the plan's words name it ("S3-FIFO")
     bounded: bool
 
     def replay(
@@ -53,6 +54,7 @@ class BoundedPolicy:
     """Shared checks and the ``hit_blocks`` shortcut of policies that need a capacity."""
 
     name: str
+    label: str
     bounded: bool = True
 
     def hit_blocks(

@@ -19,6 +19,7 @@ from prefixscope.analysis.trace.csr import Trace
 @dataclass(frozen=True)
 class Ceiling:
     name: str = "ceiling"
+    label: str = "the unbounded ceiling"
     bounded: bool = False
 
     def replay(

@@ -47,6 +47,7 @@ def evict(node, order, parent, base, sen, ob, top, capacity):  # type: ignore[no
 @dataclass(frozen=True)
 class FIFO(RowPolicy):
     name: str = "fifo"
+    label: str = "FIFO"
     ops = RowOps(touch, evict, cached, owner)
 
     def shape(self, trace: Trace) -> tuple[int, int]:

@@ -79,6 +79,7 @@ def buckets(blocks: np.ndarray) -> int:
 @dataclass(frozen=True)
 class LFU(RowPolicy):
     name: str = "lfu"
+    label: str = "LFU"
     ops = RowOps(touch, evict, cached, owner)
 
     def shape(self, trace: Trace) -> tuple[int, int]:

@@ -73,6 +73,7 @@ def _no_pins(trace: Trace) -> np.ndarray:
 @dataclass(frozen=True)
 class LRU(BoundedPolicy):
     name: str = "lru"
+    label: str = "LRU"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         return _plain_lru(trace, capacity, options)
@@ -81,6 +82,7 @@ class LRU(BoundedPolicy):
 @dataclass(frozen=True)
 class TTL(BoundedPolicy):
     name: str = "ttl"
+    label: str = "TTL"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         if options.ttl_s is None or options.ttl_s < 0:
@@ -91,6 +93,7 @@ class TTL(BoundedPolicy):
 @dataclass(frozen=True)
 class Pinned(BoundedPolicy):
     name: str = "pinned"
+    label: str = "pinned-LRU"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         if options.pinned is None:

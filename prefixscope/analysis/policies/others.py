@@ -18,6 +18,7 @@ from prefixscope.analysis.trace.csr import Trace
 @dataclass(frozen=True)
 class Belady(BoundedPolicy):
     name: str = "belady"
+    label: str = "Belady (offline optimal)"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         return _kernel().belady(

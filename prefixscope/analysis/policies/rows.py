@@ -58,10 +58,12 @@ class RowOps(NamedTuple):
 
 @dataclass(frozen=True)
 class RowPolicy(BoundedPolicy):
-    """A bounded policy kept in rows. A subclass sets ``name``, ``needs_parent`` (its
-    operations read each block's parent) and ``ops``, and says how many rows it keeps."""
+    """A bounded policy kept in rows. A subclass sets ``name``, ``label`` (how the plan's
+    words name it), ``needs_parent`` (its operations read each block's parent) and ``ops``, and
+    says how many rows it keeps."""
 
     name: str = ""
+    label: str = ""
     needs_parent: ClassVar[bool] = False
     ops: ClassVar[RowOps]
 

@@ -162,6 +162,7 @@ def owner(node, v):  # type: ignore[no-untyped-def]
 @dataclass(frozen=True)
 class S3FIFO(RowPolicy):
     name: str = "s3fifo"
+    label: str = "S3-FIFO"
     needs_parent = True
     ops = RowOps(touch, evict, cached, owner, always=False)  # a round may only move blocks
 

@@ -48,6 +48,7 @@ def session_of_request(trace: Trace) -> tuple[np.ndarray, int]:
 @dataclass(frozen=True)
 class SessionLRU(BoundedPolicy):
     name: str = "session"
+    label: str = "session-LRU"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         return _replay(trace, capacity, liveness=False)
@@ -56,6 +57,7 @@ class SessionLRU(BoundedPolicy):
 @dataclass(frozen=True)
 class Liveness(BoundedPolicy):
     name: str = "liveness"
+    label: str = "session-liveness"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         return _replay(trace, capacity, liveness=True)
