@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prefixscope.analysis.fleet.run import Fleet, Traffic, simulate_fleet, simulate_replica
 from prefixscope.analysis.structure.answers import (
@@ -16,6 +18,7 @@ from prefixscope.analysis.structure.answers import (
     routed_answer_blocks,
 )
 from prefixscope.analysis.trace.csr import build_trace
+from prefixscope.analysis.trace.isolation import subset
 from tests.oracles.fleet_pool import reference_pool_fleet
 from tests.test_fleet import ENGINE, sessions_trace
 
@@ -105,6 +108,40 @@ def test_pools_that_cache_answers_match_their_reference_on_conversations(
     assert (got.preemptions == want.preemptions).all()
     never = simulate_fleet(trace, traffic, fleet, replace(ENGINE, cache_answers=False))
     assert got.hit_blocks.sum() > never.hit_blocks.sum()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n_rep=st.integers(2, 5), shared=st.booleans())
+def test_routed_answers_are_each_replicas_stream_alone(seed: int, n_rep: int, shared: bool) -> None:
+    """Per replica, the answers of its requests alone, each replica's subset numbered in the
+    order of the trace's ids (a sort, as ``subset`` numbers by default), where the routed
+    answers number every replica's subset by first lookup through one table."""
+    trace, traffic = sessions_trace(n_sessions=12, turns=4, seed=seed, shared_first=shared)
+    out = traffic.output_tokens * (1 + seed % 3)
+    routing = np.random.default_rng(seed).integers(0, n_rep, trace.n_requests)
+    found = routed_answer_blocks(trace, out, routing)
+    for i in range(n_rep):
+        mine = np.flatnonzero(routing == i)
+        alone = answer_blocks(subset(trace, mine), out[mine])
+        has = alone.child != NONE
+        np.testing.assert_array_equal(found.count[mine], alone.count)
+        np.testing.assert_array_equal(found.first[mine], alone.first)
+        np.testing.assert_array_equal(found.child[mine[has]], mine[alone.child[has]])
+        assert (found.child[mine[~has]] == NONE).all()
+
+
+def test_a_subset_numbered_by_first_lookup_is_the_same_requests_and_leaves_its_table() -> None:
+    trace, _ = sessions_trace(n_sessions=12, turns=4, seed=3, shared_first=True)
+    mine = np.flatnonzero(np.arange(trace.n_requests) % 3 != 1)
+    slot = np.full(trace.n_unique, -1, np.int32)
+    by_id, by_lookup = subset(trace, mine), subset(trace, mine, slot)
+    assert (slot == -1).all()
+    assert by_lookup.n_unique == by_id.n_unique < trace.n_unique
+    np.testing.assert_array_equal(by_lookup.offsets, by_id.offsets)
+    # the same block at every lookup, under other ids: first looked up, first numbered
+    np.testing.assert_array_equal(by_lookup.hashes[by_lookup.blocks], by_id.hashes[by_id.blocks])
+    first = np.unique(by_lookup.blocks, return_index=True)[1]
+    assert (np.diff(first) > 0).all()
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])

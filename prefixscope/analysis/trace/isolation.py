@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from prefixscope.analysis.trace.csr import Trace
+from prefixscope.analysis.trace.tail import _first_seen
 from prefixscope.textfile import read_text
 
 ISOLATIONS = ("shared", "salted", "partitioned")
@@ -35,15 +36,22 @@ def salted(trace: Trace) -> Trace:
     )
 
 
-def subset(trace: Trace, requests: np.ndarray) -> Trace:
-    """The requests at positions ``requests`` (sorted), with their own dense ids."""
+def subset(trace: Trace, requests: np.ndarray, slot: np.ndarray | None = None) -> Trace:
+    """The requests at positions ``requests`` (sorted), with their own dense ids: in the
+    order of the trace's ids, or, given ``slot`` (an int32 per id of ``trace``, all -1, left
+    so on return), in the order they are first looked up, one pass with no sort, so that one
+    table serves many subsets of a trace (``structure/answers.py``, a subset per replica)."""
     sizes = trace.blocks_per_request[requests]
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     # each kept request's lookups in order: its first lookup, stepped by the position within
     lookups = np.repeat(trace.offsets[:-1][requests] - offsets[:-1], sizes) + np.arange(
         offsets[-1], dtype=np.int64
     )
-    unique, dense = np.unique(trace.blocks[lookups], return_inverse=True)
+    if slot is None:
+        unique, dense = np.unique(trace.blocks[lookups], return_inverse=True)
+    else:
+        dense, unique = _first_seen(trace.blocks[lookups], slot)
+        slot[unique] = -1
     return replace(
         trace,
         offsets=offsets,
