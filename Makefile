@@ -56,42 +56,46 @@ test-fast: setup
 # the last before the row policies (docs/simulation.md#adding-a-policy).
 POLICY_BASELINE ?= f6647eb
 
+# Every benchmark runs, whether or not one before it missed its gate: one that exits non-zero
+# is named in $(BENCH_FAILED), and `make bench` then fails, naming each (the last line).
+BENCH_FAILED := $(BUILD)/bench-failed
+bench_step = $(1) || echo "$(filter benchmarks/%.py,$(1))" >> $(BENCH_FAILED)
+
 bench: setup peers-vllm peers-sglang
-	$(BIN)/python benchmarks/simulate_bundled.py
-	$(BIN)/python benchmarks/ingest_scale.py
-	$(BIN)/python benchmarks/agent_ingest.py
-	$(BIN)/python benchmarks/agent_policies.py
-	$(BIN)/python benchmarks/keyed_ingest.py
-	$(BIN)/python benchmarks/hashing.py
-	$(BIN)/python benchmarks/simulator_core.py
-	$(BIN)/python benchmarks/mrc.py
-	$(BIN)/python benchmarks/turn_inference.py
-	$(BIN)/python benchmarks/miss_cost_cpu.py
-	$(BIN)/python benchmarks/measured_error.py
-	$(BIN)/python benchmarks/restructure_whatif.py
-	$(BIN)/python benchmarks/fifo_order.py
-	$(BIN)/python benchmarks/fleet_speed.py
-	$(BIN)/python benchmarks/plan_speed.py
-	$(BIN)/python benchmarks/tier_crossover.py
-	$(BIN)/python benchmarks/structure_speed.py --copies 20
-	PEER_PYTHON=$$(test -x $(PEERS)/bin/python && echo $(PEERS)/bin/python) \
-		$(BIN)/python benchmarks/policy_speed.py --against $(POLICY_BASELINE)
-	$(BIN)/python benchmarks/validate_recovery.py
-	$(BIN)/python benchmarks/validate_layouts.py
-	$(BIN)/python benchmarks/validate_events.py
-	$(BIN)/python benchmarks/warm_start.py
-	$(BIN)/python benchmarks/router_delay.py
-	$(BIN)/python benchmarks/sampled_error.py --quick
-	$(BIN)/python benchmarks/flow_speed.py --cluster
-	$(BIN)/python benchmarks/export_roundtrip.py
-	$(BIN)/python benchmarks/engine_conformance.py --vllm-python $(PEERS_VLLM)/bin/python \
-		--sglang-python $(PEERS_SGLANG)/bin/python --out $(BUILD)/engine_conformance.json
-	if test -x $(PEERS)/bin/python; then PEER_PYTHON=$(PEERS)/bin/python \
-		$(BIN)/python benchmarks/export_peer.py; else echo "export_peer: make peers first"; fi
-	$(BIN)/python benchmarks/replay_tools.py --tools-python $(PEERS_REPLAY)/bin/python
-	$(BIN)/python benchmarks/answer_blocks.py
-	if test -f $(BUILD)/demo.duckdb; then $(BIN)/python benchmarks/page_load.py \
-		--warehouse $(BUILD)/demo.duckdb; else echo "page_load: make demo first"; fi
+	@mkdir -p $(BUILD) && rm -f $(BENCH_FAILED)
+	$(call bench_step,$(BIN)/python benchmarks/simulate_bundled.py)
+	$(call bench_step,$(BIN)/python benchmarks/ingest_scale.py)
+	$(call bench_step,$(BIN)/python benchmarks/agent_ingest.py)
+	$(call bench_step,$(BIN)/python benchmarks/agent_policies.py)
+	$(call bench_step,$(BIN)/python benchmarks/keyed_ingest.py)
+	$(call bench_step,$(BIN)/python benchmarks/hashing.py)
+	$(call bench_step,$(BIN)/python benchmarks/simulator_core.py)
+	$(call bench_step,$(BIN)/python benchmarks/mrc.py)
+	$(call bench_step,$(BIN)/python benchmarks/turn_inference.py)
+	$(call bench_step,$(BIN)/python benchmarks/miss_cost_cpu.py)
+	$(call bench_step,$(BIN)/python benchmarks/measured_error.py)
+	$(call bench_step,$(BIN)/python benchmarks/restructure_whatif.py)
+	$(call bench_step,$(BIN)/python benchmarks/fifo_order.py)
+	$(call bench_step,$(BIN)/python benchmarks/fleet_speed.py)
+	$(call bench_step,$(BIN)/python benchmarks/plan_speed.py)
+	$(call bench_step,$(BIN)/python benchmarks/tier_crossover.py)
+	$(call bench_step,$(BIN)/python benchmarks/structure_speed.py --copies 20)
+	$(call bench_step,PEER_PYTHON=$$(test -x $(PEERS)/bin/python && echo $(PEERS)/bin/python) $(BIN)/python benchmarks/policy_speed.py --against $(POLICY_BASELINE))
+	$(call bench_step,$(BIN)/python benchmarks/validate_recovery.py)
+	$(call bench_step,$(BIN)/python benchmarks/validate_layouts.py)
+	$(call bench_step,$(BIN)/python benchmarks/validate_events.py)
+	$(call bench_step,$(BIN)/python benchmarks/warm_start.py)
+	$(call bench_step,$(BIN)/python benchmarks/router_delay.py)
+	$(call bench_step,$(BIN)/python benchmarks/sampled_error.py --quick)
+	$(call bench_step,$(BIN)/python benchmarks/flow_speed.py --cluster)
+	$(call bench_step,$(BIN)/python benchmarks/export_roundtrip.py)
+	$(call bench_step,$(BIN)/python benchmarks/engine_conformance.py --vllm-python $(PEERS_VLLM)/bin/python --sglang-python $(PEERS_SGLANG)/bin/python --out $(BUILD)/engine_conformance.json)
+	$(call bench_step,if test -x $(PEERS)/bin/python; then PEER_PYTHON=$(PEERS)/bin/python $(BIN)/python benchmarks/export_peer.py ; else echo "export_peer: make peers first"; fi)
+	$(call bench_step,$(BIN)/python benchmarks/replay_tools.py --tools-python $(PEERS_REPLAY)/bin/python)
+	$(call bench_step,$(BIN)/python benchmarks/answer_blocks.py)
+	$(call bench_step,if test -f $(BUILD)/demo.duckdb; then $(BIN)/python benchmarks/page_load.py --warehouse $(BUILD)/demo.duckdb; else echo "page_load: make demo first"; fi)
+	@if test -s $(BENCH_FAILED); then echo "make bench: these missed a gate or failed:"; \
+		cat $(BENCH_FAILED); exit 1; fi
 
 # The whole flow on a generated week (10.4 M requests, 250 M lookups; about 20 minutes and a
 # 3.2 GB trace file in a temporary directory): docs/scale.md.
