@@ -27,7 +27,6 @@ from prefixscope.analysis.fleet._records import (
     SEQ_SPAN,
     SGLANG,
     VLLM,
-    piece,
     step_piece,
 )
 from prefixscope.analysis.fleet._tiers import write_host, write_through
@@ -119,14 +118,17 @@ def _start(q, i, left, tr, cost, sched, tiers, stride, req, rep, sets, pool):  #
     return True
 
 
-@piece
+@step_piece
 def _chunk(q, i, upto, tr, sched, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
     """``vllm``: request ``q``'s next chunk takes the blocks its first ``upto`` tokens need
     (``_admit.extend``), preempting the newest running request while they are not free;
     ``False`` once it preempted ``q`` itself (first come first served, ``q`` is the newest:
-    the queue's head). Only a chunk past a request's first comes here. Called rather than
-    inlined in the step: the loop compiles in 93.8 s rather than 105.1 s, for a vllm pool of
-    2.23–2.40 s rather than 1.56–2.0 s on the ×20 session fleet (benchmarks/RESULTS.md)."""
+    the queue's head). Only a chunk past a request's first comes here. Inlined in the step: a
+    call passes every array of every record apart. On the ×20 trace (8 × 16,000, one core)
+    a ``vllm`` fleet takes 1.44 s under ``session`` and 1.19–1.28 s under ``least-loaded``
+    where the call took 1.89–1.93 s for each, and the loop compiles in 111.5 s rather than
+    97.4 s (benchmarks/RESULTS.md, stop 65). Inlining the pool's per-block ``take``, ``lock``
+    and ``register`` as well took its compile to 6 min 16 s, for 1.20 s."""
     sentinel = tr.offsets.size - 1 + i
     while not _admit.extend(q, i, upto, tr, stride, sched, sets, pool, req, rep):
         v = pool.rprev[sentinel]
