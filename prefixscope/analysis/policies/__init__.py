@@ -33,7 +33,7 @@ def label(name: str) -> str:
     """How the plan's words name policy ``name``: its registry entry's ``label``, else the
     name itself (a warehouse's rows may name a policy this build does not register)."""
     policy = POLICIES.get(name)
-    return getattr(policy, "label", "") or name
+    return (policy.label if policy is not None else "") or name
 
 
 __all__ = ["POLICIES", "Outcome", "Policy", "PolicyOptions", "label", "row_policies"]

@@ -54,7 +54,7 @@ class BoundedPolicy:
     """Shared checks and the ``hit_blocks`` shortcut of policies that need a capacity."""
 
     name: str
-    label: str
+    label: str = ""  # a subclass sets it; "" names the policy by ``name``
     bounded: bool = True
 
     def hit_blocks(

@@ -63,7 +63,6 @@ class RowPolicy(BoundedPolicy):
     says how many rows it keeps."""
 
     name: str = ""
-    label: str = ""
     needs_parent: ClassVar[bool] = False
     ops: ClassVar[RowOps]
 
