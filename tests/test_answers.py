@@ -133,9 +133,9 @@ def test_routed_answers_are_each_replicas_stream_alone(seed: int, n_rep: int, sh
 def test_a_subset_numbered_by_first_lookup_is_the_same_requests_and_leaves_its_table() -> None:
     trace, _ = sessions_trace(n_sessions=12, turns=4, seed=3, shared_first=True)
     mine = np.flatnonzero(np.arange(trace.n_requests) % 3 != 1)
-    slot = np.full(trace.n_unique, -1, np.int32)
+    slot = np.zeros(trace.n_unique, np.int32)
     by_id, by_lookup = subset(trace, mine), subset(trace, mine, slot)
-    assert (slot == -1).all()
+    assert (slot == 0).all()
     assert by_lookup.n_unique == by_id.n_unique < trace.n_unique
     np.testing.assert_array_equal(by_lookup.offsets, by_id.offsets)
     # the same block at every lookup, under other ids: first looked up, first numbered

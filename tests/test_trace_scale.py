@@ -13,7 +13,7 @@ from prefixscope import warehouse
 from prefixscope.analysis.trace import load
 from prefixscope.analysis.trace.csr import build_trace, dense_ids, tenant_codes_of
 from prefixscope.analysis.trace.measure import groups, index_groups
-from prefixscope.analysis.trace.tail import tail, tail_start
+from prefixscope.analysis.trace.tail import span, tail, tail_start
 
 
 @settings(max_examples=60, deadline=None)
@@ -84,6 +84,33 @@ def test_the_stretch_is_the_last_whole_requests_that_fit(max_lookups, first) -> 
     assert recent.tenants == trace.tenants
     with pytest.raises(ValueError, match="at least one lookup"):
         tail_start(trace, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=5), min_size=1, max_size=12),
+    st.data(),
+)
+def test_a_span_is_its_requests_numbered_by_first_lookup(requests, data) -> None:  # type: ignore[no-untyped-def]
+    """Requests ``first .. end - 1`` with the same block at every lookup, ids 0.. in the order
+    first looked up, and only the ids they look up (all of the trace: the trace itself); twice
+    over, so that the table ``span``
+    takes zeroed leaves nothing behind for the next."""
+    n = len(requests)
+    sizes = [16 * len(r) for r in requests]
+    trace = build_trace(requests, sizes, ["t"] * n, 16, [float(i) for i in range(n)])
+    for _ in range(2):
+        first = data.draw(st.integers(0, n - 1))
+        end = data.draw(st.integers(first + 1, n))
+        part = span(trace, first, end)
+        if (first, end) == (0, n):  # all of it: the trace itself, as numbered
+            assert part is trace
+            continue
+        lo, hi = trace.offsets[first], trace.offsets[end]
+        assert np.array_equal(part.hashes[part.blocks], trace.hashes[trace.blocks[lo:hi]])
+        assert part.n_unique == len(np.unique(trace.blocks[lo:hi])) == len(part.hashes)
+        firsts = np.unique(part.blocks, return_index=True)[1]
+        assert np.array_equal(part.blocks[np.sort(firsts)], np.arange(part.n_unique))
 
 
 def test_the_trace_is_loaded_once_while_the_requests_stay_the_same(

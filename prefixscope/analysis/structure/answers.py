@@ -91,7 +91,7 @@ def routed_answer_blocks(
         return answer_blocks(trace, output_tokens)
     out = Answers.none(trace.n_requests)
     output = np.asarray(output_tokens)
-    slot = np.full(trace.n_unique, -1, np.int32)  # ids numbered by first lookup: no sort
+    slot = np.zeros(trace.n_unique, np.int32)  # ids numbered by first lookup: no sort
     for i in np.unique(routing):
         mine = np.flatnonzero(routing == i)
         part = answer_blocks(subset(trace, mine, slot), output[mine])

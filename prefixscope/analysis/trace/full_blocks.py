@@ -34,7 +34,7 @@ def full_blocks_only(trace: Trace) -> Trace:
     keep = np.ones(trace.n_lookups, bool)
     keep[trace.offsets[1:][partial] - 1] = False
     kept = trace.blocks[keep]
-    dense, ids = _first_seen(kept, np.full(trace.n_unique, -1, np.int32))
+    dense, ids = _first_seen(kept, np.zeros(trace.n_unique, np.int32))
     offsets = np.concatenate(([0], np.cumsum(n - partial))).astype(np.int64)
     return replace(
         trace,

@@ -38,7 +38,7 @@ def salted(trace: Trace) -> Trace:
 
 def subset(trace: Trace, requests: np.ndarray, slot: np.ndarray | None = None) -> Trace:
     """The requests at positions ``requests`` (sorted), with their own dense ids: in the
-    order of the trace's ids, or, given ``slot`` (an int32 per id of ``trace``, all -1, left
+    order of the trace's ids, or, given ``slot`` (an int32 per id of ``trace``, all 0, left
     so on return), in the order they are first looked up, one pass with no sort, so that one
     table serves many subsets of a trace (``structure/answers.py``, a subset per replica)."""
     sizes = trace.blocks_per_request[requests]
@@ -51,7 +51,7 @@ def subset(trace: Trace, requests: np.ndarray, slot: np.ndarray | None = None) -
         unique, dense = np.unique(trace.blocks[lookups], return_inverse=True)
     else:
         dense, unique = _first_seen(trace.blocks[lookups], slot)
-        slot[unique] = -1
+        slot[unique] = 0
     return replace(
         trace,
         offsets=offsets,

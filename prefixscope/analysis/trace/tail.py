@@ -72,7 +72,10 @@ def span(trace: Trace, first: int, end: int, *, fresh: bool = False) -> Trace:
     if fresh:
         dense, ids = np.arange(hi - lo, dtype=np.int32), old
     else:
-        dense, ids = _first_seen(old, np.full(trace.n_unique, -1, np.int32))
+        # np.zeros: the OS hands its pages over zeroed as they are first touched, so a span
+        # pays for the ids it looks up, not for the trace's (np.full of the week's 158 M ids
+        # took 0.53 s of a 2.3 s check task in a forked worker, more than the span's pass)
+        dense, ids = _first_seen(old, np.zeros(trace.n_unique, np.int32))
     times = trace.times[first:end]
     rule = trace.last_token_rule
     return replace(
@@ -94,17 +97,17 @@ def span(trace: Trace, first: int, end: int, *, fresh: bool = False) -> Trace:
 @numba.njit(cache=True, nogil=True)
 def _first_seen(blocks, slot):  # type: ignore[no-untyped-def]
     """(each lookup's new id, the old id of each new one): new ids by first lookup; ``slot``
-    (every entry -1) maps an old id to its new one meanwhile."""
+    (every entry 0, none seen) maps an old id to its new one plus one meanwhile."""
     dense = np.empty(blocks.size, np.int32)
     order = np.empty(blocks.size, np.int32)
     n = 0
     for i in range(blocks.size):
         b = blocks[i]
         s = slot[b]
-        if s < 0:
-            s = n
-            slot[b] = n
+        if s == 0:
             order[n] = b
             n += 1
-        dense[i] = s
+            s = n
+            slot[b] = n
+        dense[i] = s - 1
     return dense, order[:n].copy()
