@@ -12,6 +12,10 @@ Two measurements:
   peak anonymous memory of the whole process tree (the flow and its worker processes,
   proportional shares, sampled every 0.5 s), and a table of each stage's seconds and peak.
   Exit status 1 when the command fails, or over 10 minutes or 12 GB.
+- ``--slo-engines``: on the week's warehouse (``--week`` makes it), the flow's SLO plan
+  (``prefixscope plan --slo …`` with the flow's own settings, ``--workers 2``) under each KV
+  engine in turn, ``ideal`` (the flow's, ``DEFAULT_SLO_ENGINE``) and ``vllm``, each timed and
+  sampled as a flow is, with its answers: what the flow's SLO plan would cost on ``vllm``.
 
 Both runs share one Prefect server started here, so neither pays its start. The fleet loop is
 compiled into numba's on-disk cache first, in a process of its own (``tests/warm_kernels.py``),
@@ -20,7 +24,7 @@ compiles it in each of its two workers, about 110 s more (benchmarks/RESULTS.md)
 install rather than per run. Traces are kept in ``--dir`` (made when absent, reused when
 present).
 
-    .venv/bin/python benchmarks/flow_speed.py [--cluster | --week] [--dir DIR]
+    .venv/bin/python benchmarks/flow_speed.py [--cluster | --week | --slo-engines] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -172,6 +176,25 @@ def week(directory: Path, env: dict[str, str]) -> int:
     return 0 if wall < 600 and peak < 12 else 1
 
 
+def slo_engines(directory: Path, env: dict[str, str]) -> int:
+    from prefixscope.pipelines import parameters as flow
+
+    wh = directory / "week.duckdb"
+    deployments = ",".join(flow.DEFAULT_SLO_DEPLOYMENTS)
+    settings = ["--slo", flow.DEFAULT_SLO, "--model", flow.DEFAULT_SLO_MODEL,
+                "--deployments", deployments, "--disagg", flow.DEFAULT_SLO_LINK]  # fmt: skip
+    for engine in ("ideal", "vllm"):
+        cmd = [*CLI, "plan", "--warehouse", str(wh), *settings, "--workers", "2"]
+        wall, peak = measured([*cmd, "--engine", engine], env)
+        with duckdb.connect(str(wh), read_only=True) as con:
+            gpus = con.execute(
+                "SELECT prefix_caching, gpus FROM latest_plan_slo_answers ORDER BY ALL"
+            ).fetchall()
+        answer = ", ".join(f"{g} GPUs caching {'on' if c else 'off'}" for c, g in gpus)
+        print(f"the flow's SLO plan on {engine}: {wall:.1f} s, peak {peak:.2f} GB ({answer})")
+    return 0
+
+
 def compile_first() -> None:
     """The fleet loop compiled (or loaded) from numba's cache before any timed run."""
     with tempfile.TemporaryDirectory(prefix="prefixscope-warm-") as tmp:
@@ -186,19 +209,22 @@ def main() -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--cluster", action="store_true", help="(default)")
     mode.add_argument("--week", action="store_true")
+    mode.add_argument("--slo-engines", action="store_true")
     p.add_argument(
         "--dir", type=Path, help="where traces and warehouses are kept (default: removed at exit)"
     )
     args = p.parse_args()
+    if args.slo_engines and (args.dir is None or not (args.dir / "week.duckdb").exists()):
+        p.error("--slo-engines reads the week's warehouse that --week --dir DIR left in DIR")
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
-        return run(args.dir, args.week)
+        return run(args.dir, args)
     # A week's trace and warehouse take about 5 GB: a run that keeps nothing leaves nothing.
     with tempfile.TemporaryDirectory(prefix="prefixscope-flow-") as tmp:
-        return run(Path(tmp), args.week)
+        return run(Path(tmp), args)
 
 
-def run(directory: Path, is_week: bool) -> int:
+def run(directory: Path, args: argparse.Namespace) -> int:
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     from prefixscope.pipelines import settings
 
@@ -212,7 +238,9 @@ def run(directory: Path, is_week: bool) -> int:
     env = {**os.environ, "PREFECT_API_URL": server.api_url}
     try:
         compile_first()
-        return week(directory, env) if is_week else cluster(directory, env)
+        if args.slo_engines:
+            return slo_engines(directory, env)
+        return week(directory, env) if args.week else cluster(directory, env)
     finally:
         server.stop()
 
