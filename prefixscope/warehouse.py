@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -337,6 +338,7 @@ class StageRun:
         self.parameters = parameters_of(settings)
         self.create = create
         self.run_id = ""
+        self._started: datetime | None = None
         self._recorded = False
         self._published = False
 
@@ -350,6 +352,8 @@ class StageRun:
 
     def _start(self) -> StageRun:
         self.run_id = new_run_id()
+        # a run recorded by its first write began here: its row says so, not the write's time
+        self._started = datetime.now(UTC)
         if self.create and not self.path.exists():
             check_creatable(self.path)
             return self  # recorded by the first write, which creates the file
@@ -367,7 +371,7 @@ class StageRun:
         con = connect(self.path, create=self.create)
         if not self._recorded:
             try:
-                start_run(con, self.command, self.parameters, self.run_id)
+                start_run(con, self.command, self.parameters, self.run_id, self._started)
             except BaseException:
                 con.close()
                 tidy(self.path)

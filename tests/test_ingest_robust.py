@@ -441,3 +441,38 @@ def test_an_older_sources_table_gains_resolved_path_and_matches_by_path(tmp_path
         assert counts(con) == (6, 0, 1)
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_an_ingests_run_spans_its_parse_even_where_it_creates_the_warehouse(
+    tmp_path, write_lines, monkeypatch, fresh: bool
+) -> None:
+    """Into a new warehouse the run's row goes in with the first write, after every file is
+    parsed; it still starts when the stage did, so ``runs`` times the whole stage."""
+    import time
+    from contextlib import contextmanager
+
+    path = tmp_path / "wh.duckdb"
+    log = write_lines([mooncake_line(timestamp=i) for i in range(3)])
+    settings = ingest_stage.IngestSettings((str(log),), "mooncake", IngestOptions())
+    if not fresh:
+        ingest_stage.ingest_logs(path, settings)
+    real, parsed = ingest_stage.stage_files, []
+
+    @contextmanager
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        began = time.time()
+        with real(*args, **kwargs) as staged:
+            time.sleep(0.3)
+            parsed.append((began, time.time()))
+            yield staged
+
+    monkeypatch.setattr(ingest_stage, "stage_files", slow)
+    ingest_stage.ingest_logs(path, settings)
+    with duckdb.connect(str(path), read_only=True) as con:
+        started, finished = con.execute(
+            "SELECT epoch(started_at), epoch(finished_at) FROM runs ORDER BY started_at DESC "
+            "LIMIT 1"
+        ).fetchone()
+    (began, ended), = parsed
+    assert started <= began and finished >= ended
