@@ -89,16 +89,16 @@ def start_run(
     command: str,
     parameters: dict[str, Any],
     run_id: str | None = None,
-    started_at: datetime | None = None,
+    started_at: float | None = None,
 ) -> str:
     """Insert ``command``'s 'running' row (with this process's pid and host) under ``run_id``
-    (default: a new one); its run id. ``started_at``: when the run began, where its row goes in
-    later (default: now)."""
+    (default: a new one); its run id. ``started_at``: when the run began (epoch seconds), where
+    its row goes in later (default: now)."""
     run_id = run_id or new_run_id()
     con.execute(
         "INSERT INTO runs (run_id, command, parameters, version, started_at, finished_at, "
         "status, error, pid, host) "
-        "VALUES (?, ?, ?, ?, coalesce(?, now()), NULL, 'running', NULL, ?, ?)",
+        "VALUES (?, ?, ?, ?, coalesce(to_timestamp(?), now()), NULL, 'running', NULL, ?, ?)",
         [
             run_id,
             command,

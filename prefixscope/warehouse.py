@@ -18,7 +18,6 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -338,7 +337,7 @@ class StageRun:
         self.parameters = parameters_of(settings)
         self.create = create
         self.run_id = ""
-        self._started: datetime | None = None
+        self._started = 0.0  # epoch seconds: a run recorded later still began at its start
         self._recorded = False
         self._published = False
 
@@ -351,9 +350,7 @@ class StageRun:
             raise
 
     def _start(self) -> StageRun:
-        self.run_id = new_run_id()
-        # a run recorded by its first write began here: its row says so, not the write's time
-        self._started = datetime.now(UTC)
+        self.run_id, self._started = new_run_id(), time.time()
         if self.create and not self.path.exists():
             check_creatable(self.path)
             return self  # recorded by the first write, which creates the file
