@@ -183,8 +183,8 @@ def slo_engines(directory: Path, env: dict[str, str]) -> int:
     deployments = ",".join(flow.DEFAULT_SLO_DEPLOYMENTS)
     settings = ["--slo", flow.DEFAULT_SLO, "--model", flow.DEFAULT_SLO_MODEL,
                 "--deployments", deployments, "--disagg", flow.DEFAULT_SLO_LINK]  # fmt: skip
+    cmd = [*CLI, "plan", "--warehouse", str(wh), *settings, "--workers", "2"]
     for engine in ("ideal", "vllm"):
-        cmd = [*CLI, "plan", "--warehouse", str(wh), *settings, "--workers", "2"]
         wall, peak = measured([*cmd, "--engine", engine], env)
         with duckdb.connect(str(wh), read_only=True) as con:
             gpus = con.execute(

@@ -94,8 +94,7 @@ def test_the_stretch_is_the_last_whole_requests_that_fit(max_lookups, first) -> 
 def test_a_span_is_its_requests_numbered_by_first_lookup(requests, data) -> None:  # type: ignore[no-untyped-def]
     """Requests ``first .. end - 1`` with the same block at every lookup, ids 0.. in the order
     first looked up, and only the ids they look up (all of the trace: the trace itself); twice
-    over, so that the table ``span``
-    takes zeroed leaves nothing behind for the next."""
+    over, so that a table left behind by the first would show in the second."""
     n = len(requests)
     sizes = [16 * len(r) for r in requests]
     trace = build_trace(requests, sizes, ["t"] * n, 16, [float(i) for i in range(n)])

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from prefixscope.analysis.trace.csr import Trace
-from prefixscope.analysis.trace.tail import _first_seen
+from prefixscope.analysis.trace.tail import by_first_lookup
 
 
 def full_blocks_only(trace: Trace) -> Trace:
@@ -34,7 +34,7 @@ def full_blocks_only(trace: Trace) -> Trace:
     keep = np.ones(trace.n_lookups, bool)
     keep[trace.offsets[1:][partial] - 1] = False
     kept = trace.blocks[keep]
-    dense, ids = _first_seen(kept, np.zeros(trace.n_unique, np.int32))
+    dense, ids = by_first_lookup(kept, trace.n_unique)
     offsets = np.concatenate(([0], np.cumsum(n - partial))).astype(np.int64)
     return replace(
         trace,
