@@ -33,7 +33,7 @@ from prefixscope.analysis.fleet._cache import expire, given_hit, insert, lookup,
 from prefixscope.analysis.fleet._policy_cache import touch_and_evict
 from prefixscope.analysis.fleet._records import IDEAL, LIST, NONE, PINNED, VLLM, piece
 from prefixscope.analysis.fleet._route import fresh_pick, route
-from prefixscope.analysis.fleet._sched import step
+from prefixscope.analysis.fleet._sched import coast, step
 
 
 @piece
@@ -97,6 +97,8 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
         lo, hi = (0, n_rep) if r < n else (r - n, r - n + 1)
         for i in range(lo, hi):
             while rep.now[i] < t and (rep.qhead[i] != NONE or rep.n_dec[i] > 0):
+                if rep.qhead[i] == NONE and coast(i, t, cost, sched, rep, hp, sets, pool) > 0:
+                    continue  # decodes alone until an event: summed apart, as fast as sums
                 step(i, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool)
             if r < n and rep.now[i] < t:
                 rep.now[i] = t  # idle until the arrival
