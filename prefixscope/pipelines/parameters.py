@@ -73,10 +73,11 @@ DEFAULT_SLO_LOAD_SCALES = (1.0,)
 #: layout: Mooncake serves Kimi disaggregated), the KV over RDMA between nodes.
 DEFAULT_SLO_LINK = "rdma"
 #: The flow's SLO plan runs on ``ideal``, not the planner's default ``vllm`` pool: on the
-#: generated week ``vllm`` takes 2.2× its time (239.1 s against 109.1 s, ``flow_speed.py
-#: --slo-engines``; docs/plan.md, "What is searched"), and the week's flow with it took 590.6 s,
-#: 9 s inside its 10 minutes. Its page says its answers are a lower bound
-#: (``dashboards/plan_slo.IDEAL_CAVEAT``).
+#: generated week ``vllm`` takes 1.9× its time (219.3 s against 113.7 s, ``flow_speed.py
+#: --slo-engines``; docs/plan.md, "What is searched"), and the week's flow with it took 590.6 s
+#: (at 1ee2fc1, plan-slo 208.2 s), 9 s inside its 10 minutes, where the same code's week moves
+#: by 100 s between sittings (benchmarks/RESULTS.md). Its page says its answers are a lower
+#: bound (``dashboards/plan_slo.IDEAL_CAVEAT``).
 DEFAULT_SLO_ENGINE = "ideal"
 
 
