@@ -75,9 +75,9 @@ DEFAULT_SLO_LINK = "rdma"
 #: The flow's SLO plan runs on ``ideal``, not the planner's default ``vllm`` pool: on the
 #: generated week ``vllm`` takes 1.9× its time (219.3 s against 113.7 s, ``flow_speed.py
 #: --slo-engines``; docs/plan.md, "What is searched"), and the week's flow with it took 590.6 s
-#: (at 1ee2fc1, plan-slo 208.2 s), 9 s inside its 10 minutes, where the same code's week moves
-#: by 100 s between sittings (benchmarks/RESULTS.md). Its page says its answers are a lower
-#: bound (``dashboards/plan_slo.IDEAL_CAVEAT``).
+#: (at 1ee2fc1, plan-slo 208.2 s), 9 s inside its 10 minutes, where one code's week took
+#: 531.4 s and 469.1 s in two sittings (24d9917's; benchmarks/RESULTS.md). Its page says its
+#: answers are a lower bound (``dashboards/plan_slo.IDEAL_CAVEAT``).
 DEFAULT_SLO_ENGINE = "ideal"
 
 
