@@ -8,7 +8,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -449,9 +451,6 @@ def test_an_ingests_run_spans_its_parse_even_where_it_creates_the_warehouse(
 ) -> None:
     """Into a new warehouse the run's row goes in with the first write, after every file is
     parsed; it still starts when the stage did, so ``runs`` times the whole stage."""
-    import time
-    from contextlib import contextmanager
-
     path = tmp_path / "wh.duckdb"
     log = write_lines([mooncake_line(timestamp=i) for i in range(3)])
     settings = ingest_stage.IngestSettings((str(log),), "mooncake", IngestOptions())

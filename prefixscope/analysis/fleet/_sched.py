@@ -45,7 +45,7 @@ def step(i, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool):  # type: 
         _grow_footprint(i, tr, sched, req, rep, hp)
     d = rep.n_dec[i]
     left = sched.budget - d
-    seconds = cost.a + cost.f * d + (cost.c + cost.e * max(1.0, cost.k2)) * rep.sum_ctx[i]
+    seconds = _decode_seconds(cost, d, rep.sum_ctx[i])
     tokens = d
     q = rep.qhead[i]
     while q != NONE and left > 0:
@@ -78,6 +78,50 @@ def step(i, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool):  # type: 
             break
         q = req.qnext[q]
     seconds += cost.b * max(tokens, cost.k1)
+    _advance(i, seconds, d, tokens, sched, rep, pool)
+    _end_decodes(i, tr, sched, stride, req, rep, hp, sets, pool)
+    _end_prefills(i, q, tr, sched, tiers, stride, req, rep, hp, sets, pool)
+
+
+@step_piece
+def coast(i, t, cost, sched, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+    """Replica ``i``, if its queue is empty, runs the steps before its clock reaches ``t``
+    that change nothing but sums: every one before the step where a decode ends or takes a
+    block (the heaps' tops). Each is priced and counted by :func:`step`'s own pieces
+    (:func:`_decode_seconds`, :func:`_advance`), so the clocks are bit for bit the step's; it
+    skips only the checks that find nothing. Most steps are such: 28 replicas on 8 hours of
+    the generated week (496 K requests) run 29.9 M steps, most of a few decodes and nothing
+    else (docs/fleet.md, "Speed"). Returns the steps run."""
+    d = rep.n_dec[i]
+    if rep.qhead[i] != NONE or d == 0:
+        return 0
+    base = i * sched.max_seqs
+    top = min(
+        _heap.top_key(hp.grow_key, hp.grow_n, i, base, EMPTY),
+        _heap.top_key(hp.done_key, hp.done_n, i, base, EMPTY),
+    )
+    quiet = top // SEQ_SPAN - 1 - rep.steps[i]  # steps before the one that meets the top
+    k = 0
+    while k < quiet and rep.now[i] < t:
+        sets.log_now[0] = rep.now[i]
+        seconds = _decode_seconds(cost, d, rep.sum_ctx[i])
+        seconds += cost.b * max(d, cost.k1)
+        _advance(i, seconds, d, d, sched, rep, pool)
+        k += 1
+    return k
+
+
+@step_piece
+def _decode_seconds(cost, d, sum_ctx):  # type: ignore[no-untyped-def]
+    """A step's seconds before its chunks and its per-token term: ``d`` decodes whose
+    contexts sum to ``sum_ctx`` (``stepcost.py``)."""
+    return cost.a + cost.f * d + (cost.c + cost.e * max(1.0, cost.k2)) * sum_ctx
+
+
+@step_piece
+def _advance(i, seconds, d, tokens, sched, rep, pool):  # type: ignore[no-untyped-def]
+    """A step of ``seconds`` ends: ``d`` decodes among its ``tokens`` counted, the clock
+    moved."""
     _account(i, seconds, sched, rep, pool)
     rep.now[i] += seconds
     rep.busy[i] += seconds
@@ -85,51 +129,6 @@ def step(i, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool):  # type: 
     rep.prefill_tok[i] += tokens - d
     rep.decode_tok[i] += d
     rep.sum_ctx[i] += d
-    _end_decodes(i, tr, sched, stride, req, rep, hp, sets, pool)
-    _end_prefills(i, q, tr, sched, tiers, stride, req, rep, hp, sets, pool)
-
-
-@step_piece
-def coast(i, t, cost, sched, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
-    """Replica ``i``, its queue empty, runs the steps before its clock reaches ``t`` that
-    change nothing but sums: every one before the step where a decode ends or takes a block
-    (the heaps' tops). Each is summed as :func:`step` sums it, term by term in its order, so
-    the clocks are bit for bit the step's; it skips only the checks that find nothing. Most
-    steps are such: 28 replicas on 8 hours of the generated week (496 K requests) run 29.9 M
-    steps, most of a few decodes and nothing else (docs/fleet.md, "Speed"). Returns the steps
-    run."""
-    base = i * sched.max_seqs
-    top = min(
-        _heap.top_key(hp.grow_key, hp.grow_n, i, base, EMPTY),
-        _heap.top_key(hp.done_key, hp.done_n, i, base, EMPTY),
-    )
-    quiet = top // SEQ_SPAN - 1 - rep.steps[i]  # steps before the one that meets the top
-    d = rep.n_dec[i]
-    if quiet <= 0 or d == 0:
-        return 0
-    fixed = cost.a + cost.f * d
-    per_ctx = cost.c + cost.e * max(1.0, cost.k2)
-    tail = cost.b * max(d, cost.k1)
-    if sched.engine == IDEAL:
-        running, cached = rep.footprint[i], rep.size[i]
-    else:
-        running, cached = sched.capacity - pool.free_n[i], pool.cached_free[i]
-    bucket = min(running // sched.hist_width, rep.hist.shape[1] - 1)
-    k = 0
-    while k < quiet and rep.now[i] < t:
-        sets.log_now[0] = rep.now[i]
-        seconds = fixed + per_ctx * rep.sum_ctx[i]
-        seconds += tail
-        rep.running_s[i] += running * seconds
-        rep.cached_s[i] += cached * seconds
-        rep.hist[i, bucket] += seconds
-        rep.now[i] += seconds
-        rep.busy[i] += seconds
-        rep.steps[i] += 1
-        rep.decode_tok[i] += d
-        rep.sum_ctx[i] += d
-        k += 1
-    return k
 
 
 @step_piece
