@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from prefixscope.analysis.policies import POLICIES, PolicyOptions
+from prefixscope.analysis.policies import POLICIES, PolicyOptions, RowPolicy
 from prefixscope.analysis.trace.csr import Trace, build_trace
 from tests.oracles.policies import reference_hit_blocks, reference_replay
 
@@ -303,6 +303,29 @@ def test_s3fifo_evicts_from_s_below_its_share_when_m_has_nothing_to_give() -> No
 def test_s3fifo_matches_its_reference_on_requests_longer_than_the_cache(requests, capacity):
     got = POLICIES["s3fifo"].hit_blocks(make_trace(requests), capacity).tolist()
     assert got == reference_hit_blocks("s3fifo", requests, capacity)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=st.one_of(prefix_chains(), arbitrary),
+    capacity=st.integers(1, 40),
+    data=st.data(),
+)
+def test_fifo_on_its_ring_equals_its_row_operations(requests, capacity, data) -> None:
+    """``fifo``'s fast path (``_queue.py``) against the loop over its row operations, the ones
+    the fleet calls: hits, cross-tenant lookups and when the cache filled, at capacities up
+    to past every distinct block."""
+    tenants = data.draw(st.lists(st.integers(0, 2), min_size=len(requests), max_size=len(requests)))
+    trace = make_trace(requests, [str(t) for t in tenants])
+    fifo = POLICIES["fifo"]
+    ring = fifo.replay(trace, capacity, PolicyOptions())
+    hits, cross, filled_at = RowPolicy._run(fifo, trace, capacity, PolicyOptions())
+    assert ring.hit_blocks.tolist() == hits.tolist()
+    assert ring.cross.tolist() == cross.tolist()
+    assert ring.filled_at == filled_at
+    # asked for hits alone, it keeps no owners: the same hits, no cross-tenant lookups
+    alone = fifo.replay(trace, capacity, PolicyOptions(cross=False))
+    assert alone.hit_blocks.tolist() == hits.tolist() and alone.cross.size == 0
 
 
 def test_belady_discards_and_compacts_superseded_heap_entries() -> None:

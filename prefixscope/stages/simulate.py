@@ -138,8 +138,8 @@ def at_block_size(
 
 
 #: A replay's cost relative to LRU's, by policy (docs/simulation.md#speed): S-FIFO passes over
-#: blocks in use, Belady keeps a heap.
-_TASK_WEIGHT = {"s3fifo": 8.0, "belady": 3.0, "fifo": 1.5, "lfu": 1.5}
+#: blocks in use, Belady keeps a heap; FIFO's ring costs what LRU's touch log does.
+_TASK_WEIGHT = {"s3fifo": 8.0, "belady": 3.0, "lfu": 1.5}
 
 
 def replay_bytes(trace: Trace) -> int:

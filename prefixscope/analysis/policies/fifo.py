@@ -4,13 +4,18 @@ inserted deepest first, so among them the deepest leaves first.
 
 A row policy (``rows.py``): one row per block, [next, prev, cached, owner], on one list in
 insertion order, its sentinel the one row after the blocks'. In a fleet, ``fifo`` stays on the
-loop's own list (``fleet/caches.py``), which carries the DRAM tier and the store.
+loop's own list (``fleet/caches.py``), which carries the DRAM tier and the store. A single
+cache replays on a ring (``_queue.py``), its fast path, held to these operations' loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from prefixscope.analysis.policies import _queue
+from prefixscope.analysis.policies.base import PolicyOptions
 from prefixscope.analysis.policies.rows import (
     RowOps,
     RowPolicy,
@@ -52,3 +57,15 @@ class FIFO(RowPolicy):
 
     def shape(self, trace: Trace) -> tuple[int, int]:
         return 1, 1  # one sentinel, the list; no order
+
+    def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
+        """The ring (``_queue.py``); owners are kept only when the caller asks which lookups
+        crossed tenants and there are several."""
+        track = options.cross and len(trace.tenants) > 1
+        hits = np.zeros(trace.n_requests, np.int32)
+        cross = np.zeros(trace.blocks.size if track else 0, np.bool_)
+        filled_at = _queue.fifo(
+            trace.offsets, trace.blocks, trace.tenant_codes, trace.n_unique, capacity, track,
+            hits, cross,
+        )  # fmt: skip
+        return hits, cross, filled_at
