@@ -23,10 +23,13 @@ PINNED_AT = np.int32(2**31 - 1)
 
 
 @numba.njit(inline="always")
-def _lookup(blocks, start, end, cached, owner, tenant, cross):  # type: ignore[no-untyped-def]
+def _lookup(blocks, start, end, cached, owner, tenant, cross, track):  # type: ignore[no-untyped-def]
+    """The request's leading run of cached blocks; ``track``: each hit's lookup says in
+    ``cross`` whether another tenant inserted its block."""
     k = 0
     while start + k < end and cached[blocks[start + k]]:
-        cross[start + k] = owner[blocks[start + k]] != tenant
+        if track:
+            cross[start + k] = owner[blocks[start + k]] != tenant
         k += 1
     return k
 
@@ -72,7 +75,7 @@ def lru(offsets, blocks, tenants, times, n_unique, capacity, ttl, pinned):  # ty
                 _unlink(nxt, prv, v)
                 cached[v] = False
                 size -= 1
-        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross)
+        hits[r] = _lookup(blocks, start, end, cached, owner, tenants[r], cross, True)
         for p in range(end - 1, start - 1, -1):
             b = blocks[p]
             last_time[b] = t

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-NONE = -1
+from prefixscope.analysis.policies._lists import NONE, _lookup
 
 
 @numba.njit(cache=True, nogil=True)
@@ -40,12 +40,7 @@ def fifo(offsets, blocks, tenants, n_unique, capacity, track, hits, cross):  # t
     for r in range(n):
         start, end = offsets[r], offsets[r + 1]
         tenant = tenants[r]
-        k = 0
-        while start + k < end and cached[blocks[start + k]]:
-            if track:
-                cross[start + k] = owner[blocks[start + k]] != tenant
-            k += 1
-        hits[r] = k
+        hits[r] = _lookup(blocks, start, end, cached, owner, tenant, cross, track)
         for p in range(end - 1, start - 1, -1):
             b = blocks[p]
             if not cached[b]:
