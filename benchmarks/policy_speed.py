@@ -27,6 +27,10 @@ peer evicts before each insert and ours after the request, which can only matter
 does not fit. ``fifo`` inserts a request's blocks in another order (docs/simulation.md) and
 ``optimal`` may decline to insert a block, so those two are printed, not required to agree.
 
+Then each row policy with a fast path of its own (``lru``'s touch log, ``fifo``'s ring) is timed
+against the loop over its row operations, which define it, in the same rounds, and their hits
+must be equal.
+
 ``--against REV`` times an earlier release side by side in the same run: this checkout and a
 git worktree of REV each serve from a process of their own (``--serve``, that code on its
 path), which loads the same trace file and replays each policy when asked, in each round right
@@ -56,7 +60,7 @@ import numpy as np
 from _timing import one_core
 
 from prefixscope import warehouse
-from prefixscope.analysis.policies import POLICIES
+from prefixscope.analysis.policies import POLICIES, PolicyOptions, RowPolicy, row_policies
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.isolation import subset
 from prefixscope.analysis.trace.load import load_trace
@@ -299,8 +303,34 @@ def rounds(  # type: ignore[no-untyped-def]
                 if sums != [int(h.sum()) for h in hits.values()]:
                     print(f"  {name}: hit blocks DIFFER on {sides[k].label}")
     report(trace, ours, peer, capacities, args.rounds)
+    fast_paths(trace, capacities, args.rounds)
     if sides:
         side_by_side(sides[1].label, served[0], served[1])
+
+
+def fast_paths(trace: Trace, capacities: list[int], rounds: int) -> None:
+    """Each row policy with a fast path of its own (``lru``'s touch log, ``fifo``'s ring)
+    against the loop over its operations, the policy's definition: the 8 replays, best round
+    each, and their hits, which must be equal."""
+    print("\nfast paths against their row operations' loop: seconds for the 8 replays, best round")
+    options = PolicyOptions(cross=False)
+    for name, policy in row_policies().items():
+        if type(policy)._run is RowPolicy._run:
+            continue
+        head = subset(trace, np.arange(min(300, trace.n_requests)))
+        RowPolicy._run(policy, head, 100, options)  # its loop compiled before it is timed
+        fast, ops, same = [], [], True
+        for _ in range(rounds):
+            t = time.perf_counter()
+            got = [policy.replay(trace, c, options).hit_blocks for c in capacities]
+            fast.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            want = [RowPolicy._run(policy, trace, c, options)[0] for c in capacities]
+            ops.append(time.perf_counter() - t)
+            same = same and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+        verdict = "the same hits" if same else "hits DIFFER"
+        print(f"{name:<8} fast path {min(fast):.3f} s, row operations {min(ops):.3f} s "
+              f"({min(ops) / min(fast):.1f}×), {verdict}")  # fmt: skip
 
 
 def side_by_side(rev: str, ours: dict, theirs: dict, allowed: float = 1.15) -> None:

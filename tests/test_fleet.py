@@ -96,8 +96,8 @@ ONE_REPLICA = [  # (policy, its ttl, its pins)
 def test_one_replica_under_any_router_equals_the_single_cache(
     bundled_trace: Trace, router: str, policy: str, ttl_s: float | None, pin_top: int
 ) -> None:
-    """Every policy of a fleet: the loop's own caches (lru, fifo, ttl) and those replayed per
-    replica (lfu, s3fifo, belady, pinned), to the token."""
+    """Every policy of a fleet: kept by the loop (lru, fifo, ttl on its lists, lfu and s3fifo
+    on their rows) and replayed per replica (belady, pinned --pin-top), to the token."""
     traffic = Traffic(np.zeros(bundled_trace.n_requests, np.int64))
     pins = Pins(top=pin_top) if pin_top else Pins()
     fleet = Fleet(router, 1, 4_000, policy, ttl_s=ttl_s, pins=pins)
@@ -138,6 +138,27 @@ def test_each_replica_is_the_single_cache_of_what_was_routed_to_it(
         want = single_cache(subset(trace, mine), policy, 30, pin_file=pin_file)
         assert want.sum() > 0
         np.testing.assert_array_equal(out.hit_tokens[mine], want)
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+@pytest.mark.parametrize("router", ["kv-aware", "cache-aware", "least-loaded"])
+def test_the_loops_own_list_is_the_policys_row_operations(
+    policy: str, router: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lru`` and ``fifo`` are row policies, defined by their operations, that a fleet keeps
+    on its own list (which carries the tiers): the same policy registered again under another
+    name runs on its rows by those operations, and every request's replica, hits and TTFT
+    are the list's, behind a router that reads the caches."""
+    trace, traffic = sessions_trace(shared_first=True)
+    rows = f"{policy}-rows"
+    monkeypatch.setitem(POLICIES, rows, replace(POLICIES[policy], name=rows))  # type: ignore[type-var]
+    listed = simulate_fleet(trace, traffic, Fleet(router, 3, 30, policy), ENGINE)
+    by_ops = simulate_fleet(trace, traffic, Fleet(router, 3, 30, rows), ENGINE)
+    assert len(set(listed.replica.tolist())) == 3 and listed.hit_tokens.sum() > 0
+    np.testing.assert_array_equal(by_ops.replica, listed.replica)
+    np.testing.assert_array_equal(by_ops.hit_tokens, listed.hit_tokens)
+    np.testing.assert_array_equal(by_ops.ttft, listed.ttft)
+    np.testing.assert_array_equal(by_ops.filled_at, listed.filled_at)
 
 
 def test_a_grid_of_pinned_fleets_reads_its_pin_file_once(

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from prefixscope.analysis.policies import POLICIES, PolicyOptions, RowPolicy
+from prefixscope.analysis.policies import POLICIES, PolicyOptions, RowPolicy, row_policies
 from prefixscope.analysis.trace.csr import Trace, build_trace
 from tests.oracles.policies import reference_hit_blocks, reference_replay
 
@@ -305,26 +305,36 @@ def test_s3fifo_matches_its_reference_on_requests_longer_than_the_cache(requests
     assert got == reference_hit_blocks("s3fifo", requests, capacity)
 
 
-@settings(max_examples=200, deadline=None)
+#: The row policies that replay a single cache by a fast path of their own, not their
+#: operations' loop (``rows.RowPolicy._run``).
+FAST_PATHS = [n for n, p in row_policies().items() if type(p)._run is not RowPolicy._run]
+
+
+def test_lru_and_fifo_replay_by_their_fast_paths() -> None:
+    assert {"lru", "fifo"} <= set(FAST_PATHS)
+
+
+@pytest.mark.parametrize("name", FAST_PATHS)
+@settings(max_examples=150, deadline=None)
 @given(
     requests=st.one_of(prefix_chains(), arbitrary),
     capacity=st.integers(1, 40),
     data=st.data(),
 )
-def test_fifo_on_its_ring_equals_its_row_operations(requests, capacity, data) -> None:
-    """``fifo``'s fast path (``_queue.py``) against the loop over its row operations, the ones
-    the fleet calls: hits, cross-tenant lookups and when the cache filled, at capacities up
-    to past every distinct block."""
+def test_a_fast_path_equals_its_row_operations(name, requests, capacity, data) -> None:
+    """A policy's fast path (``lru``'s touch log, ``fifo``'s ring) against the loop over its
+    row operations, the ones that define it and that the fleet calls: hits, cross-tenant
+    lookups and when the cache filled, at capacities up to past every distinct block."""
     tenants = data.draw(st.lists(st.integers(0, 2), min_size=len(requests), max_size=len(requests)))
     trace = make_trace(requests, [str(t) for t in tenants])
-    fifo = POLICIES["fifo"]
-    ring = fifo.replay(trace, capacity, PolicyOptions())
-    hits, cross, filled_at = RowPolicy._run(fifo, trace, capacity, PolicyOptions())
-    assert ring.hit_blocks.tolist() == hits.tolist()
-    assert ring.cross.tolist() == cross.tolist()
-    assert ring.filled_at == filled_at
+    policy = POLICIES[name]
+    fast = policy.replay(trace, capacity, PolicyOptions())
+    hits, cross, filled_at = RowPolicy._run(policy, trace, capacity, PolicyOptions())
+    assert fast.hit_blocks.tolist() == hits.tolist()
+    assert fast.cross.tolist() == cross.tolist()
+    assert fast.filled_at == filled_at
     # asked for hits alone, it keeps no owners: the same hits, no cross-tenant lookups
-    alone = fifo.replay(trace, capacity, PolicyOptions(cross=False))
+    alone = policy.replay(trace, capacity, PolicyOptions(cross=False))
     assert alone.hit_blocks.tolist() == hits.tolist() and alone.cross.size == 0
 
 

@@ -1,10 +1,14 @@
-"""The recency policies, one compiled loop (``_kernels.lru``):
+"""The recency policies:
 
 - ``lru``: evict the least recently used block; among blocks last used by the same request,
   the deepest first. Every request touches its whole chain, so a parent is used at least as
   recently as its child and on a tie the child goes first: the cache stays prefix-closed.
+  A row policy (``rows.py``), defined by its operations below, ``fifo``'s list with a hit
+  moved to the tail; a single cache replays on a touch log (``_kernels.lru_plain``), its fast
+  path, held to these operations' loop, and a fleet keeps it on the loop's own list
+  (``fleet/caches.py``), held to them too.
 - ``ttl``: before each request, drop every block idle longer than ``--ttl`` seconds (strictly);
-  when full, LRU.
+  when full, LRU (``_kernels.lru``, a linked list, which alone knows idle times).
 - ``pinned``: LRU, except that pinned blocks (the blocks of ``--pin``/``--pin-top`` prefixes)
   never leave once cached; they count against the capacity.
 """
@@ -17,7 +21,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from prefixscope.analysis.policies.base import BoundedPolicy, PolicyOptions
+from prefixscope.analysis.policies.fifo import evict
+from prefixscope.analysis.policies.rows import (
+    RowOps,
+    RowPolicy,
+    cached,
+    node_push_back,
+    node_unlink,
+    operation,
+    owner,
+)
 from prefixscope.analysis.trace.csr import Trace
+
+
+@operation
+def touch(node, order, parent, base, sen, ob, top, b, tenant):  # type: ignore[no-untyped-def]
+    """A block used goes to the list's tail, a new one inserted by ``tenant``; a hit keeps
+    its owner. Eviction is ``fifo``'s: the list's head."""
+    v = base + b
+    if node[v, 2] > 0:
+        node_unlink(node, v)
+        node_push_back(node, sen, v)
+        return 0
+    node_push_back(node, sen, v)
+    node[v, 2] = 1
+    node[v, 3] = tenant
+    return 1
 
 
 def _kernel():  # type: ignore[no-untyped-def]
@@ -71,11 +100,16 @@ def _no_pins(trace: Trace) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class LRU(BoundedPolicy):
+class LRU(RowPolicy):
     name: str = "lru"
     label: str = "LRU"
+    ops = RowOps(touch, evict, cached, owner)
+
+    def shape(self, trace: Trace) -> tuple[int, int]:
+        return 1, 1  # one sentinel, the list; no order
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
+        """The touch log (``_kernels.lru_plain``)."""
         return _plain_lru(trace, capacity, options)
 
 

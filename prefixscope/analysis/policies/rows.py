@@ -88,7 +88,7 @@ class RowPolicy(BoundedPolicy):
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         node, order = self.empty(trace)
         parent = trace.parent if self.needs_parent else np.zeros(1, np.int32)
-        track = len(trace.tenants) > 1
+        track = options.cross and len(trace.tenants) > 1  # owners read only when asked
         hits = np.zeros(trace.n_requests, np.int32)
         cross = np.zeros(trace.blocks.size if track else 0, np.bool_)
         filled_at = cycle(self.ops)(

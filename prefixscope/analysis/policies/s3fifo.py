@@ -167,9 +167,8 @@ class S3FIFO(RowPolicy):
     ops = RowOps(touch, evict, cached, owner, always=False)  # a round may only move blocks
 
     def shape(self, trace: Trace) -> tuple[int, int]:
-        return 3, 1  # the sentinels of S, M and G; no order
-
-    def _run(self, trace: Trace, capacity: int, options):  # type: ignore[no-untyped-def]
+        """The sentinels of S, M and G; no order. Every cache's rows are shaped here, so the
+        check of the owners' room comes first."""
         if trace.tenant_codes.size and int(trace.tenant_codes.max()) >= 2 ** (31 - OWNER_SHIFT):
             raise ValueError("s3fifo keeps a tenant code in 27 bits: too many tenants")
-        return super()._run(trace, capacity, options)
+        return 3, 1

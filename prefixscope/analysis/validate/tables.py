@@ -23,10 +23,10 @@ from prefixscope.analysis.validate.reported import (
 
 
 def fit_policies() -> tuple[str, ...]:
-    """The policies an effective capacity can be fitted for: ``lru`` exactly at every capacity,
-    every row policy of the registry (``fifo``, ``lfu``, ``s3fifo``, one added) at a refined
-    grid (``fit.py``). Unbounded or option-bound policies have none."""
-    return ("lru", *row_policies())
+    """The policies an effective capacity can be fitted for, the registry's row policies:
+    ``lru`` exactly at every capacity, the others (``fifo``, ``lfu``, ``s3fifo``, one added)
+    at a refined grid (``fit.py``). Unbounded or option-bound policies have none."""
+    return ("lru", *(name for name in row_policies() if name != "lru"))
 
 
 #: Fewest usable reports a capacity is fitted on. Fitting a generated log's reports (an LRU
