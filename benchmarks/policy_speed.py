@@ -60,7 +60,7 @@ import numpy as np
 from _timing import one_core
 
 from prefixscope import warehouse
-from prefixscope.analysis.policies import POLICIES, PolicyOptions, RowPolicy, row_policies
+from prefixscope.analysis.policies import POLICIES
 from prefixscope.analysis.trace.csr import Trace
 from prefixscope.analysis.trace.isolation import subset
 from prefixscope.analysis.trace.load import load_trace
@@ -312,6 +312,9 @@ def fast_paths(trace: Trace, capacities: list[int], rounds: int) -> None:
     """Each row policy with a fast path of its own (``lru``'s touch log, ``fifo``'s ring)
     against the loop over its operations, the policy's definition: the 8 replays, best round
     each, and their hits, which must be equal."""
+    # imported here: a served side of --against may predate row policies
+    from prefixscope.analysis.policies import PolicyOptions, RowPolicy, row_policies
+
     print("\nfast paths against their row operations' loop: seconds for the 8 replays, best round")
     options = PolicyOptions(cross=False)
     for name, policy in row_policies().items():
