@@ -12,6 +12,7 @@ import pytest
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
 from prefixscope.analysis.fleet.assign import assign, ring, session_keys
+from prefixscope.analysis.fleet.caches import tiered_policies
 from prefixscope.analysis.fleet.replayed import Pins
 from prefixscope.analysis.fleet.routers import ROUTERS, RouterSettings
 from prefixscope.analysis.fleet.run import (
@@ -141,24 +142,49 @@ def test_each_replica_is_the_single_cache_of_what_was_routed_to_it(
 
 
 @pytest.mark.parametrize("policy", ["lru", "fifo"])
-@pytest.mark.parametrize("router", ["kv-aware", "cache-aware", "least-loaded"])
+@pytest.mark.parametrize(
+    ("router", "tiers"),
+    [("kv-aware", Tiers()), ("cache-aware", Tiers()), ("least-loaded", Tiers()),
+     ("kv-aware", Tiers(dram_blocks=20)), ("least-loaded", Tiers(store_blocks=50)),
+     ("kv-aware", Tiers(dram_blocks=20, store_blocks=50))],
+)  # fmt: skip
 def test_the_loops_own_list_is_the_policys_row_operations(
-    policy: str, router: str, monkeypatch: pytest.MonkeyPatch
+    policy: str, router: str, tiers: Tiers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``lru`` and ``fifo`` are row policies, defined by their operations, that a fleet keeps
-    on its own list (which carries the tiers): the same policy registered again under another
-    name runs on its rows by those operations, and every request's replica, hits and TTFT
-    are the list's, behind a router that reads the caches."""
+    on its own list: the same policy registered again under another name runs on its rows by
+    those operations (``fleet/_policy_cache.py``), and every request's replica, hits by tier
+    and TTFT are the list's, behind a router that reads the caches, over a DRAM tier and the
+    store as on HBM alone."""
     trace, traffic = sessions_trace(shared_first=True)
     rows = f"{policy}-rows"
     monkeypatch.setitem(POLICIES, rows, replace(POLICIES[policy], name=rows))  # type: ignore[type-var]
-    listed = simulate_fleet(trace, traffic, Fleet(router, 3, 30, policy), ENGINE)
-    by_ops = simulate_fleet(trace, traffic, Fleet(router, 3, 30, rows), ENGINE)
+    listed = simulate_fleet(trace, traffic, Fleet(router, 3, 30, policy, tiers=tiers), ENGINE)
+    by_ops = simulate_fleet(trace, traffic, Fleet(router, 3, 30, rows, tiers=tiers), ENGINE)
     assert len(set(listed.replica.tolist())) == 3 and listed.hit_tokens.sum() > 0
+    lower = listed.source_tokens[:, 1:].sum()
+    assert (lower > 0) == (tiers.dram_blocks > 0 or tiers.store_blocks is not None)
     np.testing.assert_array_equal(by_ops.replica, listed.replica)
-    np.testing.assert_array_equal(by_ops.hit_tokens, listed.hit_tokens)
+    np.testing.assert_array_equal(by_ops.source_tokens, listed.source_tokens)
     np.testing.assert_array_equal(by_ops.ttft, listed.ttft)
     np.testing.assert_array_equal(by_ops.filled_at, listed.filled_at)
+
+
+@pytest.mark.parametrize("policy", [p for p in tiered_policies() if p not in ("lru", "fifo")])
+def test_a_row_policy_over_a_dram_tier_keeps_its_hbm_and_adds_the_tiers_hits(policy: str) -> None:
+    """Under a fixed routing a replica's HBM holds what it holds without the tier (a block the
+    tier serves moves up, as a miss would be inserted), so each request finds at least the
+    same run, and the tier and the store serve more on top."""
+    trace, traffic = sessions_trace(shared_first=True)
+    alone = simulate_fleet(trace, traffic, Fleet("round-robin", 3, 30, policy), ENGINE)
+    tiers = Tiers(dram_blocks=20, store_blocks=50)
+    over = Fleet("round-robin", 3, 30, policy, tiers=tiers)
+    tiered = simulate_fleet(trace, traffic, over, ENGINE)
+    np.testing.assert_array_equal(tiered.replica, alone.replica)
+    assert (tiered.hit_tokens >= alone.hit_tokens).all()
+    assert tiered.source_tokens[:, 1].sum() > 0 and tiered.source_tokens[:, 2].sum() > 0
+    assert tiered.hit_tokens.sum() > alone.hit_tokens.sum()
+    np.testing.assert_array_equal(tiered.source_tokens.sum(axis=1), tiered.hit_tokens)
 
 
 def test_a_grid_of_pinned_fleets_reads_its_pin_file_once(
@@ -323,7 +349,7 @@ def test_affinity_routers_beat_scattering_ones_on_conversations(replicas: int) -
         (Fleet("round-robin", 2, 10, policy="ceiling"), "it is unbounded"),
         (Fleet("kv-aware", 2, 10, policy="belady"), "which a stateful router"),
         (Fleet("round-robin", 2, 10, policy="pinned"), "pinned needs --pin FILE or --pin-top"),
-        (Fleet("round-robin", 2, 10, policy="lfu", tiers=Tiers(dram_blocks=5)), "HBM alone"),
+        (Fleet("round-robin", 2, 10, "ttl", ttl_s=5.0, tiers=Tiers(dram_blocks=5)), "HBM alone"),
         (Fleet("round-robin", 2, 10, load_scale=0), "load scale"),
     ],
 )

@@ -140,7 +140,10 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
                         scratch, tr.pinned,
                     )  # fmt: skip
                 else:
-                    touch_and_evict(r, i, tr.blocks, start, end, tr.parent, sched, sets, rep)
+                    touch_and_evict(
+                        r, i, tr.blocks, start, end, best, tr.parent, sched, tiers, sets, rep,
+                        scratch,
+                    )  # fmt: skip
                 if sched.ttl >= 0:
                     stamp(t, i, tr.blocks, start, end, stride, sets)
             new = max(inp - req.hit_tok[r], 1)

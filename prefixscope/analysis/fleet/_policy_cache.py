@@ -12,19 +12,27 @@ every row policy. So one replica equals
 Invariant: bit ``i`` of ``held[b]`` is set exactly when replica ``i``'s policy caches ``b``;
 every insert and eviction below keeps it (and the stale view's log), so lookups, routers and
 the miss budget read the masks as under ``lru``.
+
+Tiers, as the list's (``_tiers.hbm_over_dram``, ``store_write``): the DRAM tier is exclusive, a
+list in the order the policy evicted its blocks, its front leaving first; a request's blocks
+it holds move up (the policy inserts them as new), and the policy's victims go to its back.
+Then the store takes what was computed. So ``lru``'s rows with tiers are the list with tiers,
+block for block (``tests/test_fleet.py``).
 """
 
 from __future__ import annotations
 
 from prefixscope.analysis.fleet._records import piece
-from prefixscope.analysis.fleet._sets import _bit
+from prefixscope.analysis.fleet._sets import _bit, _evict_to, _push_back, _unlink
 from prefixscope.analysis.fleet._stale import logged, note
+from prefixscope.analysis.fleet._tiers import store_write
 
 
 @piece
-def touch_and_evict(r, i, blocks, start, end, parent, sched, sets, rep):  # type: ignore[no-untyped-def]
+def touch_and_evict(r, i, blocks, start, end, best, parent, sched, tiers, sets, rep, scratch):  # type: ignore[no-untyped-def]
     """Request ``r``'s blocks touched in replica ``i``'s cache, deepest first, then its victims
-    evicted while it holds more than its capacity."""
+    evicted while it holds more than its capacity, into its DRAM tier where it has one; then
+    the store takes what was computed (``best``: the served run, ``scratch[0]`` its tiers)."""
     n_rep = rep.now.size
     rows = sets.pnode.shape[0] // n_rep
     base = i * rows
@@ -36,6 +44,17 @@ def touch_and_evict(r, i, blocks, start, end, parent, sched, sets, rep):  # type
     log = logged(sets)
     cap = sched.capacity
     out = sets.pout
+    dram = tiers.dram_blocks > 0
+    stride = sets.held.size + 1  # the DRAM lists' nodes, as the loop's lists number them
+    lb = i * stride
+    ls = lb + stride - 1
+    if dram:  # exclusive: what DRAM holds of the request moves up
+        for p in range(start, end):
+            b = blocks[p]
+            if sets.dram_held[b] & bit:
+                _unlink(sets.dnxt, sets.dprv, lb + b)
+                sets.dram_held[b] &= ~bit
+                rep.dsize[i] -= 1
     n = sets.touch(sets.pnode, sets.porder, parent, base, sen, ob, top, blocks, start, end, 0, out)
     for j in range(n):  # inserted
         b = out[j]
@@ -51,6 +70,19 @@ def touch_and_evict(r, i, blocks, start, end, parent, sched, sets, rep):  # type
             sets.held[v] &= ~bit
             if log:
                 note(sets, i, v, False)
+            if dram:
+                sets.dram_held[v] |= bit
+                _push_back(sets.dnxt, sets.dprv, ls, lb + v)
         rep.size[i] -= n
+        if dram:
+            rep.dsize[i] += n
+    if dram:
+        dc = tiers.dram_blocks
+        rep.dsize[i] = _evict_to(i, lb, ls, dc, rep.dsize[i], sets.dram_held, sets.dnxt, sets.dprv)
     if rep.filled_at[i] < 0 and rep.size[i] >= cap:
         rep.filled_at[i] = r
+    if tiers.store_blocks >= 0:
+        rep.clock[3] = store_write(
+            blocks, start, end, best, scratch[0], tiers.store_blocks, int(rep.clock[3]),
+            sched.recency, sets.store_in, sets.snxt, sets.sprv,
+        )  # fmt: skip

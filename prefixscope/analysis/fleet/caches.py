@@ -3,7 +3,7 @@ replica (``lru``, ``fifo`` and ``ttl`` on a linked list, ``_cache.py``, and ``pi
 ``--pin`` file on ``lru``'s; every other row policy of the registry, ``lfu`` and ``s3fifo``
 today, on its own rows by its own operations, ``_policy_cache.py``) under any router,
 replayed per replica under a fixed routing (``replayed.py``: ``pinned --pin-top``, whose pins
-are each replica's own stream's), or refused with the reason.
+are each replica's own stream's), or refused with the reason; and which run over tiers.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def loop_policies() -> dict[str, LoopPolicy]:
     in ``simulate`` kept on the list here, which carries the DRAM tier and the store), and
     every other row policy the registry holds when asked (a policy added to ``POLICIES`` runs
     in a fleet with no line here)."""
-    rows = {n: LoopPolicy(_records.ROWS, rows=p) for n, p in row_policies().items()
-            if n not in LIST_POLICIES}  # fmt: skip
+    rows = {n: LoopPolicy(_records.ROWS, recency=p.refreshes, rows=p)
+            for n, p in row_policies().items() if n not in LIST_POLICIES}  # fmt: skip
     return {**LIST_POLICIES, **rows}
 
 
@@ -89,14 +89,24 @@ def check_policy(policy: str, pins: Pins, router: str, fixed: bool) -> None:
         )
 
 
+def tiered_policies() -> tuple[str, ...]:
+    """The policies that run over tiers: ``lru`` and ``fifo`` on the loop's lists, and every
+    row policy the loop keeps in rows (``_policy_cache.py``). ``ttl`` and ``pinned`` do not
+    (where a dropped or a pinned block goes in a lower tier is not modelled), nor a policy
+    replayed per replica (``replayed.py``)."""
+    rows = (n for n, p in loop_policies().items() if p.code == _records.ROWS)
+    return ("lru", "fifo", *rows)
+
+
 def check_tiered_policy(policy: str, tiered: bool, caching: bool = True) -> None:
-    """Tiers run under lru and fifo only (``fleet`` and its stage check alike), and with prefix
-    caching on: they hold cached blocks."""
+    """Tiers run under :func:`tiered_policies` only (``fleet`` and its stage check alike), and
+    with prefix caching on: they hold cached blocks."""
     if tiered and not caching:
         raise ValueError("a DRAM tier or a store holds cached blocks: none with caching off")
-    if tiered and policy not in ("lru", "fifo"):
+    runs = tiered_policies()
+    if tiered and policy not in runs:
         why = "where its victims would go in a DRAM tier or the store is not modelled"
-        raise ValueError(f"{policy} runs on HBM alone: {why} (tiers run under lru and fifo)")
+        raise ValueError(f"{policy} runs on HBM alone: {why} (tiers run under {', '.join(runs)})")
 
 
 def policy_rows(

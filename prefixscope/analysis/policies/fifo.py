@@ -53,6 +53,7 @@ def evict(node, order, parent, base, sen, ob, top, capacity):  # type: ignore[no
 class FIFO(RowPolicy):
     name: str = "fifo"
     label: str = "FIFO"
+    refreshes = False
     ops = RowOps(touch, evict, cached, owner)
 
     def shape(self, trace: Trace) -> tuple[int, int]:

@@ -64,6 +64,9 @@ class RowPolicy(BoundedPolicy):
 
     name: str = ""
     needs_parent: ClassVar[bool] = False
+    #: Whether a hit refreshes a block's place (``fifo``: no). In a fleet the store, a list
+    #: beside the replicas' caches, refreshes what it serves only under a policy that does.
+    refreshes: ClassVar[bool] = True
     ops: ClassVar[RowOps]
 
     def shape(self, trace: Trace) -> tuple[int, int]:
