@@ -11,6 +11,7 @@ import pytest
 
 from prefixscope.analysis.cost.gpus import resolve_gpu
 from prefixscope.analysis.cost.models import resolve_model
+from prefixscope.analysis.fleet.caches import tiered_policies
 from prefixscope.analysis.fleet.routers import ROUTERS
 from prefixscope.analysis.fleet.run import UNBOUNDED, Engine, Fleet, Tiers, Traffic, simulate_fleet
 from prefixscope.analysis.fleet.stepcost import from_roofline
@@ -40,9 +41,12 @@ def lru(trace, capacity: int) -> np.ndarray:  # type: ignore[no-untyped-def]
     ],
     ids=["dram", "store", "dram+unbounded-store", "dram+slow-store"],
 )
-def test_hit_tokens_by_source_add_up_and_so_do_the_savings(router: str, tiers: Tiers) -> None:
+@pytest.mark.parametrize("policy", ["lru", "s3fifo"])
+def test_hit_tokens_by_source_add_up_and_so_do_the_savings(
+    router: str, tiers: Tiers, policy: str
+) -> None:
     trace, traffic = sessions_trace(block_size=64)
-    out = simulate_fleet(trace, traffic, Fleet(router, 3, 15, tiers=tiers), ENGINE)
+    out = simulate_fleet(trace, traffic, Fleet(router, 3, 15, policy, tiers=tiers), ENGINE)
     np.testing.assert_array_equal(out.source_tokens.sum(axis=1), out.hit_tokens)
     assert out.source_tokens[:, 1:].sum() > 0  # the lower tiers served something
     new = np.maximum(trace.input_tokens - out.hit_tokens, 1)
@@ -82,10 +86,15 @@ def _hbm_share(trace, out, h: int) -> np.ndarray:  # type: ignore[no-untyped-def
 
 
 @pytest.mark.parametrize("router", list(ROUTERS))
-def test_an_unbounded_shared_store_reaches_the_single_cache_ceiling(router: str) -> None:
+@pytest.mark.parametrize("policy", tiered_policies())
+def test_an_unbounded_shared_store_reaches_the_single_cache_ceiling(
+    router: str, policy: str
+) -> None:
+    """Whatever HBM's policy: a store that keeps every block computed, read for free, serves
+    every block ever computed."""
     trace, traffic = sessions_trace(shared_first=True)
     tiers = Tiers(store_blocks=UNBOUNDED, store_gbps=FREE)
-    out = simulate_fleet(trace, traffic, Fleet(router, 4, 3, tiers=tiers), ENGINE)
+    out = simulate_fleet(trace, traffic, Fleet(router, 4, 3, policy, tiers=tiers), ENGINE)
     ceiling = hit_tokens(trace, POLICIES["ceiling"].hit_blocks(trace, None))
     np.testing.assert_array_equal(out.hit_tokens, ceiling)
     assert out.source_tokens[:, 2].sum() > 0
