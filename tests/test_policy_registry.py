@@ -145,8 +145,8 @@ def test_in_a_fleet_each_replica_is_the_single_cache_of_its_requests(
 def test_every_command_takes_it(  # noqa: ANN001
     clock: RowPolicy, bundled_warehouse: Bundled, tmp_path, capsys
 ) -> None:
-    """simulate, curve, fleet (one replica: equal to simulate) and plan, on the bundled hour;
-    the plan's words name it by its label."""
+    """simulate, curve, fleet (one replica: equal to simulate; two over a DRAM tier) and plan,
+    on the bundled hour; the plan's words name it by its label."""
     wh = str(bundled_warehouse.copy_to(tmp_path))
     assert main(["simulate", "--warehouse", wh, "--policy", "clock,lru",
                  "--capacity-blocks", "400,1600"]) == 0  # fmt: skip
@@ -174,6 +174,15 @@ def test_every_command_takes_it(  # noqa: ANN001
     assert simulated["clock"] != simulated["lru"]
     assert curve is not None and curve[0] == simulated["clock"]
     assert fleet is not None and fleet[0] == simulated["clock"]
+    assert main(["fleet", "--warehouse", wh, "--replicas", "2", "--router", "kv-aware",
+                 "--capacity-blocks", "1600", "--policy", "clock", "--model", "llama-3-8b",
+                 "--tier", "dram:16"]) == 0  # fmt: skip
+    with duckdb.connect(wh, read_only=True) as con:
+        tiered = con.execute(
+            "SELECT hit_tokens_dram FROM latest_fleet_hit_rates WHERE policy = 'clock' "
+            "AND tenant = '*' AND measure_window = 'all' AND replicas = 2"
+        ).fetchone()
+    assert tiered is not None and tiered[0] > 0  # its victims went to DRAM, and came back
     assert ("clock",) in planned
     paragraph = words.split("\n\n")[0]  # the table below it keeps the registry's names
     assert "CLOCK " in paragraph and "clock " not in paragraph, words
