@@ -73,11 +73,11 @@ DEFAULT_SLO_LOAD_SCALES = (1.0,)
 #: layout: Mooncake serves Kimi disaggregated), the KV over RDMA between nodes.
 DEFAULT_SLO_LINK = "rdma"
 #: The flow's SLO plan runs on ``ideal``, not the planner's default ``vllm`` pool: on the
-#: generated week ``vllm`` takes 1.9× its time (219.3 s against 113.7 s, ``flow_speed.py
-#: --slo-engines``; docs/plan.md, "What is searched"), and the week's flow with it took 590.6 s
-#: (at 1ee2fc1, plan-slo 208.2 s), 9 s inside its 10 minutes, where one code's week took
-#: 531.4 s and 469.1 s in two sittings (24d9917's; benchmarks/RESULTS.md). Its page says its
-#: answers are a lower bound (``dashboards/plan_slo.IDEAL_CAVEAT``).
+#: generated week ``vllm`` takes 2.3× its time (238.6 s against 103.5 s at c932219,
+#: ``flow_speed.py --slo-engines``; docs/plan.md, "What is searched"), which would take the
+#: week's flow from 418.4 s (f7d0219) to about 553 s of its 10 minutes, where sittings of one
+#: code have differed by 28% (442.9–567.6 s at stop 68; benchmarks/RESULTS.md). Its page says
+#: its answers are a lower bound (``dashboards/plan_slo.IDEAL_CAVEAT``).
 DEFAULT_SLO_ENGINE = "ideal"
 
 
