@@ -131,7 +131,7 @@ def cases(draw, router: str, policy: str) -> Case:  # type: ignore[no-untyped-de
     ttl_s = None
     if policy == "ttl":  # on HBM alone; idle times around the gaps between arrivals
         tiers, ttl_s = Tiers(), draw(st.sampled_from([0.0, 2**-10, 2**-8, 2**-6, 2**-3, 1.0]))
-    if policy in ("lfu", "s3fifo", "belady", "pinned"):  # on HBM alone
+    if policy in ("belady", "pinned"):  # on HBM alone
         tiers = Tiers()
     replayed = policy == "belady"  # under a fixed router or on one replica
     fixed = resolve_router(router).fixed

@@ -16,9 +16,11 @@ The rules, as ``_kernel.py`` states them:
 - the replica's cache is looked up (the leading run of cached blocks, extended through its
   DRAM tier and the shared store when there are such, cut where recomputing beats copying),
   its blocks touched deepest first (LRU refreshes a hit, FIFO does not) and the oldest evicted
-  while over capacity (into DRAM when there is a DRAM tier); the store takes what was computed
-  and refreshes what it served; the request queues ``max(1, input - hit tokens)`` tokens to
-  prefill, and pays its copies in the step of its first chunk;
+  while over capacity (``lfu``, ``s3fifo``, ``pinned``: the policy's own cache touched and
+  evicted), the victims into DRAM, in the order they left, when there is a DRAM tier; the
+  store takes what was computed and refreshes what it served (but under FIFO); the request
+  queues ``max(1, input - hit tokens)`` tokens to prefill, and pays its copies in the step of
+  its first chunk;
 - a step: every decoding request adds one token; then the queue fills what is left of the
   token budget, first come first served, a prefill split across steps when it does not fit;
   a request not yet started joins only while fewer than ``max_seqs`` are running (decoding,
@@ -176,6 +178,15 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
         _serve(req, rep, store, trace.block_size, engine.cost, per_token, has_dram, run)
         if given is not None:
             pass
+        elif own:  # over a DRAM tier as the lists are: what DRAM holds moves up, victims down
+            for b in req.blocks:
+                if b not in rep.cache:
+                    rep.dram.pop(b, None)
+            rep.cache.touch(req.blocks)  # type: ignore[attr-defined]
+            for victim in rep.cache.evict():  # type: ignore[attr-defined]
+                if has_dram:
+                    rep.dram[victim] = None
+            _evict(rep.dram, tiers.dram_blocks)
         elif tiers.dram_blocks > 0:  # exclusive: a DRAM hit moves up, HBM's victims move down
             for b in reversed(req.blocks):
                 if b in rep.cache:
@@ -188,9 +199,6 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
                 victim, _ = rep.cache.popitem(last=False)
                 rep.dram[victim] = None
             _evict(rep.dram, tiers.dram_blocks)
-        elif own:
-            rep.cache.touch(req.blocks)  # type: ignore[attr-defined]
-            rep.cache.evict()  # type: ignore[attr-defined]
         else:
             _touch(rep.cache, req.blocks, refresh=fleet.policy in ("lru", "ttl"))
             _evict(rep.cache, fleet.capacity_blocks)
@@ -204,7 +212,7 @@ def reference_fleet(trace: Trace, traffic: Traffic, fleet: Fleet, engine: Engine
                 if j < req.hit_blocks and req.sources[j] != 2:
                     continue
                 if b in store:
-                    if fleet.policy == "lru":
+                    if fleet.policy != "fifo":  # its hits refresh nothing, there nor here
                         store.move_to_end(b)
                 else:
                     store[b] = None

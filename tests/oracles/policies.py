@@ -226,7 +226,9 @@ class S3FIFOCache:
             else:
                 self.small.append(b)
 
-    def evict(self) -> None:
+    def evict(self) -> list[int]:
+        """Evict while over capacity; the victims, in the order they left."""
+        victims = []
         while len(self) > self.capacity:
             victim = None
             if len(self.small) >= self.small_cap:
@@ -235,6 +237,9 @@ class S3FIFOCache:
                 victim = self._from_main()
             if victim is None:  # M holds only blocks in use: S gives one, whatever its share
                 victim = self._from_small()
+            if victim is not None:
+                victims.append(victim)
+        return victims
 
 
 class LFUCache:
@@ -261,9 +266,14 @@ class LFUCache:
             else:
                 self.blocks[b] = [0, self.clock]
 
-    def evict(self) -> None:
+    def evict(self) -> list[int]:
+        """Evict while over capacity; the victims, in the order they left."""
+        victims = []
         while len(self.blocks) > self.capacity:
-            del self.blocks[min(self.blocks, key=lambda b: tuple(self.blocks[b]))]
+            victim = min(self.blocks, key=lambda b: tuple(self.blocks[b]))
+            del self.blocks[victim]
+            victims.append(victim)
+        return victims
 
 
 class PinnedLRU:
@@ -290,9 +300,12 @@ class PinnedLRU:
                 self.order.pop(b, None)
                 self.order[b] = None
 
-    def evict(self) -> None:
+    def evict(self) -> list[int]:
+        """Evict while over capacity; the victims, in the order they left."""
+        victims = []
         while len(self) > self.capacity and self.order:
-            self.order.popitem(last=False)
+            victims.append(self.order.popitem(last=False)[0])
+        return victims
 
 
 def _s3fifo(
