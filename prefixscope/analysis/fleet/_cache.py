@@ -16,7 +16,7 @@ from prefixscope.analysis.fleet._budget import classify
 from prefixscope.analysis.fleet._records import piece
 from prefixscope.analysis.fleet._sets import _bit, _evict_to, _touch
 from prefixscope.analysis.fleet._stale import logged, note
-from prefixscope.analysis.fleet._tiers import hbm_over_dram, store_write
+from prefixscope.analysis.fleet._tiers import hbm_over_dram, store_after
 from prefixscope.analysis.policies._lists import _unlink
 
 
@@ -133,11 +133,8 @@ def insert(r, i, blocks, start, end, best, stride, sched, tiers, sets, rep, scra
         rep.size[i] = _evict_to(i, base, s, cap, rep.size[i], sets.held, sets.nxt, sets.prv)
     if rep.filled_at[i] < 0 and rep.size[i] >= cap:
         rep.filled_at[i] = r
-    if tiers.store_blocks >= 0:  # what was computed is written; what the store served is used
-        rep.clock[3] = store_write(
-            blocks, start, end, best, scratch[0], tiers.store_blocks, int(rep.clock[3]),
-            sched.recency, sets.store_in, sets.snxt, sets.sprv,
-        )  # fmt: skip
+    # what was computed is written to the store; what the store served is used
+    store_after(blocks, start, end, best, scratch[0], sched.recency, tiers, sets, rep)
 
 
 @piece

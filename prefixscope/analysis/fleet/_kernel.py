@@ -141,8 +141,8 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
                     )  # fmt: skip
                 else:
                     touch_and_evict(
-                        r, i, tr.blocks, start, end, best, tr.parent, sched, tiers, sets, rep,
-                        scratch,
+                        r, i, tr.blocks, start, end, best, stride, tr.parent, sched, tiers,
+                        sets, rep, scratch,
                     )  # fmt: skip
                 if sched.ttl >= 0:
                     stamp(t, i, tr.blocks, start, end, stride, sets)

@@ -13,7 +13,7 @@ Invariant: bit ``i`` of ``held[b]`` is set exactly when replica ``i``'s policy c
 every insert and eviction below keeps it (and the stale view's log), so lookups, routers and
 the miss budget read the masks as under ``lru``.
 
-Tiers, as the list's (``_tiers.hbm_over_dram``, ``store_write``): the DRAM tier is exclusive, a
+Tiers, as the list's (``_tiers.hbm_over_dram``, ``store_after``): the DRAM tier is exclusive, a
 list in the order the policy evicted its blocks, its front leaving first; a request's blocks
 it holds move up (the policy inserts them as new), and the policy's victims go to its back.
 Then the store takes what was computed. So ``lru``'s rows with tiers are the list with tiers,
@@ -25,14 +25,17 @@ from __future__ import annotations
 from prefixscope.analysis.fleet._records import piece
 from prefixscope.analysis.fleet._sets import _bit, _evict_to, _push_back, _unlink
 from prefixscope.analysis.fleet._stale import logged, note
-from prefixscope.analysis.fleet._tiers import store_write
+from prefixscope.analysis.fleet._tiers import store_after
 
 
 @piece
-def touch_and_evict(r, i, blocks, start, end, best, parent, sched, tiers, sets, rep, scratch):  # type: ignore[no-untyped-def]
+def touch_and_evict(  # type: ignore[no-untyped-def]
+    r, i, blocks, start, end, best, stride, parent, sched, tiers, sets, rep, scratch
+):
     """Request ``r``'s blocks touched in replica ``i``'s cache, deepest first, then its victims
-    evicted while it holds more than its capacity, into its DRAM tier where it has one; then
-    the store takes what was computed (``best``: the served run, ``scratch[0]`` its tiers)."""
+    evicted while it holds more than its capacity, into its DRAM tier where it has one (a list
+    over the loop's nodes, ``stride`` a replica); then the store takes what was computed
+    (``best``: the served run, ``scratch[0]`` its tiers)."""
     n_rep = rep.now.size
     rows = sets.pnode.shape[0] // n_rep
     base = i * rows
@@ -45,7 +48,6 @@ def touch_and_evict(r, i, blocks, start, end, best, parent, sched, tiers, sets, 
     cap = sched.capacity
     out = sets.pout
     dram = tiers.dram_blocks > 0
-    stride = sets.held.size + 1  # the DRAM lists' nodes, as the loop's lists number them
     lb = i * stride
     ls = lb + stride - 1
     if dram:  # exclusive: what DRAM holds of the request moves up
@@ -81,8 +83,4 @@ def touch_and_evict(r, i, blocks, start, end, best, parent, sched, tiers, sets, 
         rep.dsize[i] = _evict_to(i, lb, ls, dc, rep.dsize[i], sets.dram_held, sets.dnxt, sets.dprv)
     if rep.filled_at[i] < 0 and rep.size[i] >= cap:
         rep.filled_at[i] = r
-    if tiers.store_blocks >= 0:
-        rep.clock[3] = store_write(
-            blocks, start, end, best, scratch[0], tiers.store_blocks, int(rep.clock[3]),
-            sched.recency, sets.store_in, sets.snxt, sets.sprv,
-        )  # fmt: skip
+    store_after(blocks, start, end, best, scratch[0], sched.recency, tiers, sets, rep)

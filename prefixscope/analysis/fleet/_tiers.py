@@ -102,15 +102,17 @@ def write_through(blocks, start, end, i, stride, tiers, sets, rep):  # type: ign
         rep.dsize[i] = _evict_to(
             i, base, s, tiers.dram_blocks, rep.dsize[i], sets.dram_held, sets.dnxt, sets.dprv
         )
-    _store_through(blocks, start, end, tiers, sets, rep)
+    store_after(blocks, start, end, 0, blocks, True, tiers, sets, rep)
 
 
 @numba.njit(inline="always")
-def _store_through(blocks, start, end, tiers, sets, rep):  # type: ignore[no-untyped-def]
-    """A pool's store, where there is one: every block written or refreshed (served 0)."""
+def store_after(blocks, start, end, served, source, recency, tiers, sets, rep):  # type: ignore[no-untyped-def]
+    """The fleet's store, where there is one, after a request (:func:`store_write`): the
+    ``ideal`` caches' (their served run and its tiers) and a pool's (served 0: every block
+    written or refreshed)."""
     if tiers.store_blocks >= 0:
         rep.clock[3] = store_write(
-            blocks, start, end, 0, blocks, tiers.store_blocks, int(rep.clock[3]), True,
+            blocks, start, end, served, source, tiers.store_blocks, int(rep.clock[3]), recency,
             sets.store_in, sets.snxt, sets.sprv,
         )  # fmt: skip
 
@@ -142,4 +144,4 @@ def write_host(blocks, start, end, i, stride, tiers, sets, rep):  # type: ignore
             sets.dram_held[b] |= bit
             rep.dsize[i] += 1
         stop = p + 1
-    _store_through(blocks, start, stop, tiers, sets, rep)
+    store_after(blocks, start, stop, 0, blocks, True, tiers, sets, rep)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from prefixscope.analysis.policies import _queue
 from prefixscope.analysis.policies.base import PolicyOptions
 from prefixscope.analysis.policies.rows import (
@@ -23,6 +21,7 @@ from prefixscope.analysis.policies.rows import (
     node_push_back,
     node_unlink,
     operation,
+    outcome_arrays,
     owner,
 )
 from prefixscope.analysis.trace.csr import Trace
@@ -60,11 +59,8 @@ class FIFO(RowPolicy):
         return 1, 1  # one sentinel, the list; no order
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
-        """The ring (``_queue.py``); owners are kept only when the caller asks which lookups
-        crossed tenants and there are several."""
-        track = options.cross and len(trace.tenants) > 1
-        hits = np.zeros(trace.n_requests, np.int32)
-        cross = np.zeros(trace.blocks.size if track else 0, np.bool_)
+        """The ring (``_queue.py``)."""
+        track, hits, cross = outcome_arrays(trace, options)
         filled_at = _queue.fifo(
             trace.offsets, trace.blocks, trace.tenant_codes, trace.n_unique, capacity, track,
             hits, cross,

@@ -91,9 +91,7 @@ class RowPolicy(BoundedPolicy):
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
         node, order = self.empty(trace)
         parent = trace.parent if self.needs_parent else np.zeros(1, np.int32)
-        track = options.cross and len(trace.tenants) > 1  # owners read only when asked
-        hits = np.zeros(trace.n_requests, np.int32)
-        cross = np.zeros(trace.blocks.size if track else 0, np.bool_)
+        track, hits, cross = outcome_arrays(trace, options)
         filled_at = cycle(self.ops)(
             trace.offsets, trace.blocks, trace.tenant_codes, parent, trace.n_unique,
             capacity, track, node, order, hits, cross,
@@ -103,6 +101,16 @@ class RowPolicy(BoundedPolicy):
     def fleet_ops(self) -> tuple[Any, Any]:
         """The operations over a request, compiled for the fleet loop (``_row_loops``)."""
         return fleet_ops(self.ops)
+
+
+def outcome_arrays(trace: Trace, options: PolicyOptions) -> tuple[bool, np.ndarray, np.ndarray]:
+    """A replay's outcome, to fill: whether it keeps owners (only when the caller asks which
+    lookups crossed tenants, and there are several), its hits per request, and its
+    cross-tenant flag per lookup (empty when it keeps no owners)."""
+    track = options.cross and len(trace.tenants) > 1
+    hits = np.zeros(trace.n_requests, np.int32)
+    cross = np.zeros(trace.blocks.size if track else 0, np.bool_)
+    return track, hits, cross
 
 
 # --- the usual row, [next, prev, state, owner] with state 0 when not cached: its ``cached`` and
