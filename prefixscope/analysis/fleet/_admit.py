@@ -187,6 +187,24 @@ def _loads(q, k, loaded, first, tr, cost, bs, tiers, sets, req, bit):  # type: i
     return seconds
 
 
+@step_piece
+def lookup(q, i, tr, sched, tiers, stride, sets, pool):  # type: ignore[no-untyped-def]
+    """Request ``q``'s leading run on replica ``i``: in its pool, through its tiers, and the
+    blocks the lookup hands over; ``sglang`` splits the radix node where that ends (SGLang's
+    ``_match_prefix_helper``), so a second lookup with nothing changed between changes
+    nothing."""
+    start, end = tr.offsets[q], tr.offsets[q + 1]
+    bit = _bit(i)
+    k = 0
+    while start + k < end and sets.held[tr.blocks[start + k]] & bit:
+        k += 1
+    kt = _tier_run(start + k, end, bit, tr.blocks, tiers, sets) - start
+    matched = served(kt, end - start, tr.recompute_last[q])  # what the lookup hands over
+    if sched.engine == SGLANG and matched > 0:
+        _split(i * stride + tr.blocks[start + matched - 1], pool)
+    return k, kt, matched
+
+
 @piece
 def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # type: ignore[no-untyped-def]
     """Schedule request ``q`` on replica ``i`` if its blocks fit: look up its prompt's
@@ -213,13 +231,7 @@ def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # 
     sg = sched.engine == SGLANG
     if not sg and not _fits(q, i, 0, total, m, tr, stride, sched, sets, pool):
         return False  # before the lookup, which a refusal leaves unused (sglang's splits)
-    k = 0
-    while start + k < end and sets.held[tr.blocks[start + k]] & bit:
-        k += 1
-    kt = _tier_run(start + k, end, bit, tr.blocks, tiers, sets) - start
-    matched = served(kt, nb, tr.recompute_last[q])  # the blocks the lookup hands over
-    if sg and matched > 0:
-        _split(i * stride + tr.blocks[start + matched - 1], pool)
+    k, kt, matched = lookup(q, i, tr, sched, tiers, stride, sets, pool)
     k_ans = 0  # the lookup goes on into the answer (to the last token but one)
     if k == nb:
         while (

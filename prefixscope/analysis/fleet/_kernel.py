@@ -97,7 +97,7 @@ def fleet(tr, assign, cost, sched, rp, tiers, req, rep, hp, sets, pool, scratch,
         lo, hi = (0, n_rep) if r < n else (r - n, r - n + 1)
         for i in range(lo, hi):
             while rep.now[i] < t and (rep.qhead[i] != NONE or rep.n_dec[i] > 0):
-                if coast(i, t, cost, sched, rep, hp, sets, pool) > 0:
+                if coast(i, t, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool) > 0:
                     continue  # decodes alone until an event: summed apart, as fast as sums
                 step(i, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool)
             if r < n and rep.now[i] < t:

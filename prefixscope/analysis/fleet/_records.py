@@ -88,7 +88,9 @@ class Sched(NamedTuple):
     whether a hit refreshes a cached block (``lru``; ``fifo`` does not); ``ttl``: the idle
     seconds after which a cached block is dropped (``ttl``; -1: never); ``policy``: ``LIST``,
     ``ROWS`` or ``PINNED`` (``_policy_cache.py``); ``caching``: False, a pool's
-    prefix caching is off (vLLM's ``--no-enable-prefix-caching``, ``_pool.py``)."""
+    prefix caching is off (vLLM's ``--no-enable-prefix-caching``, ``_pool.py``); ``coast``:
+    False, every step runs through the scheduler's step, none summed apart
+    (``_sched.coast``): the reference a coasted run is held to (``tests/test_fleet_coast.py``)."""
 
     budget: int
     max_seqs: int
@@ -100,6 +102,7 @@ class Sched(NamedTuple):
     ttl: float = -1.0
     policy: int = LIST
     caching: bool = True
+    coast: bool = True
 
 
 class RouterParams(NamedTuple):

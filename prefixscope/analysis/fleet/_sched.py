@@ -84,16 +84,16 @@ def step(i, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool):  # type: 
 
 
 @step_piece
-def coast(i, t, cost, sched, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
-    """Replica ``i``, if its queue is empty, runs the steps before its clock reaches ``t``
-    that change nothing but sums: every one before the step where a decode ends or takes a
-    block (the heaps' tops). Each is priced and counted by :func:`step`'s own pieces
-    (:func:`_decode_seconds`, :func:`_advance`), so the clocks are bit for bit the step's; it
-    skips only the checks that find nothing. Most steps are such: 28 replicas on 8 hours of
-    the generated week (496 K requests) run 29.9 M steps, most of a few decodes and nothing
-    else (docs/fleet.md, "Speed"). Returns the steps run."""
+def coast(i, t, tr, cost, sched, tiers, stride, req, rep, hp, sets, pool):  # type: ignore[no-untyped-def]
+    """Replica ``i``, if its queue is empty or its head must wait (:func:`_waits`), runs the
+    steps before its clock reaches ``t`` that change nothing but sums: every one before the
+    step where a decode ends or takes a block (the heaps' tops). Each is priced and counted by
+    :func:`step`'s own pieces (:func:`_decode_seconds`, :func:`_advance`), so the clocks are
+    bit for bit the step's; it skips only the checks that find nothing. Most steps are such:
+    28 replicas on 8 hours of the generated week (496 K requests) run 29.9 M steps, most of a
+    few decodes and nothing else (docs/fleet.md, "Speed"). Returns the steps run."""
     d = rep.n_dec[i]
-    if rep.qhead[i] != NONE or d == 0:
+    if d == 0 or not sched.coast:
         return 0
     base = i * sched.max_seqs
     top = min(
@@ -101,6 +101,11 @@ def coast(i, t, cost, sched, rep, hp, sets, pool):  # type: ignore[no-untyped-de
         _heap.top_key(hp.done_key, hp.done_n, i, base, EMPTY),
     )
     quiet = top // SEQ_SPAN - 1 - rep.steps[i]  # steps before the one that meets the top
+    if quiet <= 0 or rep.now[i] >= t:
+        return 0
+    h = rep.qhead[i]
+    if h != NONE and not _waits(h, i, d, tr, sched, tiers, stride, req, rep, sets, pool):
+        return 0
     k = 0
     while k < quiet and rep.now[i] < t:
         sets.log_now[0] = rep.now[i]
@@ -109,6 +114,26 @@ def coast(i, t, cost, sched, rep, hp, sets, pool):  # type: ignore[no-untyped-de
         _advance(i, seconds, d, d, sched, rep, pool)
         k += 1
     return k
+
+
+@step_piece
+def _waits(h, i, d, tr, sched, tiers, stride, req, rep, sets, pool):  # type: ignore[no-untyped-def]
+    """Whether the next step would leave the queue's head ``h`` waiting and change nothing
+    else, until a decode ends or takes a block: ``h`` has not started and the step has no
+    token or sequence left for it, or its whole sequence does not fit the free blocks, which
+    only a decode's end or take changes. A full pool makes most of a pool's steps such.
+    ``sglang`` refuses after its lookup, which splits a radix node: that split is made here,
+    as the first of the steps coasted would make it, and each later one finds it made."""
+    if req.started[h]:
+        return False
+    if sched.budget - d <= 0 or d + rep.n_started[i] >= sched.max_seqs:
+        return True
+    if sched.engine == IDEAL:
+        return False
+    if sched.engine == SGLANG:
+        _admit.lookup(h, i, tr, sched, tiers, stride, sets, pool)
+    m, total = _admit._answer_span(h, tr, sched, req)
+    return not _admit._fits(h, i, 0, total, m, tr, stride, sched, sets, pool)
 
 
 @step_piece
