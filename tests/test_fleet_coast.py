@@ -71,8 +71,8 @@ def test_a_batch_runs_the_same_whether_its_steps_were_coasted_or_stepped(
 ) -> None:
     """Replica 0 decodes a batch of two for hundreds of steps, its queue empty or its head
     waiting; every array is the same with coasting off. A coast that summed its run in closed
-    form fails here in every engine (tried), and so does one that coasts past a head that
-    fits (request 4's start would move)."""
+    form failed this test's first form (a batch's end, its queue empty against its head
+    waiting) in every engine; one that coasts a ``vllm`` head that fits fails here (tried)."""
     # tight: the longest request alone and a block; 0 and 2 preempt each other, 4 waits
     capacity = -(-(3 * bs + max(outputs)) // bs) + 1 if tight else 1024
     coasted = run(engine, bs, outputs, waiting_at, capacity)
