@@ -78,6 +78,14 @@ def _fits(q, i, lo, hi, m, tr, stride, sched, sets, pool):  # type: ignore[no-un
 
 
 @step_piece
+def whole_fits(q, i, tr, stride, sched, sets, pool, req):  # type: ignore[no-untyped-def]
+    """The admission rule: request ``q``'s whole sequence fits replica ``i``'s free blocks
+    (:func:`admit`'s check, and a waiting head's in ``_sched._waits``)."""
+    m, total = _answer_span(q, tr, sched, req)
+    return _fits(q, i, 0, total, m, tr, stride, sched, sets, pool)
+
+
+@step_piece
 def _lock_and_name(q, i, lo, hi, m, tr, stride, sched, sets, pool, rep):  # type: ignore[no-untyped-def]
     """Positions ``lo .. hi`` of request ``q``: the cached ones locked first, so taking new
     blocks cannot evict them, then new blocks taken and named, parents before children."""
@@ -229,7 +237,7 @@ def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # 
     a0 = tr.answer_offsets[q]
     m, total = _answer_span(q, tr, sched, req)
     sg = sched.engine == SGLANG
-    if not sg and not _fits(q, i, 0, total, m, tr, stride, sched, sets, pool):
+    if not sg and not whole_fits(q, i, tr, stride, sched, sets, pool, req):
         return False  # before the lookup, which a refusal leaves unused (sglang's splits)
     k, kt, matched = lookup(q, i, tr, sched, tiers, stride, sets, pool)
     k_ans = 0  # the lookup goes on into the answer (to the last token but one)
@@ -239,7 +247,7 @@ def admit(q, i, left, tr, cost, sched, tiers, stride, sets, pool, req, rep):  # 
             and sets.held[tr.answer_blocks[a0 + k_ans]] & bit
         ):
             k_ans += 1
-    if sg and not _fits(q, i, 0, total, m, tr, stride, sched, sets, pool):
+    if sg and not whole_fits(q, i, tr, stride, sched, sets, pool, req):
         return False
     first = req.gen[q] == 0 and req.seq[q] == NONE
     if first and tr.ceiling_run.size:

@@ -132,8 +132,7 @@ def _waits(h, i, d, tr, sched, tiers, stride, req, rep, sets, pool):  # type: ig
         return False
     if sched.engine == SGLANG:
         _admit.lookup(h, i, tr, sched, tiers, stride, sets, pool)
-    m, total = _admit._answer_span(h, tr, sched, req)
-    return not _admit._fits(h, i, 0, total, m, tr, stride, sched, sets, pool)
+    return not _admit.whole_fits(h, i, tr, stride, sched, sets, pool, req)
 
 
 @step_piece
