@@ -175,6 +175,36 @@ def test_every_policy_matches_its_reference_request_by_request(name, requests, c
         assert not any(want.cross)
 
 
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_owners_past_a_byte_of_tenants_keep_every_tenant_apart(name) -> None:
+    """A log of 300 tenants keeps its owners in int32 (``rows.owners``): tenant ``a + 256``
+    caches a chain, then tenant ``a`` hits it, a cross-tenant hit that owners kept in a byte
+    would take for the tenant's own (the codes are equal modulo 256)."""
+    requests, tenants = [], []
+    for a in range(300):
+        if a < 44:  # codes a + 256 reach 299: 300 tenants in all
+            requests += [[1000 + 3 * a, 1001 + 3 * a, 1002 + 3 * a]] * 2
+            tenants += [a + 256, a]
+        elif a < 256:
+            requests.append([5000 + a])
+            tenants.append(a)
+    times = [float(r) for r in range(len(requests))]
+    trace = make_trace(requests, [f"{t:03d}" for t in tenants], times=times)
+    assert len(trace.tenants) == 300 and trace.tenant_codes.tolist() == tenants
+    policy = POLICIES[name]
+    capacity = 10 * len(requests)  # nothing leaves: every second request of a pair hits
+    got = policy.replay(
+        trace,
+        capacity if policy.bounded else None,
+        PolicyOptions(ttl_s=1e9, pinned=np.zeros(trace.n_unique, dtype=bool)),
+    )
+    want = reference_replay(name, requests, capacity, tenants, times, ttl=1e9)
+    assert got.hit_blocks.tolist() == want.hit_blocks
+    assert got.cross.tolist() == want.cross
+    second = [p for r in range(1, 88, 2) for p in range(3 * r, 3 * r + 3)]
+    assert all(want.cross[p] for p in second)
+
+
 @settings(max_examples=200, deadline=None)
 @given(requests=st.one_of(prefix_chains(), arbitrary))
 def test_vectorized_ceiling_matches_the_reference(requests) -> None:

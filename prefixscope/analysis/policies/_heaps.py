@@ -18,8 +18,8 @@ from prefixscope.analysis.policies._lists import NONE
 
 
 @numba.njit(inline="always")
-def _live(node, key, b):  # type: ignore[no-untyped-def]
-    return node[b, 0] == key and node[b, 1] == 0
+def _live(node, kids, key, b):  # type: ignore[no-untyped-def]
+    return node[b] == key and kids[b] == 0
 
 
 @numba.njit
@@ -51,40 +51,45 @@ def _sift_down(heap, i, size):  # type: ignore[no-untyped-def]
 
 
 @numba.njit
-def _compact(heap, size, node):  # type: ignore[no-untyped-def]
+def _compact(heap, size, node, kids):  # type: ignore[no-untyped-def]
     """Keep one entry per live leaf (a leaf can hold two: from before it gained a child and from
     after it lost it), then heapify; returns the new size, at most the number of leaves."""
     kept = 0
     for i in range(size):
         key, b = heap[i, 0], heap[i, 1]
-        if _live(node, key, b):
-            node[b, 1] = -1  # seen: a second entry of b is no longer live
+        if _live(node, kids, key, b):
+            kids[b] = -1  # seen: a second entry of b is no longer live
             heap[kept, 0], heap[kept, 1] = key, b
             kept += 1
     for i in range(kept):
-        node[heap[i, 1], 1] = 0
+        kids[heap[i, 1]] = 0
     for i in range(kept // 2 - 1, -1, -1):
         _sift_down(heap, i, kept)
     return kept
 
 
 @numba.njit(inline="always")
-def _push(heap, size, node, key, b):  # type: ignore[no-untyped-def]
+def _push(heap, size, node, kids, key, b):  # type: ignore[no-untyped-def]
     if size == heap.shape[0]:
-        size = _compact(heap, size, node)
+        size = _compact(heap, size, node, kids)
     heap[size, 0], heap[size, 1] = key, b
     _sift_up(heap, size)
     return size + 1
 
 
-def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity, track_owner):  # type: ignore[no-untyped-def]
+def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity, track_owner, owner):  # type: ignore[no-untyped-def]
     """Belady (offline): among cached blocks with no cached child (the leaves), evict the one
     whose next use is furthest away (never: furthest of all), ties by least recent touch.
 
     ``next_use``: ``Trace.next_use``, computed once per trace and shared by its replays (and by
-    forked workers). Each block has one 16-byte row, [key, cached children], so a touch reads
-    and writes one cache line of its own. The arrays are allocated by numpy, not in the
-    compiled loop (huge pages, as for ``lru_plain``)."""
+    forked workers); ``owner``: per block, the tenant that cached it (``rows.owners``).
+
+    Per block, its key (``node``, 0: not cached) and its count of cached children (``kids``),
+    in two arrays: 12 bytes a block, where one 16-byte row [key, children] held both. On the
+    generated week (158 M distinct blocks) a replay so holds 1.90 GB of them, not 2.53 GB; on
+    the ×20 trace the two layouts took the same time (``benchmarks/policy_speed.py --against``,
+    benchmarks/RESULTS.md, "Stop 71"). The arrays are allocated by numpy, not in the compiled
+    loop (huge pages, as for ``lru_plain``)."""
     n = offsets.size - 1
     if blocks.size >= 2**32 - 1 or n >= 2**31 - 1:  # touch numbers and next uses: 32 bits
         raise ValueError("a trace of 2**32 block lookups or 2**31 requests or more: split it")
@@ -98,9 +103,10 @@ def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity, track
         next_use,
         capacity,
         track_owner,
-        np.zeros((n_unique, 2), np.int64),
+        np.zeros(n_unique, np.int64),
+        np.zeros(n_unique, np.int32),
         np.empty((2 * leaves + 16, 2), np.int64),  # compacted when full: amortized O(1)
-        np.zeros(n_unique if track_owner else 1, np.int32),
+        owner,
         np.zeros(n, np.int32),
         np.zeros(blocks.size if track_owner else 0, np.bool_),  # empty: no other tenant
     )
@@ -116,6 +122,7 @@ def _belady_loop(
     capacity,
     track_owner,
     node,
+    kids,
     heap,
     owner,
     hits,
@@ -130,7 +137,7 @@ def _belady_loop(
         start, end = offsets[r], offsets[r + 1]
         tenant = tenants[r]
         k = 0
-        while start + k < end and node[blocks[start + k], 0] != 0:
+        while start + k < end and node[blocks[start + k]] != 0:
             if track_owner:
                 cross[start + k] = owner[blocks[start + k]] != tenant
             k += 1
@@ -139,33 +146,33 @@ def _belady_loop(
             b = blocks[p]
             clock += 1
             key = (np.int64(n - next_use[p]) << 32) | clock
-            cached = node[b, 0] != 0
-            node[b, 0] = key  # a leaf's older entry is no longer live
+            cached = node[b] != 0
+            node[b] = key  # a leaf's older entry is no longer live
             if not cached:
                 size += 1
                 if track_owner:
                     owner[b] = tenant
                 q = parent[b]
                 if q != NONE:
-                    node[q, 1] += 1  # the parent's entry, if any, is no longer live
-            if node[b, 1] == 0:
-                entries = _push(heap, entries, node, key, b)
+                    kids[q] += 1  # the parent's entry, if any, is no longer live
+            if kids[b] == 0:
+                entries = _push(heap, entries, node, kids, key, b)
         while size > capacity:
             key, v = heap[0, 0], heap[0, 1]
-            if not _live(node, key, v):
+            if not _live(node, kids, key, v):
                 entries -= 1
                 heap[0, 0], heap[0, 1] = heap[entries, 0], heap[entries, 1]
                 _sift_down(heap, 0, entries)
                 continue
-            node[v, 0] = 0
+            node[v] = 0
             size -= 1
             q = parent[v]
             if q != NONE:
-                node[q, 1] -= 1
-            if q != NONE and node[q, 1] == 0 and node[q, 0] != 0:
+                kids[q] -= 1
+            if q != NONE and kids[q] == 0 and node[q] != 0:
                 # The parent becomes a leaf and takes the victim's place at the root: one sift
                 # instead of a pop and a push (a chain's tail is often evicted block by block).
-                heap[0, 0], heap[0, 1] = node[q, 0], q
+                heap[0, 0], heap[0, 1] = node[q], q
             else:
                 entries -= 1
                 heap[0, 0], heap[0, 1] = heap[entries, 0], heap[entries, 1]

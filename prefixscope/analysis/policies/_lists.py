@@ -100,7 +100,7 @@ def lru(offsets, blocks, tenants, times, n_unique, capacity, ttl, pinned):  # ty
     return hits, cross, filled_at
 
 
-def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner, pinned=None):  # type: ignore[no-untyped-def]
+def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner, owner, pinned=None):  # type: ignore[no-untyped-def]
     """LRU, the same rule as :func:`lru` without idle times, on a touch log
     instead of a linked list. Every touch appends the block to the log at the next (virtual)
     position and records it as the block's latest; the log is then in LRU order, with stale
@@ -108,7 +108,8 @@ def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner, pinned=
     lies at or after the eviction head. The log is a ring of a few times the capacity: when a
     request would not fit, the live entries are copied, in order, to its end. So writes are
     sequential and the working memory stays small, which is what makes it fast on traces larger
-    than the CPU caches. Owners (for cross-tenant hits) are tracked only when ``track_owner``.
+    than the CPU caches. Owners (for cross-tenant hits) are tracked only when ``track_owner``,
+in ``owner`` (``rows.owners``).
 
     ``pinned`` (a mask over blocks, or None): a pinned block never leaves once cached and counts
     against the capacity, as in :func:`lru`. Its latest position is set past every position
@@ -138,7 +139,7 @@ def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner, pinned=
         np.zeros(n_unique, np.int32),  # latest virtual log position (0: never touched)
         np.empty(ring, np.int32),
         np.empty(held + longest, np.int32),
-        np.zeros(n_unique if track_owner else 1, np.int32),
+        owner,
         np.zeros(n, np.int32),
         np.zeros(blocks.size if track_owner else 0, np.bool_),  # empty: no other tenant
     )

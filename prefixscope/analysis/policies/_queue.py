@@ -2,13 +2,14 @@
 block (cached or not) and, when asked, the tenant that inserted it.
 
 FIFO never moves a cached block: blocks enter at the tail, in the order the row operations
-insert them (a request's new blocks deepest first), and leave only from the head. So the
-queue is a ring, written and read in order, and a block's state is one byte where its row
-(``fifo.py``) is sixteen (with its owner, five). On the generated week (250 M lookups, 158 M
-distinct blocks) a replay took 2.6-3.0 s against the rows' 9.8-11.5 s; on the ×20 trace the
-8 replays of ``benchmarks/policy_speed.py`` take 0.13 s (docs/simulation.md, "Speed";
-benchmarks/RESULTS.md, "Stop 68"). ``tests/test_policies.py`` holds it to the row
-operations' loop (``_row_loops.cycle``), the policy's definition in the fleet and the docs.
+insert them (a request's new blocks deepest first), and leave only from the head. So the queue
+is a ring, written and read in order, and a block's state is one byte where its row
+(``fifo.py``) is sixteen (with its owner, two, or five past 128 tenants: ``rows.owners``). On
+the generated week (250 M lookups, 158 M distinct blocks) a replay took 2.6-3.0 s against the
+rows' 9.8-11.5 s; on the ×20 trace the 8 replays of ``benchmarks/policy_speed.py`` take 0.13 s
+(docs/simulation.md, "Speed"; benchmarks/RESULTS.md, "Stop 68"). ``tests/test_policies.py``
+holds it to the row operations' loop (``_row_loops.cycle``), the policy's definition in the
+fleet and the docs.
 
 Invariant: ``size`` blocks are cached, exactly those between ``head`` and ``tail``; at most a
 capacity and one request's blocks, which the ring holds.
@@ -23,10 +24,11 @@ from prefixscope.analysis.policies._lists import NONE, _lookup
 
 
 @numba.njit(cache=True, nogil=True)
-def fifo(offsets, blocks, tenants, n_unique, capacity, track, hits, cross):  # type: ignore[no-untyped-def]
+def fifo(offsets, blocks, tenants, n_unique, capacity, track, owner, hits, cross):  # type: ignore[no-untyped-def]
     """Every request's leading run of cached blocks into ``hits``, and, when ``track``,
-    whether each hit lookup found a block another tenant inserted into ``cross``; returns the
-    first request after which the cache held its capacity (``NONE``: never)."""
+    whether each hit lookup found a block another tenant inserted into ``cross`` (``owner``:
+    per block, the tenant that inserted it, ``rows.owners``); returns the first request after
+    which the cache held its capacity (``NONE``: never)."""
     n = offsets.size - 1
     longest = 0
     for r in range(n):
@@ -34,7 +36,6 @@ def fifo(offsets, blocks, tenants, n_unique, capacity, track, hits, cross):  # t
     room = min(capacity, n_unique) + longest + 1
     ring = np.empty(room, np.int32)
     cached = np.zeros(n_unique, np.bool_)
-    owner = np.zeros(n_unique if track else 1, np.int32)
     head = tail = size = 0
     filled_at = NONE
     for r in range(n):

@@ -23,6 +23,7 @@ from prefixscope.analysis.policies.rows import (
     operation,
     outcome_arrays,
     owner,
+    owners,
 )
 from prefixscope.analysis.trace.csr import Trace
 
@@ -63,6 +64,6 @@ class FIFO(RowPolicy):
         track, hits, cross = outcome_arrays(trace, options)
         filled_at = _queue.fifo(
             trace.offsets, trace.blocks, trace.tenant_codes, trace.n_unique, capacity, track,
-            hits, cross,
+            owners(trace, track), hits, cross,
         )  # fmt: skip
         return hits, cross, filled_at

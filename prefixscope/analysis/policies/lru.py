@@ -30,6 +30,7 @@ from prefixscope.analysis.policies.rows import (
     node_unlink,
     operation,
     owner,
+    owners,
 )
 from prefixscope.analysis.trace.csr import Trace
 
@@ -74,13 +75,15 @@ def _plain_lru(trace: Trace, capacity: int, options: PolicyOptions, pins: np.nda
     """The touch-log LRU kernel (the fast one): plain, or with pins; owners are tracked only
     when the trace has several tenants and the caller wants cross-tenant lookups."""
     _check_touch_log(trace)
+    track = options.cross and len(trace.tenants) > 1
     return _kernel().lru_plain(
         trace.offsets,
         trace.blocks,
         trace.tenant_codes,
         trace.n_unique,
         capacity,
-        options.cross and len(trace.tenants) > 1,
+        track,
+        owners(trace, track),
         pins,
     )
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from prefixscope.analysis.policies.base import BoundedPolicy, PolicyOptions
 from prefixscope.analysis.policies.lru import _kernel
+from prefixscope.analysis.policies.rows import owners
 from prefixscope.analysis.trace.csr import Trace
 
 
@@ -30,4 +31,5 @@ class Belady(BoundedPolicy):
             trace.n_unique,
             capacity,
             len(trace.tenants) > 1,
+            owners(trace, len(trace.tenants) > 1),
         )

@@ -113,6 +113,15 @@ def outcome_arrays(trace: Trace, options: PolicyOptions) -> tuple[bool, np.ndarr
     return track, hits, cross
 
 
+def owners(trace: Trace, track: bool) -> np.ndarray:
+    """Per distinct block, the tenant that cached it (one entry when ``track`` is off), in the
+    narrowest of int8 and int32 that holds every tenant code: a byte a block where a log has at
+    most 128 tenants, where int32 held four. A replay of the generated week (158 M distinct
+    blocks, 50 tenants) so holds 0.16 GB of owners, not 0.63 GB."""
+    small = len(trace.tenants) <= 2**7
+    return np.zeros(trace.n_unique if track else 1, np.int8 if small else np.int32)
+
+
 # --- the usual row, [next, prev, state, owner] with state 0 when not cached: its ``cached`` and
 # ``owner`` (``fifo``, ``lfu``, the docs' clock) ---------------------------------------------
 
