@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from prefixscope.analysis.trace.csr import Trace, build_trace
+from prefixscope.bounded import bounded
 
 #: Formats whose block ids come with the trace (a partial last block is hashed and can hit).
 #: Every other format is a token source, which follows vLLM's rule that the last prompt token
@@ -91,20 +92,14 @@ def trace_from_table(table: pa.Table, block_size: int) -> Trace:
     )
 
 
-#: DuckDB's settings while it sorts the requests for a load: its buffers bounded (the sort
-#: spills beyond them) and handed back as soon as freed, not kept until the connection
-#: closes, since the trace is built beside them (at 250 M lookups DuckDB held 4.3 GB more).
-_LOAD_SETTINGS = {"memory_limit": "'3GB'", "allocator_flush_threshold": "'64MB'"}
+#: DuckDB's buffers while it sorts the requests for a load (``bounded``): the trace is built
+#: beside them (at 250 M lookups DuckDB held 4.3 GB more unbounded).
+LOAD_MEMORY = "3GB"
 
 
 def _fetch_replay(con: duckdb.DuckDBPyConnection) -> pa.Table:
-    for name, value in _LOAD_SETTINGS.items():
-        con.execute(f"SET {name} = {value}")
-    try:
+    with bounded(con, LOAD_MEMORY):
         return replay_relation(con).to_arrow_table()
-    finally:
-        for name in _LOAD_SETTINGS:
-            con.execute(f"RESET {name}")
 
 
 #: Block hashes of at least this many bytes are kept in a file mapped into memory
