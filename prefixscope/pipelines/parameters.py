@@ -75,7 +75,7 @@ DEFAULT_SLO_LINK = "rdma"
 #: The flow's SLO plan runs on ``ideal``, not the planner's default ``vllm`` pool: on the
 #: generated week ``vllm`` takes 2.1× its time (284.0 s against 133.2 s at 83d982a,
 #: ``flow_speed.py --slo-engines``; docs/plan.md, "What is searched"), 151 s more, which would
-#: take the week's flow from 472.9 s (3cea871) to about 624 s, past its 10 minutes; sittings of
+#: take the week's flow from 453.2 s (925ba6e) to about 604 s, past its 10 minutes; sittings of
 #: one code have differed by 28% (442.9–567.6 s at stop 68; benchmarks/RESULTS.md). Its page
 #: says its answers are a lower bound (``dashboards/plan_slo.IDEAL_CAVEAT``).
 DEFAULT_SLO_ENGINE = "ideal"
