@@ -109,7 +109,7 @@ def lru_plain(offsets, blocks, tenants, n_unique, capacity, track_owner, owner, 
     request would not fit, the live entries are copied, in order, to its end. So writes are
     sequential and the working memory stays small, which is what makes it fast on traces larger
     than the CPU caches. Owners (for cross-tenant hits) are tracked only when ``track_owner``,
-in ``owner`` (``rows.owners``).
+    in ``owner`` (``rows.owners``).
 
     ``pinned`` (a mask over blocks, or None): a pinned block never leaves once cached and counts
     against the capacity, as in :func:`lru`. Its latest position is set past every position
