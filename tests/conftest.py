@@ -324,6 +324,7 @@ def _run_demo(folder: Path) -> DemoRun:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING")}
     env.pop("PREFECT_SERVER_LOGGING_LEVEL", None)
     argv = DEMO.format(sample=SAMPLE, agents=AGENT_SAMPLE, wh=wh, page=page).split()
+    warm_kernels.wait()  # the flow's processes load the fleet loop, rather than compile it again
     out = subprocess.run(
         [sys.executable, "-m", "prefixscope.cli", *argv],
         env=env,

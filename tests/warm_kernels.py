@@ -78,22 +78,32 @@ def _zombie(pid: int) -> bool:
         return False
 
 
-def await_in_worker() -> None:
-    """The loop's first call in this process waits until the compile has ended (or its process
-    is gone), then loads the loop from numba's cache; a compile that failed costs only this
-    process its own."""
+def wait() -> None:
+    """Until the run's compile has ended (or its process is gone); at once outside a run that
+    started one. A test that runs a command in a process of its own (the demo's flow) waits
+    first, so that the command loads the loop from the cache rather than compiling it beside
+    the compile, on the same cores."""
     spec = os.environ.get(ENV)
     if not spec:
         return
     marker, pid = Path(spec.rsplit(":", 1)[0]), int(spec.rsplit(":", 1)[1])
+    while not marker.exists() and _alive(pid):
+        time.sleep(0.2)
+
+
+def await_in_worker() -> None:
+    """The loop's first call in this process waits until the compile has ended (or its process
+    is gone), then loads the loop from numba's cache; a compile that failed costs only this
+    process its own."""
+    if not os.environ.get(ENV):
+        return
     from prefixscope.analysis.fleet import _kernel
 
     compiled = _kernel.fleet
 
     def first_call(*args):  # type: ignore[no-untyped-def]
         _kernel.fleet = compiled
-        while not marker.exists() and _alive(pid):
-            time.sleep(0.2)
+        wait()
         return compiled(*args)
 
     _kernel.fleet = first_call
