@@ -84,12 +84,12 @@ def belady(offsets, blocks, tenants, parent, next_use, n_unique, capacity, track
     ``next_use``: ``Trace.next_use``, computed once per trace and shared by its replays (and by
     forked workers); ``owner``: per block, the tenant that cached it (``rows.owners``).
 
-    Per block, its key (``node``, 0: not cached) and its count of cached children (``kids``),
-    in two arrays: 12 bytes a block, where one 16-byte row [key, children] held both. On the
+    Per block, its key (``node``, 0: not cached) and its count of cached children (``kids``), in
+    two arrays: 12 bytes a block, where one 16-byte row [key, children] held both. On the
     generated week (158 M distinct blocks) a replay so holds 1.90 GB of them, not 2.53 GB; on
-    the ×20 trace the two layouts took the same time (``benchmarks/policy_speed.py --against``,
-    benchmarks/RESULTS.md, "Stop 71"). The arrays are allocated by numpy, not in the compiled
-    loop (huge pages, as for ``lru_plain``)."""
+    the ×20 trace it took 0.88–1.04× the row's time in three side-by-side runs
+    (``benchmarks/policy_speed.py --against``; benchmarks/RESULTS.md, "Stop 71"). The arrays are
+    allocated by numpy, not in the compiled loop (huge pages, as for ``lru_plain``)."""
     n = offsets.size - 1
     if blocks.size >= 2**32 - 1 or n >= 2**31 - 1:  # touch numbers and next uses: 32 bits
         raise ValueError("a trace of 2**32 block lookups or 2**31 requests or more: split it")
