@@ -22,6 +22,7 @@ class Belady(BoundedPolicy):
     label: str = "Belady (offline optimal)"
 
     def _run(self, trace: Trace, capacity: int, options: PolicyOptions):  # type: ignore[no-untyped-def]
+        track = len(trace.tenants) > 1
         return _kernel().belady(
             trace.offsets,
             trace.blocks,
@@ -30,6 +31,6 @@ class Belady(BoundedPolicy):
             trace.next_use,
             trace.n_unique,
             capacity,
-            len(trace.tenants) > 1,
-            owners(trace, len(trace.tenants) > 1),
+            track,
+            owners(trace, track),
         )
