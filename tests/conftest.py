@@ -99,18 +99,62 @@ SAMPLE = REPO / "data" / "sample" / "mooncake" / "conversation_trace.jsonl.gz"
 AGENT_SAMPLE = REPO / "data" / "sample" / "agents" / "claude_code_traces.tar.gz"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The flow tests last, in their order: the Prefect server they share (``prefect_server``)
-    stays up, with its client's background threads, until the session ends, and every other
-    test runs before it starts. The browser tests side by side, last of the others and first
-    of the flow tests, so that they share one Chromium (``browser``)."""
+#: Under xdist, the files that run whole flows, longest first (cold numba cache, 2 workers, stop
+#: 72: the demo's 48 s and its tests, 45 s, 39 s, 25 s); the other flow files follow them.
+HEAVY_FLOW_FILES = (
+    "test_questions.py",
+    "test_dask.py",
+    "test_flow_resume.py",
+    "test_flow_summary.py",
+)
+#: Under xdist, this many of the files with the fewest tests run after the flow files: short
+#: work that evens out the two workers' ends, where the flow files alone left one worker idle
+#: for a minute.
+FILLER_FILES = 20
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist's loadfile sends files in this conftest's order (below), not by its own count of
+    tests, which put the few-test flow files last, one after another on one worker."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In one process: the flow tests last, in their order: the Prefect server they share
+    (``prefect_server``) stays up, with its client's background threads, until the session
+    ends, and every other test runs before it starts. The browser tests side by side, last of
+    the others and first of the flow tests, so that they share one Chromium (``browser``).
+
+    Under xdist (``--dist loadfile``, whole files to a worker, the next file to the first
+    worker free), each worker has its own Prefect server and Chromium, and what matters is
+    that both end together: the files without a flow test, most tests first; then the files
+    with one, longest first (:data:`HEAVY_FLOW_FILES`); then the :data:`FILLER_FILES` smallest
+    files. The flows run after most kernels are in numba's cache, as in one process."""
 
     def order(item: pytest.Item) -> tuple[bool, bool]:
         flow = item.get_closest_marker("flow") is not None
         browser = item.get_closest_marker("browser") is not None
         return (flow, browser != flow)
 
-    items.sort(key=order)
+    if not hasattr(config, "workerinput"):  # one process
+        items.sort(key=order)
+        return
+    count: dict[Path, int] = {}
+    for item in items:
+        count[item.path] = count.get(item.path, 0) + 1
+    flows = {item.path for item in items if item.get_closest_marker("flow") is not None}
+    others = sorted((f for f in count if f not in flows), key=lambda f: (-count[f], f.name))
+    fillers = set(others[len(others) - FILLER_FILES :])
+
+    def heavy(f: Path) -> int:
+        return HEAVY_FLOW_FILES.index(f.name) if f.name in HEAVY_FLOW_FILES else 99
+
+    def rank(f: Path) -> tuple[int, int, int, str]:
+        group = 1 if f in flows else 2 if f in fillers else 0
+        return (group, heavy(f) if f in flows else 0, -count[f], f.name)
+
+    items.sort(key=lambda item: rank(item.path))
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
