@@ -177,7 +177,7 @@ def agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("policy", ["lru", "fifo", "ttl", "lfu", "s3fifo", "belady", "pinned"])
 @pytest.mark.parametrize("router", list(ROUTERS))
-@settings(max_examples=25, deadline=None)  # 42 cases: 1,050 fleets a run
+@settings(max_examples=50, deadline=None)  # 42 cases: 2,100 fleets a run
 @given(data=st.data())
 def test_the_kernel_matches_the_reference_request_by_request(
     router: str, policy: str, data: st.DataObject
