@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -140,19 +141,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not hasattr(config, "workerinput"):  # one process
         items.sort(key=order)
         return
-    count: dict[Path, int] = {}
-    for item in items:
-        count[item.path] = count.get(item.path, 0) + 1
+    count = Counter(item.path for item in items)
     flows = {item.path for item in items if item.get_closest_marker("flow") is not None}
     others = sorted((f for f in count if f not in flows), key=lambda f: (-count[f], f.name))
-    fillers = set(others[len(others) - FILLER_FILES :])
-
-    def heavy(f: Path) -> int:
-        return HEAVY_FLOW_FILES.index(f.name) if f.name in HEAVY_FLOW_FILES else 99
+    fillers = set(others[-FILLER_FILES:])
 
     def rank(f: Path) -> tuple[int, int, int, str]:
-        group = 1 if f in flows else 2 if f in fillers else 0
-        return (group, heavy(f) if f in flows else 0, -count[f], f.name)
+        if f in flows:
+            heavy = HEAVY_FLOW_FILES.index(f.name) if f.name in HEAVY_FLOW_FILES else 99
+            return (1, heavy, -count[f], f.name)
+        return (2 if f in fillers else 0, 0, -count[f], f.name)
 
     items.sort(key=lambda item: rank(item.path))
 

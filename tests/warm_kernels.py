@@ -87,8 +87,8 @@ def wait() -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    marker, pid = Path(spec.rsplit(":", 1)[0]), int(spec.rsplit(":", 1)[1])
-    while not marker.exists() and _alive(pid):
+    marker, pid = spec.rsplit(":", 1)
+    while not Path(marker).exists() and _alive(int(pid)):
         time.sleep(0.2)
 
 

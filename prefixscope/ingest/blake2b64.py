@@ -13,7 +13,7 @@ and keeps the state in registers (``benchmarks/keyed_ingest.py`` times it; the h
 inlining (``inline="always"``) copied their IR into all 96 calls, 10.1–11.5 s of compile for
 each signature of :func:`keyed_words` against 2.8 s. The key's state and the IV are read into
 locals before the loop: read from the arrays in it, LLVM's vectorized loop ran at 114–134 ns a
-word whenever the last output had been freed before the call (30–32 ns otherwise); from locals,
+word whenever the last output had been freed before the call (31.9–32.5 ns otherwise); from locals,
 29.6–30.5 ns either way (5 M words, best of 5, one core; RESULTS.md, stop 72).
 """
 
@@ -114,14 +114,11 @@ def keyed_words(values, state):  # type: ignore[no-untyped-def]
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     s4, s5, s6, s7 = state[4], state[5], state[6], state[7]
     i0, i1, i2, i3 = IV[0], IV[1], IV[2], IV[3]
-    i4, i5, i6, i7 = IV[4] ^ np.uint64(_WORD_COUNT), IV[5], ~IV[6], IV[7]
+    i4, i5, i6, i7 = IV[4] ^ np.uint64(_WORD_COUNT), IV[5], ~IV[6], IV[7]  # the last block
     for k in range(values.size):
         m = values[k]
-        v0, v1, v2, v3 = s0, s1, s2, s3
-        v4, v5, v6, v7 = s4, s5, s6, s7
-        v8, v9, v10, v11 = i0, i1, i2, i3
-        v12, v13 = i4, i5
-        v14, v15 = i6, i7  # the last block
+        v0, v1, v2, v3, v4, v5, v6, v7 = s0, s1, s2, s3, s4, s5, s6, s7
+        v8, v9, v10, v11, v12, v13, v14, v15 = i0, i1, i2, i3, i4, i5, i6, i7
         # round 0: SIGMA[0]
         v0, v4, v8, v12 = _g(v0, v4, v8, v12, m, Z)
         v1, v5, v9, v13 = _g(v1, v5, v9, v13, Z, Z)
