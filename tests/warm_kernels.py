@@ -1,7 +1,7 @@
 """Compile the fleet loop once per test run, into numba's on-disk cache, beside the tests.
 
 Without it every test process, and the demo's flow beside them, compiles the fleet loop
-(``fleet/_kernel.py``) on its own first call: 113–134 s of one core each (three runs, stop 72,
+(``fleet/_kernel.py``) on its own first call: 113–134 s of one core each (four runs, stop 72,
 benchmarks/RESULTS.md), the largest item of the suite's cold time. Under xdist the controller
 starts :func:`start` before its workers (``conftest.pytest_sessionstart``); the workers run
 tests meanwhile, and the first call of the loop in each waits for this one compile and loads it
